@@ -1,0 +1,37 @@
+# One-command set-up on a fresh machine: `make demo` and `make test` create .venv,
+# install the CPU torch build first (a bare `torch` pulls GBs of CUDA wheels), then the project.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+TORCH := torch==2.13.0
+
+.PHONY: setup demo test lint protos bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag demo
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -x --durations=15 tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+protos: $(STAMP)
+	$(BIN)/python -m services.common.protogen
+
+bench: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag bench --corpus ../shared/data/squad-dev/corpus.jsonl \
+	  --questions ../shared/data/squad-dev/questions.jsonl --limit 40 --json bench/results/cold.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info

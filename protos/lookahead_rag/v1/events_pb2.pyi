@@ -1,0 +1,67 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GenerationStats(_message.Message):
+    __slots__ = ("new_tokens", "forward_steps", "mean_accepted_per_step", "prefill_s", "draft_s", "forward_s", "cache_s", "wall_s", "time_to_first_token_s", "documents_available", "drafts_available", "finish_reason", "draft_tokens_from_prompt", "draft_tokens_from_cache", "draft_tokens_from_references")
+    NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_STEPS_FIELD_NUMBER: _ClassVar[int]
+    MEAN_ACCEPTED_PER_STEP_FIELD_NUMBER: _ClassVar[int]
+    PREFILL_S_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_S_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_S_FIELD_NUMBER: _ClassVar[int]
+    CACHE_S_FIELD_NUMBER: _ClassVar[int]
+    WALL_S_FIELD_NUMBER: _ClassVar[int]
+    TIME_TO_FIRST_TOKEN_S_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    DRAFTS_AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    FINISH_REASON_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FROM_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FROM_CACHE_FIELD_NUMBER: _ClassVar[int]
+    DRAFT_TOKENS_FROM_REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    new_tokens: int
+    forward_steps: int
+    mean_accepted_per_step: float
+    prefill_s: float
+    draft_s: float
+    forward_s: float
+    cache_s: float
+    wall_s: float
+    time_to_first_token_s: float
+    documents_available: bool
+    drafts_available: bool
+    finish_reason: str
+    draft_tokens_from_prompt: int
+    draft_tokens_from_cache: int
+    draft_tokens_from_references: int
+    def __init__(self, new_tokens: _Optional[int] = ..., forward_steps: _Optional[int] = ..., mean_accepted_per_step: _Optional[float] = ..., prefill_s: _Optional[float] = ..., draft_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., cache_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., time_to_first_token_s: _Optional[float] = ..., documents_available: _Optional[bool] = ..., drafts_available: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., draft_tokens_from_prompt: _Optional[int] = ..., draft_tokens_from_cache: _Optional[int] = ..., draft_tokens_from_references: _Optional[int] = ...) -> None: ...
+
+class GenerationCompleted(_message.Message):
+    __slots__ = ("event_id", "tenant", "tokenizer_id", "question", "prompt_ids", "output_ids", "answer_text", "stats", "created_unix_ms", "request_id", "model")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    tenant: str
+    tokenizer_id: str
+    question: str
+    prompt_ids: _containers.RepeatedScalarFieldContainer[int]
+    output_ids: _containers.RepeatedScalarFieldContainer[int]
+    answer_text: str
+    stats: GenerationStats
+    created_unix_ms: int
+    request_id: str
+    model: str
+    def __init__(self, event_id: _Optional[str] = ..., tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., question: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[GenerationStats, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
