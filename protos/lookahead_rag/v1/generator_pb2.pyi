@@ -1,0 +1,97 @@
+from lookahead_rag.v1 import events_pb2 as _events_pb2
+from lookahead_rag.v1 import retriever_pb2 as _retriever_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GenerationParams(_message.Message):
+    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop")
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    DECODING_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    BRANCH_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
+    max_new_tokens: int
+    mode: str
+    decoding_length: int
+    branch_length: int
+    stop: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class AnswerRequest(_message.Message):
+    __slots__ = ("tenant", "question", "params", "k", "m")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    M_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    question: str
+    params: GenerationParams
+    k: int
+    m: int
+    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., k: _Optional[int] = ..., m: _Optional[int] = ...) -> None: ...
+
+class ChatMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
+class GenerateRequest(_message.Message):
+    __slots__ = ("tenant", "prompt", "messages", "references", "params")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    REFERENCES_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    prompt: str
+    messages: ChatMessages
+    references: _containers.RepeatedScalarFieldContainer[str]
+    params: GenerationParams
+    def __init__(self, tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., references: _Optional[_Iterable[str]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ...) -> None: ...
+
+class ChatMessages(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class TextDelta(_message.Message):
+    __slots__ = ("text", "token_ids")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class FinalInfo(_message.Message):
+    __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_TEXT_FIELD_NUMBER: _ClassVar[int]
+    STATS_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    answer_text: str
+    stats: _events_pb2.GenerationStats
+    documents: _containers.RepeatedCompositeFieldContainer[_retriever_pb2.Chunk]
+    prompt_ids: _containers.RepeatedScalarFieldContainer[int]
+    output_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[_events_pb2.GenerationStats, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[_retriever_pb2.Chunk, _Mapping]]] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class AnswerChunk(_message.Message):
+    __slots__ = ("delta", "final")
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    delta: TextDelta
+    final: FinalInfo
+    def __init__(self, delta: _Optional[_Union[TextDelta, _Mapping]] = ..., final: _Optional[_Union[FinalInfo, _Mapping]] = ...) -> None: ...

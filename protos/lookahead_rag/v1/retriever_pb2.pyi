@@ -1,0 +1,115 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Document(_message.Message):
+    __slots__ = ("id", "title", "text", "source")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    title: str
+    text: str
+    source: str
+    def __init__(self, id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class IngestRequest(_message.Message):
+    __slots__ = ("tenant", "documents")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    documents: _containers.RepeatedCompositeFieldContainer[Document]
+    def __init__(self, tenant: _Optional[str] = ..., documents: _Optional[_Iterable[_Union[Document, _Mapping]]] = ...) -> None: ...
+
+class IngestResponse(_message.Message):
+    __slots__ = ("documents", "chunks", "total_chunks")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    chunks: int
+    total_chunks: int
+    def __init__(self, documents: _Optional[int] = ..., chunks: _Optional[int] = ..., total_chunks: _Optional[int] = ...) -> None: ...
+
+class Chunk(_message.Message):
+    __slots__ = ("chunk_id", "doc_id", "title", "text", "source", "start", "end", "score")
+    CHUNK_ID_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    chunk_id: str
+    doc_id: str
+    title: str
+    text: str
+    source: str
+    start: int
+    end: int
+    score: float
+    def __init__(self, chunk_id: _Optional[str] = ..., doc_id: _Optional[str] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., start: _Optional[int] = ..., end: _Optional[int] = ..., score: _Optional[float] = ...) -> None: ...
+
+class PastSession(_message.Message):
+    __slots__ = ("question", "answer", "score", "event_id")
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    ANSWER_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    question: str
+    answer: str
+    score: float
+    event_id: str
+    def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., event_id: _Optional[str] = ...) -> None: ...
+
+class RetrieveRequest(_message.Message):
+    __slots__ = ("tenant", "question", "k", "m", "max_new_tokens")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUESTION_FIELD_NUMBER: _ClassVar[int]
+    K_FIELD_NUMBER: _ClassVar[int]
+    M_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    question: str
+    k: int
+    m: int
+    max_new_tokens: int
+    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
+
+class RetrieveResponse(_message.Message):
+    __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
+    RETRIEVE_MS_FIELD_NUMBER: _ClassVar[int]
+    chunks: _containers.RepeatedCompositeFieldContainer[Chunk]
+    sessions: _containers.RepeatedCompositeFieldContainer[PastSession]
+    prompt: str
+    prompt_ids: _containers.RepeatedScalarFieldContainer[int]
+    tokenizer_id: str
+    retrieve_ms: float
+    def __init__(self, chunks: _Optional[_Iterable[_Union[Chunk, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[PastSession, _Mapping]]] = ..., prompt: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., tokenizer_id: _Optional[str] = ..., retrieve_ms: _Optional[float] = ...) -> None: ...
+
+class RetrieverStatsRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class RetrieverStatsResponse(_message.Message):
+    __slots__ = ("chunks", "sessions", "tenants")
+    CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    SESSIONS_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    chunks: int
+    sessions: int
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, chunks: _Optional[int] = ..., sessions: _Optional[int] = ..., tenants: _Optional[_Iterable[str]] = ...) -> None: ...
