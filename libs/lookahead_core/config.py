@@ -1,0 +1,56 @@
+"""Decoding configuration (one dataclass; every field documented)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+
+class DraftMode(StrEnum):
+    """How drafts are built each step."""
+
+    HIERARCHICAL = "hierarchical"  # trie-merged tree of branches (Lookahead)
+    PARALLEL = "parallel"  # separate chains, no shared prefixes
+    LLMA = "llma"  # the single best-matching span (LLMA)
+    NONE = "none"  # plain greedy: one token per forward
+
+
+@dataclass(frozen=True)
+class TrieConfig:
+    """How the token trie is filled and bounded."""
+
+    branch_length: int = 12  # tokens per inserted window (max trie depth)
+    prompt_weight: float = 100.0  # weight of one prompt/reference occurrence vs one output occurrence
+    capacity: int = 4096  # max output-only nodes kept; least-frequent are pruned past it
+    prune_slack: float = 0.1  # prune down to (1 - slack) * capacity so pruning is amortized
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Knobs of one lookahead decoding run."""
+
+    mode: DraftMode = DraftMode.HIERARCHICAL  # draft structure
+    decoding_length: int = 16  # max draft tokens verified per forward (tree size, root excluded)
+    max_match: int = 8  # longest context suffix tried when matching the trie (multi-stage, long first)
+    min_match: int = 1  # shortest suffix tried
+    min_fill: float = 0.5  # multi-stage: try a shorter suffix while the tree holds < min_fill * budget
+    max_new_tokens: int = 128  # generation limit
+    stop_strings: tuple[str, ...] = ()  # generation stops before any of these strings
+    trie: TrieConfig = field(default_factory=TrieConfig)  # trie shape and capacity
+    insert_output: bool = True  # insert the output into the trie as it grows (self-repetition drafts)
+
+    def with_(self, **changes: object) -> DecodingConfig:
+        """A copy with some fields changed (mode may be given as a string)."""
+        if "mode" in changes:
+            changes["mode"] = DraftMode(changes["mode"])
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def __post_init__(self) -> None:
+        if self.decoding_length < 0:
+            raise ValueError("decoding_length must be >= 0")
+        if self.max_new_tokens <= 0:
+            raise ValueError("max_new_tokens must be > 0")
+        if not 1 <= self.min_match <= self.max_match:
+            raise ValueError("need 1 <= min_match <= max_match")
+        if self.trie.branch_length < 2:
+            raise ValueError("branch_length must be >= 2")

@@ -1,0 +1,179 @@
+"""Draft retrieval from a token trie: hierarchical trees, parallel chains, the LLMA single span.
+
+Given the context (prompt + output so far), match its longest suffix in the trie (multi-stage:
+long suffixes first, shorter ones while the draft is still thin) and take the highest-scoring
+continuations until the decoding-length budget is filled. A node's score is its path probability
+under the trie's counts: the product of count(child) / sum(count(siblings)) along the branch.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .config import DecodingConfig, DraftMode
+from .trie import Node, TokenTrie
+
+
+@dataclass
+class DraftTree:
+    """A draft tree below the root (the last emitted token, not yet in the KV cache).
+
+    Node i (1-based in the flattened order) has ``tokens[i-1]`` and parent ``parents[i-1]``
+    (0 = root). Parents always come before their children.
+    """
+
+    tokens: list[int] = field(default_factory=list)
+    parents: list[int] = field(default_factory=list)
+    depths: list[int] = field(default_factory=list)
+    _index: dict[tuple[int, int], int] = field(default_factory=dict)  # (parent, token) -> node
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def add(self, parent: int, token: int, merge: bool = True) -> int:
+        """Add ``token`` under ``parent``; with ``merge`` an existing identical child is reused."""
+        if merge:
+            hit = self._index.get((parent, token))
+            if hit is not None:
+                return hit
+        self.tokens.append(token)
+        self.parents.append(parent)
+        self.depths.append(1 if parent == 0 else self.depths[parent - 1] + 1)
+        node = len(self.tokens)
+        if merge:
+            self._index[(parent, token)] = node
+        return node
+
+    def add_chain(self, chain: Sequence[int], merge: bool) -> None:
+        """Add a chain below the root."""
+        parent = 0
+        for token in chain:
+            parent = self.add(parent, token, merge=merge)
+
+    def depth(self) -> int:
+        """Deepest node's depth (0 for an empty tree)."""
+        return max(self.depths, default=0)
+
+    def paths(self) -> list[list[int]]:
+        """Root-to-leaf token paths (for tests)."""
+        has_child = set(self.parents)
+        out = []
+        for i in range(1, len(self.tokens) + 1):
+            if i in has_child:
+                continue
+            path, node = [], i
+            while node:
+                path.append(self.tokens[node - 1])
+                node = self.parents[node - 1]
+            out.append(path[::-1])
+        return out
+
+
+def _children(node: Node, prompt_weight: float, banned: frozenset[int]) -> list[tuple[float, int, Node]]:
+    """(probability, token, child) of a node's children by weight, banned tokens left out."""
+    kids = [(c.weight(prompt_weight), t, c) for t, c in node.children.items() if t not in banned]
+    total = sum(w for w, _, _ in kids)
+    if total <= 0:
+        return []
+    return [(w / total, t, c) for w, t, c in kids]
+
+
+def _match_nodes(trie: TokenTrie, context: Sequence[int], config: DecodingConfig) -> list[Node]:
+    """Trie nodes of the context's suffixes with continuations, longest suffix first."""
+    longest = min(config.max_match, len(context), trie.config.branch_length - 1)
+    out = []
+    for n in range(longest, config.min_match - 1, -1):
+        node = trie.find(context[len(context) - n :])
+        if node is not None and node.children:
+            out.append(node)
+    return out
+
+
+def _grow_tree(
+    tree: DraftTree,
+    start: Node,
+    budget: int,
+    max_depth: int,
+    prompt_weight: float,
+    banned: frozenset[int],
+) -> None:
+    """Best-first: add the highest path-probability nodes under ``start`` until the budget is met."""
+    # heap entries: (-path probability, tiebreak, tree parent index, token, trie node, depth)
+    heap: list[tuple[float, int, int, int, Node, int]] = []
+    tick = 0
+    for prob, token, child in _children(start, prompt_weight, banned):
+        tick += 1
+        heap.append((-prob, tick, 0, token, child, 1))
+    heapq.heapify(heap)
+    while heap and len(tree) < budget:
+        neg_prob, _, parent, token, node, depth = heapq.heappop(heap)
+        idx = tree.add(parent, token)
+        if depth >= max_depth:
+            continue
+        for prob, child_token, child in _children(node, prompt_weight, banned):
+            tick += 1
+            heapq.heappush(heap, (neg_prob * prob, tick, idx, child_token, child, depth + 1))
+
+
+def _best_chains(
+    start: Node, budget: int, max_depth: int, prompt_weight: float, banned: frozenset[int]
+) -> list[list[int]]:
+    """Root-to-leaf chains under ``start``, most probable first, until their tokens fill the budget."""
+    heap: list[tuple[float, int, list[int], Node]] = [(-1.0, 0, [], start)]
+    chains: list[list[int]] = []
+    used = 0
+    tick = 0
+    while heap and used < budget:
+        neg_prob, _, path, node = heapq.heappop(heap)
+        kids = _children(node, prompt_weight, banned) if len(path) < max_depth else []
+        if not kids:
+            if path:
+                chain = path[: budget - used]
+                chains.append(chain)
+                used += len(chain)
+            continue
+        for prob, token, child in kids:
+            tick += 1
+            heapq.heappush(heap, (neg_prob * prob, tick, [*path, token], child))
+    return chains
+
+
+def retrieve_draft(
+    trie: TokenTrie,
+    context: Sequence[int],
+    config: DecodingConfig,
+    budget: int,
+    max_depth: int,
+    banned: frozenset[int] = frozenset(),
+) -> DraftTree:
+    """Build this step's draft below the last context token.
+
+    ``budget`` caps the number of draft tokens, ``max_depth`` the length of any branch (so a
+    step never emits past max_new_tokens); ``banned`` tokens (EOS) never appear in a draft.
+    """
+    tree = DraftTree()
+    if config.mode is DraftMode.NONE or budget <= 0 or max_depth <= 0:
+        return tree
+    weight = config.trie.prompt_weight
+    with trie.lock:
+        stages = _match_nodes(trie, context, config)
+        if config.mode is DraftMode.LLMA:
+            # The single best-matching span: the most probable chain under the longest match.
+            for node in stages:
+                chains = _best_chains(node, budget, min(max_depth, budget), weight, banned)
+                if chains:
+                    tree.add_chain(chains[0], merge=True)
+                    break
+            return tree
+        want = config.min_fill * budget
+        for node in stages:
+            if config.mode is DraftMode.HIERARCHICAL:
+                _grow_tree(tree, node, budget, max_depth, weight, banned)
+            else:  # PARALLEL: separate chains, shared prefixes are not merged
+                for chain in _best_chains(node, budget - len(tree), max_depth, weight, banned):
+                    tree.add_chain(chain, merge=False)
+            if len(tree) >= want:
+                break
+    return tree

@@ -1,0 +1,273 @@
+"""Token trie of branches from prompts, references and outputs (Lookahead, section 3.3).
+
+Every window of ``branch_length`` tokens of a sequence is inserted, so the node reached by an
+n-gram (n <= branch_length) counts exactly how often that n-gram occurred. Two counts per node:
+``freq`` for outputs and ``pfreq`` for prompts/references; a prompt occurrence weighs
+``prompt_weight`` output occurrences when drafting. Prompt branches belong to an owner (a request)
+and are removed when it ends; output-only nodes are pruned, least frequent first, past capacity.
+
+Invariant used by pruning: a child's counts never exceed its parent's (every occurrence of an
+n-gram is also an occurrence of its prefix), so sorting by (freq, -depth) visits leaves first.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+
+from .config import TrieConfig
+
+
+class Node:
+    """One trie node: children by token, output count and prompt count."""
+
+    __slots__ = ("children", "freq", "pfreq")
+
+    def __init__(self) -> None:
+        self.children: dict[int, Node] = {}
+        self.freq = 0  # output occurrences of the n-gram ending here
+        self.pfreq = 0  # prompt/reference occurrences (live owners only)
+
+    def weight(self, prompt_weight: float) -> float:
+        """Drafting weight: outputs count once, prompt occurrences prompt_weight times."""
+        return self.freq + prompt_weight * self.pfreq
+
+
+def windows(tokens: Sequence[int], length: int) -> Iterator[Sequence[int]]:
+    """Every window of ``length`` tokens, plus the shorter tail windows (so counts are exact)."""
+    for start in range(len(tokens)):
+        yield tokens[start : start + length]
+
+
+class TokenTrie:
+    """A bounded, thread-safe token trie. Mutations and reads hold one lock (cheap, uncontended)."""
+
+    def __init__(self, config: TrieConfig | None = None) -> None:
+        self.config = config or TrieConfig()
+        self.root = Node()
+        self.lock = threading.RLock()
+        self._nodes = 0  # all nodes except the root
+        self._prompt_nodes = 0  # nodes with pfreq > 0
+        self._owners: dict[str, list[Sequence[int]]] = {}  # owner -> prompt sequences inserted
+        self.outputs_inserted = 0
+
+    # ---- sizes -------------------------------------------------------------------------------
+    @property
+    def node_count(self) -> int:
+        """Nodes in the trie (root excluded)."""
+        return self._nodes
+
+    @property
+    def output_node_count(self) -> int:
+        """Nodes that only outputs hold (what capacity bounds)."""
+        return self._nodes - self._prompt_nodes
+
+    def nbytes(self) -> int:
+        """Approximate memory held by the nodes and their child maps."""
+        with self.lock:
+            total = 0
+            for node in self._iter_nodes():
+                total += sys.getsizeof(node) + sys.getsizeof(node.children)
+            return total
+
+    def _iter_nodes(self) -> Iterator[Node]:
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(node.children.values())
+
+    # ---- insertion ---------------------------------------------------------------------------
+    def _add_path(self, path: Iterable[int], prompt: bool, count: int) -> None:
+        node = self.root
+        for token in path:
+            child = node.children.get(token)
+            if child is None:
+                child = node.children[token] = Node()
+                self._nodes += 1
+            if prompt:
+                if child.pfreq == 0:
+                    self._prompt_nodes += 1
+                child.pfreq += count
+            else:
+                child.freq += count
+            node = child
+
+    def insert_prompt(self, tokens: Sequence[int], owner: str) -> None:
+        """Insert a prompt/reference's windows under ``owner`` (removed by ``remove_owner``)."""
+        tokens = list(tokens)
+        with self.lock:
+            self._owners.setdefault(owner, []).append(tokens)
+            for window in windows(tokens, self.config.branch_length):
+                self._add_path(window, prompt=True, count=1)
+
+    def insert_output(self, tokens: Sequence[int], count: int = 1, prune: bool = True) -> None:
+        """Insert an output's windows (kept across requests, pruned past capacity)."""
+        with self.lock:
+            for window in windows(list(tokens), self.config.branch_length):
+                self._add_path(window, prompt=False, count=count)
+            self.outputs_inserted += 1
+            if prune:
+                self.maybe_prune()
+
+    def insert_branch(self, branch: Sequence[int], count: int = 1) -> None:
+        """Insert one branch path as output counts (used for branches fetched from a tenant cache)."""
+        with self.lock:
+            self._add_path(branch[: self.config.branch_length], prompt=False, count=count)
+
+    def output_cursor(self) -> OutputCursor:
+        """A cursor that inserts a growing output token by token (exact counts, O(branch) a token)."""
+        return OutputCursor(self)
+
+    # ---- removal / pruning ------------------------------------------------------------------
+    def remove_owner(self, owner: str) -> None:
+        """Remove every prompt branch inserted under ``owner``; other counts stay unchanged."""
+        with self.lock:
+            for tokens in self._owners.pop(owner, []):
+                for window in windows(tokens, self.config.branch_length):
+                    self._sub_prompt_path(window)
+
+    def _sub_prompt_path(self, path: Sequence[int]) -> None:
+        node = self.root
+        trail: list[tuple[Node, int, Node]] = []
+        for token in path:
+            child = node.children[token]
+            trail.append((node, token, child))
+            node = child
+        for _, _, child in trail:
+            child.pfreq -= 1
+            if child.pfreq == 0:
+                self._prompt_nodes -= 1
+        # Drop nodes nothing holds any more, deepest first.
+        for parent, token, child in reversed(trail):
+            if child.freq == 0 and child.pfreq == 0 and not child.children:
+                del parent.children[token]
+                self._nodes -= 1
+
+    def maybe_prune(self) -> int:
+        """Prune least-frequent output-only nodes when past capacity; returns nodes removed."""
+        cap = self.config.capacity
+        with self.lock:
+            if self.output_node_count <= cap:
+                return 0
+            target = int(cap * (1.0 - self.config.prune_slack))
+            candidates: list[tuple[int, int, int, Node, int]] = []  # (freq, -depth, seq, parent, token)
+            stack: list[tuple[Node, int]] = [(self.root, 0)]
+            seq = 0
+            while stack:
+                node, depth = stack.pop()
+                for token, child in node.children.items():
+                    if child.pfreq == 0:
+                        candidates.append((child.freq, -(depth + 1), seq, node, token))
+                        seq += 1
+                    stack.append((child, depth + 1))
+            candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+            removed = 0
+            for _, _, _, parent, token in candidates:
+                if self.output_node_count <= target:
+                    break
+                child = parent.children.get(token)
+                if child is None or child.children:  # already gone, or not a leaf (cannot happen)
+                    continue
+                del parent.children[token]
+                self._nodes -= 1
+                removed += 1
+            return removed
+
+    # ---- lookup ------------------------------------------------------------------------------
+    def find(self, tokens: Sequence[int]) -> Node | None:
+        """The node reached by ``tokens`` from the root, or None."""
+        node = self.root
+        for token in tokens:
+            node = node.children.get(token)
+            if node is None:
+                return None
+        return node
+
+    def contains_path(self, tokens: Sequence[int]) -> bool:
+        """Whether ``tokens`` is a path from the root."""
+        return self.find(tokens) is not None
+
+    def branches(self, node: Node | None = None, prefix: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:
+        """Every root-to-leaf path under ``node`` (for tests and snapshots)."""
+        node = node or self.root
+        if not node.children and prefix:
+            yield prefix
+        for token, child in node.children.items():
+            yield from self.branches(child, (*prefix, token))
+
+    # ---- snapshot ----------------------------------------------------------------------------
+    _REC = struct.Struct("<qqI")  # token, freq, number of children (pre-order)
+
+    def dump_outputs(self) -> bytes:
+        """Serialize the output counts (prompt branches are request-scoped and not kept)."""
+        out = bytearray()
+        with self.lock:
+            out += struct.pack("<qq", self.config.branch_length, self.outputs_inserted)
+
+            def visit(token: int, node: Node) -> None:
+                kids = [(t, c) for t, c in node.children.items() if c.freq > 0]
+                out.extend(self._REC.pack(token, node.freq, len(kids)))
+                for t, c in kids:
+                    visit(t, c)
+
+            visit(-1, self.root)
+        return bytes(out)
+
+    @classmethod
+    def load_outputs(cls, data: bytes, config: TrieConfig | None = None) -> TokenTrie:
+        """Rebuild a trie from ``dump_outputs`` bytes."""
+        branch_length, outputs = struct.unpack_from("<qq", data, 0)
+        config = config or TrieConfig(branch_length=int(branch_length))
+        trie = cls(config)
+        trie.outputs_inserted = int(outputs)
+        offset = struct.calcsize("<qq")
+        rec = cls._REC
+        _, _, n_root = rec.unpack_from(data, offset)
+        offset += rec.size
+        stack: list[tuple[Node, int]] = [(trie.root, n_root)]
+        while stack:
+            parent, remaining = stack.pop()
+            if remaining == 0:
+                continue
+            stack.append((parent, remaining - 1))
+            token, freq, n_kids = rec.unpack_from(data, offset)
+            offset += rec.size
+            node = parent.children[token] = Node()
+            node.freq = freq
+            trie._nodes += 1
+            stack.append((node, n_kids))
+        return trie
+
+
+class OutputCursor:
+    """Inserts an output as it grows: each new token extends every open window by one."""
+
+    def __init__(self, trie: TokenTrie) -> None:
+        self.trie = trie
+        self._open: list[Node] = []  # nodes of the suffixes of length 1..branch_length-1
+
+    def feed(self, tokens: Iterable[int]) -> None:
+        """Append tokens; each n-gram ending at a new token (n <= branch_length) gains one count."""
+        trie = self.trie
+        limit = trie.config.branch_length
+        with trie.lock:
+            for token in tokens:
+                nxt: list[Node] = []
+                for node in [trie.root, *self._open]:
+                    child = node.children.get(token)
+                    if child is None:
+                        child = node.children[token] = Node()
+                        trie._nodes += 1
+                    child.freq += 1
+                    nxt.append(child)
+                self._open = nxt[: limit - 1]
+
+    def close(self) -> None:
+        """Finish this output (count it and prune if past capacity)."""
+        with self.trie.lock:
+            self.trie.outputs_inserted += 1
+            self.trie.maybe_prune()
+        self._open = []
