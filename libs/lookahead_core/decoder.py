@@ -28,6 +28,7 @@ class GenerationStats:
     forward_steps: int = 0  # verification forwards after prefill
     accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each forward
     draft_tokens: int = 0  # draft tokens sent through the model
+    accepted_paths: list[tuple[int, ...]] = field(default_factory=list)  # per step: flattened path indices
     prefill_s: float = 0.0  # prompt forward
     draft_s: float = 0.0  # building drafts (trie lookups)
     forward_s: float = 0.0  # verification forwards (tree inputs + model + argmax)
@@ -257,6 +258,9 @@ class DecodeRun:
                     stats.cache_s += t3 - t2
                     stats.forward_steps += 1
                     stats.draft_tokens += len(tree)
+                    # Best-first trees are prefixes of bigger ones, so a budget of D keeps the path's
+                    # nodes with index <= D: lets a bench size the tree from one run.
+                    stats.accepted_paths.append(tuple(path[1:]))
                     new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]
                     new = self._finish(new)
                     stats.accepted_per_step.append(len(new))

@@ -1,0 +1,61 @@
+"""Shared bench plumbing: JSONL data, grounded prompts, tables and JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import PreTrainedTokenizerBase
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Answer the question using the documents below. "
+    "If they do not contain the answer, say so."
+)  # the bench's grounded-QA instruction
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a JSONL file (blank lines skipped)."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def answerable(questions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Questions with ``"answerable": true`` when the field is present, all otherwise."""
+    return [q for q in questions if q.get("answerable", True)]
+
+
+def grounded_prompt_ids(
+    tokenizer: PreTrainedTokenizerBase, docs: Sequence[dict[str, Any]], question: str
+) -> list[int]:
+    """The chat-templated prompt with the documents and the question, as token ids."""
+    blocks = [f"[{i + 1}] {d.get('title', '')}\n{d['text']}" for i, d in enumerate(docs)]
+    user = "Documents:\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}"
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}]
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    ids = out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out
+    return list(ids)
+
+
+def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]]) -> str:
+    """Render rows as an aligned text table; columns are (key, header, format)."""
+    cells = [[h for _, h, _ in columns]]
+    for row in rows:
+        cells.append([("-" if row.get(k) is None else format(row[k], f)) for k, _, f in columns])
+    widths = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def write_json(path: str | Path, data: dict[str, Any]) -> None:
+    """Write JSON atomically (temp file + rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False))
+    os.replace(tmp, path)

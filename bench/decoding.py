@@ -1,0 +1,265 @@
+"""Decoding benchmark: greedy vs transformers' prompt lookup vs lookahead modes, side by side.
+
+    lookahead-rag bench --corpus C.jsonl --questions Q.jsonl --limit 40 \
+        --modes greedy,prompt-lookup,none,llma,parallel,hierarchical --max-new-tokens 128 --json out.json
+
+Every question runs through every mode in turn in one process (machine noise is shared). Scenarios:
+cold (default: each question's trie holds only its prompt and its own output), --accumulate
+(outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
+the second reported). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
+generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
+from bench.forward_cost import choose_decoding_length, measure_forward_cost
+from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_model
+from lookahead_core.config import DraftMode
+
+HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
+PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
+DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
+
+
+@dataclass
+class ModeTotals:
+    """Sums over questions for one mode."""
+
+    new_tokens: int = 0
+    wall_s: float = 0.0
+    forward_steps: int = 0
+    exact: int = 0
+    questions: int = 0
+    paths: list[tuple[int, ...]] = field(default_factory=list)
+
+    def row(self, greedy: ModeTotals | None, none: ModeTotals | None) -> dict[str, Any]:
+        steps = self.forward_steps
+        return {
+            "new_tokens": self.new_tokens,
+            "wall_s": round(self.wall_s, 3),
+            "tokens_per_s": round(self.new_tokens / self.wall_s, 2) if self.wall_s else None,
+            "forward_steps": steps,
+            "mean_accepted_per_step": round(self.new_tokens / steps, 3) if steps else None,
+            "speedup_vs_greedy": round(greedy.wall_s / self.wall_s, 3) if greedy and self.wall_s else None,
+            "speedup_vs_none": round(none.wall_s / self.wall_s, 3) if none and self.wall_s else None,
+            "exact_match_vs_greedy": round(self.exact / self.questions, 4) if self.questions else None,
+        }
+
+
+class CallCounter:
+    """Counts a model's forward calls (steps of transformers' generate)."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.calls = 0
+        model.register_forward_pre_hook(self._hook)
+
+    def _hook(self, *_: object) -> None:
+        self.calls += 1
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lookahead-rag bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
+    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    p.add_argument("--limit", type=int, default=40, help="first N answerable questions")
+    p.add_argument("--modes", default=DEFAULT_MODES, help="comma-separated modes")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--decoding-length", default="auto",
+                   help="draft tokens per forward, or 'auto' (calibrated on --calibrate questions)")
+    p.add_argument("--branch-length", type=int, default=0, help="trie branch length (0 = library default)")
+    p.add_argument("--calibrate", type=int, default=4,
+                   help="with --decoding-length auto: answerable questions AFTER the benchmarked ones used "
+                        "to measure acceptance vs tree size (never the benchmarked questions themselves)")
+    p.add_argument("--accumulate", action="store_true", help="outputs of earlier questions stay in the trie")
+    p.add_argument("--warm", default=None, help="JSONL of questions answered first (implies --accumulate)")
+    p.add_argument("--warm-limit", type=int, default=100, help="first N answerable questions of --warm")
+    p.add_argument("--warm-skip", type=int, default=0,
+                   help="skip the first N answerable --warm questions (e.g. the benchmarked ones)")
+    p.add_argument("--repeat", action="store_true", help="ask every question twice, report the second pass")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    return p.parse_args(argv)
+
+
+def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new: int) -> Callable:
+    extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if mode == "prompt-lookup" else {}
+
+    def run(ids: list[int]) -> tuple[list[int], int]:
+        x = torch.tensor([ids])  # [1, prompt]
+        before = counter.calls
+        with torch.inference_mode():
+            out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
+                                 max_new_tokens=max_new, **extra)
+        return out[0, len(ids):].tolist(), counter.calls - before - 1  # minus prefill
+
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv or [])
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    modes = ["greedy", *[m for m in modes if m != "greedy"]]  # greedy is the reference for exact match
+    for m in modes:
+        if m not in HF_MODES and m not in {d.value for d in DraftMode}:
+            raise SystemExit(f"unknown mode {m!r}")
+    model, tok = load_model(args.model)
+    corpus = {row["id"]: row for row in read_jsonl(args.corpus)}
+    pool = answerable(read_jsonl(args.questions))
+    questions = pool[: args.limit]
+    prompts = [grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"]) for q in questions]
+
+    base = DecodingConfig(max_new_tokens=args.max_new_tokens)
+    if args.branch_length:
+        base = base.with_(trie=replace(base.trie, branch_length=args.branch_length))
+    probe = LookaheadDecoder(model, tok, base)
+    past = int(sum(map(len, prompts)) / len(prompts)) + args.max_new_tokens // 2
+    print(f"measuring forward cost vs tree tokens (cache {past} tokens)...")
+    cost = measure_forward_cost(probe.runner, past)
+    print_table([{"q": q, "ms": ms, "rel": ms / cost[1]} for q, ms in cost.items()],
+                [("q", "tree tokens", "d"), ("ms", "ms/forward", ".1f"), ("rel", "x 1-token", ".2f")])
+    calibration: dict[str, Any] = {}
+    if args.decoding_length == "auto":
+        calib_qs = pool[args.limit : args.limit + args.calibrate]
+        wide = base.with_(decoding_length=max(cost) - 1)
+        paths: list[tuple[int, ...]] = []
+        for q in tqdm(calib_qs, desc="calibrating tree size"):
+            ids = grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"])
+            paths += probe.generate(ids, config=wide).stats.accepted_paths
+        length, table = choose_decoding_length(cost, paths)
+        calibration = {"questions": len(calib_qs), "chosen": length, "table": table}
+        print(f"decoding length {length}: {table[length]['tokens_per_step']:.2f} tokens/step expected "
+              f"at {table[length]['ms_per_step']:.1f} ms/step")
+    else:
+        length = int(args.decoding_length)
+    base = base.with_(decoding_length=length)
+
+    counter = CallCounter(model)
+    tries: dict[str, TokenTrie | None] = {}
+    accumulate = args.accumulate or bool(args.warm) or args.repeat
+    runners: dict[str, Callable] = {}
+    for m in modes:
+        if m in HF_MODES:
+            runners[m] = _hf_runner(model, counter, m, args.max_new_tokens)
+            continue
+        cfg = base.with_(mode=m)
+        dec = LookaheadDecoder(model, tok, cfg)
+        dec.runner = probe.runner  # one packed twin for all modes
+        tries[m] = TokenTrie(cfg.trie) if accumulate else None
+
+        def run(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
+            res = dec.generate(ids, trie=tries[m])
+            return res.output_ids, res.stats.forward_steps, res.stats
+
+        runners[m] = run
+
+    if args.warm:
+        warm_qs = answerable(read_jsonl(args.warm))[args.warm_skip : args.warm_skip + args.warm_limit]
+        warmer = LookaheadDecoder(model, tok, base)
+        warmer.runner = probe.runner
+        for q in tqdm(warm_qs, desc="warming (outputs into every mode's trie)"):
+            out = warmer.generate(grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"])).output_ids
+            for trie in tries.values():
+                if trie is not None:
+                    trie.insert_output(out)
+
+    passes = 2 if args.repeat else 1
+    totals: dict[str, ModeTotals] = {}
+    for p in range(passes):
+        report = p == passes - 1
+        totals = {m: ModeTotals() for m in modes}
+        desc = "benchmark" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
+        for ids in tqdm(prompts, desc=desc):
+            ref: list[int] | None = None
+            for m in modes:
+                if not report and m in HF_MODES:
+                    continue  # nothing to warm for the stateless baselines
+                t0 = time.perf_counter()
+                result = runners[m](ids)
+                wall = time.perf_counter() - t0
+                out, steps = result[0], result[1]
+                tot = totals[m]
+                tot.wall_s += wall
+                tot.new_tokens += len(out)
+                tot.forward_steps += steps
+                tot.questions += 1
+                if len(result) > 2:
+                    tot.paths += result[2].accepted_paths
+                if ref is None and m == "greedy":
+                    ref = out
+                tot.exact += int(ref is None or out == ref)
+    greedy, none = totals.get("greedy"), totals.get("none")
+    rows = {m: t.row(greedy, none) for m, t in totals.items()}
+    scenario = "repeat" if args.repeat else "warm" if args.warm else "accumulate" if args.accumulate else "cold"
+    print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
+          f"decoding_length={length}, threads={torch.get_num_threads()}")
+    print_table([{"mode": m, **r} for m, r in rows.items()], [
+        ("mode", "mode", "s"), ("new_tokens", "tokens", "d"), ("wall_s", "wall s", ".2f"),
+        ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
+        ("mean_accepted_per_step", "tok/step", ".2f"), ("speedup_vs_greedy", "x greedy", ".2f"),
+        ("speedup_vs_none", "x none", ".2f"), ("exact_match_vs_greedy", "exact", ".3f")])
+    data = {
+        "model": args.model,
+        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "threads": torch.get_num_threads(),
+        "scenario": scenario,
+        "questions": len(prompts),
+        "max_new_tokens": args.max_new_tokens,
+        "decoding_length": length,
+        "branch_length": base.trie.branch_length,
+        "forward_cost_ms": {str(q): round(ms, 2) for q, ms in cost.items()},
+        "calibration": calibration,
+        "modes": rows,
+    }
+    if args.json:
+        write_json(args.json, data)
+        png = args.png or str(args.json).removesuffix(".json") + ".png"
+        _plot(data, png)
+        print(f"wrote {args.json} and {png}")
+    return 0
+
+
+def _plot(data: dict[str, Any], path: str) -> None:
+    """Speedup per mode and the forward-cost curve, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    modes = list(data["modes"])
+    a.bar(modes, [data["modes"][m]["speedup_vs_greedy"] or 0 for m in modes], color="tab:blue")
+    a.axhline(1.0, color="gray", lw=0.8)
+    a.set_ylabel("speedup vs greedy (wall)")
+    a.set_title(f"{data['scenario']}: {data['questions']} questions")
+    a.tick_params(axis="x", rotation=30)
+    qs = [int(q) for q in data["forward_cost_ms"]]
+    b.plot(qs, list(data["forward_cost_ms"].values()), marker="o")
+    b.axvline(data["decoding_length"] + 1, color="tab:red", ls="--", lw=0.8, label="chosen tree size")
+    b.set_xlabel("tokens in the verification forward")
+    b.set_ylabel("ms / forward")
+    b.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))
