@@ -20,12 +20,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
+from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_model
+from lookahead_core.config import DraftMode
 from tqdm import tqdm
 
 from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
-from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_model
-from lookahead_core.config import DraftMode
 
 HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
 PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 tot.exact += int(ref is None or out == ref)
     greedy, none = totals.get("greedy"), totals.get("none")
     rows = {m: t.row(greedy, none) for m, t in totals.items()}
-    scenario = "repeat" if args.repeat else "warm" if args.warm else "accumulate" if args.accumulate else "cold"
+    scenario = ("repeat" if args.repeat else "warm" if args.warm
+                else "accumulate" if args.accumulate else "cold")
     print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
           f"decoding_length={length}, threads={torch.get_num_threads()}")
     print_table([{"mode": m, **r} for m, r in rows.items()], [

@@ -7,11 +7,10 @@ import time
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
-
 from lookahead_core.draft import DraftTree
 from lookahead_core.kvcache import rollback_cache
 from lookahead_core.tree_inputs import build_tree_inputs
+from transformers import DynamicCache, PreTrainedModel
 
 TREE_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # tokens per verification forward measured
 REPEATS = 7  # forwards per size; the median is kept
