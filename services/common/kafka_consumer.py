@@ -1,0 +1,384 @@
+"""One consumer group feeding one applier from Kafka: apply, commit, snapshot, dead-letter.
+
+Recovery = snapshot + offset. The runner keeps, per partition, the next offset to apply; it writes
+the applier's snapshot together with those offsets in one atomic file (every N events or T seconds,
+before partitions are revoked, on stop). On start it restores the applier from that file and, when
+partitions are assigned, seeks each to the saved offset (a partition it has never seen: to the
+beginning). Whatever was applied after the last snapshot is lost with the process and applied again,
+so a crash at any point loses nothing and applies nothing twice. Duplicate records in the log (a
+resend after a lost acknowledgement) are dropped by the applier's event-id idempotence.
+
+Offsets committed to Kafka after each batch (and on revoke) are for lag monitoring and tooling; the
+saved offsets are what recovery trusts, because only they are guaranteed to match the snapshot.
+Offsets are positions in one cluster's log: when the cluster id changes (the bundled tansu broker
+restarts empty) the saved offsets are dropped and the log is read from the beginning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.structs import OffsetAndMetadata
+from lookahead_rag.v1 import events_pb2
+
+from services.common.broker import ensure_topics
+from services.common.bus import ConsumerCounters, EventApplier, apply_with_retries, error_text
+from services.common.consumer_state import ConsumerState, read_state, state_path, write_state
+from services.common.kafka_settings import KafkaSettings
+
+log = logging.getLogger(__name__)
+
+MS_PER_S = 1000
+CAUGHT_UP_POLL_S = 0.02  # wait_caught_up() re-checks this often
+
+
+def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:
+    """Parse a record value; raises on bytes that are not a usable event."""
+    event = events_pb2.GenerationCompleted.FromString(value or b"")
+    if not event.event_id:
+        raise ValueError("event without event_id")
+    return event
+
+
+async def cluster_id(bootstrap: str, timeout_s: float) -> str:
+    """The id of the cluster behind ``bootstrap``."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * MS_PER_S))
+    await admin.start()
+    try:
+        return str((await admin.describe_cluster()).get("cluster_id") or "")
+    finally:
+        await admin.close()
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, runner: KafkaConsumerRunner) -> None:
+        self._runner = runner
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self._runner._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        await self._runner._on_assigned(assigned)
+
+
+class KafkaConsumerRunner:
+    """Consumes ``topic`` as member of ``group`` and applies each event to ``applier``."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        applier: EventApplier,
+        state_dir: Path,
+        *,
+        settings: KafkaSettings | None = None,
+    ) -> None:
+        base = settings or KafkaSettings()
+        self.settings = base.model_copy(update={"bootstrap_servers": bootstrap, "topic": topic})
+        self.topic = topic
+        self.group = group
+        self.applier = applier
+        self.state_path = state_path(state_dir, group)
+        self.counters = ConsumerCounters()
+        self.snapshots_written = 0
+        self.commits = 0
+        self.commit_failures = 0
+        self._positions: dict[int, int] = {}  # partition -> next offset to apply (= what the state covers)
+        self._cluster_id = ""
+        self._unsaved = 0  # events applied since the last saved state
+        self._last_save = time.monotonic()
+        self._uncommitted: set[TopicPartition] = set()  # applied past the last commit
+        self._last_commit = 0.0
+        self._lock = asyncio.Lock()  # one of: a batch, a rebalance callback, a save
+        self._consumer: AIOKafkaConsumer | None = None
+        self._dlt: AIOKafkaProducer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._assigned = asyncio.Event()
+        self._generation = 0  # bumped by every seek; a batch fetched under an older one is dropped
+
+    # --- lifecycle ---
+    async def start(self) -> None:
+        """Restore the applier from the saved state and start consuming in the background."""
+        if self._task is not None:
+            return
+        state = read_state(self.state_path)
+        if state is not None:
+            self.applier.restore(state.snapshot)
+            if state.topic == self.topic:
+                self._positions = dict(state.offsets)
+                self._cluster_id = state.cluster_id
+            log.info("%s: restored state covering offsets %s", self.group, self._positions)
+        self._task = asyncio.create_task(self._run(), name=f"consumer:{self.group}")
+
+    async def stop(self) -> None:
+        """Graceful: finish the batch, commit, save snapshot+offsets, leave the group."""
+        crashed = await self._end_task()
+        if not crashed and self._consumer is not None:
+            async with self._lock:
+                await self._commit(self._consumer.assignment())
+                await self._save()
+        await self._close_clients()
+
+    async def kill(self) -> None:
+        """Hard stop for tests and benchmarks: no commit, no snapshot (like a killed process)."""
+        await self._end_task()
+        await self._close_clients()
+
+    async def wait_assigned(self, timeout_s: float | None = None) -> None:
+        """Wait until the group gave this member its partitions."""
+        await asyncio.wait_for(self._assigned.wait(), timeout_s)
+
+    def caught_up(self, end_offsets: dict[int, int], cluster: str) -> bool:
+        """True when every record below ``end_offsets`` of ``cluster`` is in the applier's state."""
+        if self._cluster_id != cluster:
+            return False
+        return all(self._positions.get(p, 0) >= end for p, end in end_offsets.items() if end > 0)
+
+    async def wait_caught_up(
+        self, end_offsets: dict[int, int], cluster: str, timeout_s: float | None = None
+    ) -> None:
+        async def _poll() -> None:
+            while not self.caught_up(end_offsets, cluster):
+                if self._task is None or self._task.done():
+                    raise RuntimeError(f"consumer {self.group} is not running")
+                await asyncio.sleep(CAUGHT_UP_POLL_S)
+
+        await asyncio.wait_for(_poll(), timeout_s)
+
+    @property
+    def positions(self) -> dict[int, int]:
+        return dict(self._positions)
+
+    # --- the loop ---
+    async def _run(self) -> None:
+        backoff = self.settings.reconnect_backoff_s
+        while True:
+            try:
+                consumer = self._consumer or await self._connect()
+                generation = self._generation
+                batch = await consumer.getmany(
+                    timeout_ms=self.settings.poll_timeout_ms, max_records=self.settings.max_poll_records
+                )
+                async with self._lock:
+                    if generation != self._generation:  # re-seeked during the fetch: drop the batch,
+                        self._rewind()  # fetch again from what is applied
+                    else:
+                        await self._handle_batch(consumer, batch)
+                    if self._save_due():  # the time-based trigger, also when no record came
+                        await self._save()
+                backoff = self.settings.reconnect_backoff_s
+            except Exception as exc:  # broker gone, DLT unreachable, disk full: retry from what is applied
+                log.warning("%s: %r; retrying in %.1f s", self.group, exc, backoff)
+                async with self._lock:
+                    self._rewind()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self.settings.reconnect_backoff_max_s)
+
+    async def _connect(self) -> AIOKafkaConsumer:
+        s = self.settings
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap_servers,
+            group_id=self.group,
+            client_id=f"{s.client_id}.{self.group}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
+            max_poll_records=s.max_poll_records,
+        )
+        try:
+            if s.create_topics:  # before subscribing: a metadata request may auto-create it otherwise
+                topics = {self.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
+                await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms)
+            await consumer.start()
+        except BaseException:
+            await consumer.stop()
+            raise
+        consumer.subscribe([self.topic], listener=_Listener(self))
+        self._consumer = consumer
+        return consumer
+
+    async def _handle_batch(
+        self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[ConsumerRecord]]
+    ) -> None:
+        assignment = consumer.assignment()
+        for tp, records in batch.items():
+            if tp not in assignment:  # revoked while this batch waited for the lock
+                continue
+            for record in records:
+                await self._handle(record)
+                self._uncommitted.add(tp)
+                if self._save_due():
+                    await self._save()
+        if time.monotonic() - self._last_commit >= self.settings.commit_interval_s:
+            await self._commit(self._uncommitted)
+        self.counters.lag = self._lag(consumer)
+
+    async def _handle(self, record: ConsumerRecord) -> None:
+        expected = self._positions.get(record.partition)
+        if expected is not None and record.offset < expected:
+            self.counters.redelivered += 1  # the log was reset under us; the applier drops what it has
+        try:
+            event = decode_event(record.value)
+        except Exception as exc:
+            await self._dead_letter(record, "decode", exc, attempts=1)
+        else:
+            attempts, backoff_s = self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s
+            outcome = await apply_with_retries(self.applier, event, attempts, backoff_s)
+            if outcome.error is not None:
+                self.counters.apply_errors += outcome.attempts
+                await self._dead_letter(record, "apply", outcome.error, outcome.attempts)
+            elif outcome.applied:
+                self.counters.applied += 1
+            else:
+                self.counters.duplicates += 1
+        self._positions[record.partition] = record.offset + 1
+        self._unsaved += 1
+
+    async def _dead_letter(self, record: ConsumerRecord, reason: str, exc: Exception, attempts: int) -> None:
+        """Send the record to the DLT (acknowledged) before the partition moves past it."""
+        if self._dlt is None:
+            producer = AIOKafkaProducer(
+                bootstrap_servers=self.settings.bootstrap_servers,
+                acks=self.settings.producer_acks(),
+                client_id=f"{self.settings.client_id}.{self.group}.dlt",
+            )
+            await producer.start()
+            self._dlt = producer
+        headers = [
+            ("dlt.reason", reason.encode()),
+            ("dlt.error", error_text(exc).encode()),
+            ("dlt.attempts", str(attempts).encode()),
+            ("dlt.group", self.group.encode()),
+            ("dlt.topic", record.topic.encode()),
+            ("dlt.partition", str(record.partition).encode()),
+            ("dlt.offset", str(record.offset).encode()),
+        ]
+        await self._dlt.send_and_wait(self.settings.dlt_topic, record.value, key=record.key, headers=headers)
+        self.counters.dead_lettered += 1
+        log.error("%s: %s:%d@%d dead-lettered (%s): %r", self.group, record.topic, record.partition,
+                  record.offset, reason, exc)  # fmt: skip
+
+    # --- commit, state ---
+    async def _commit(self, partitions: Iterable[TopicPartition]) -> None:
+        if self._consumer is None:
+            return
+        offsets = {
+            tp: OffsetAndMetadata(self._positions[tp.partition], "")
+            for tp in partitions
+            if tp.topic == self.topic and tp.partition in self._positions
+        }
+        if not offsets:
+            return
+        try:
+            await asyncio.wait_for(self._consumer.commit(offsets), self.settings.commit_timeout_s)
+        except Exception as exc:  # rebalanced or broker away: the saved state still covers recovery
+            self.commit_failures += 1
+            log.info("%s: commit failed: %r", self.group, exc)
+        else:
+            self.commits += 1
+            self._uncommitted.difference_update(offsets)
+        self._last_commit = time.monotonic()
+
+    def _save_due(self) -> bool:
+        if self._unsaved >= self.settings.snapshot_every_events:
+            return True
+        return self._unsaved > 0 and time.monotonic() - self._last_save >= self.settings.snapshot_interval_s
+
+    async def _save(self) -> None:
+        """Write the applier's snapshot with the offsets it covers (caller holds the lock)."""
+        snapshot = self.applier.snapshot()  # taken with the offsets, no await in between
+        state = ConsumerState(self.topic, self.group, self._cluster_id, dict(self._positions), snapshot)
+        await asyncio.to_thread(write_state, self.state_path, state)
+        self._unsaved = 0
+        self._last_save = time.monotonic()
+        self.snapshots_written += 1
+
+    def _rewind(self) -> None:
+        """After an error mid-batch: fetch again from what is applied."""
+        if self._consumer is None:
+            return
+        for tp in self._consumer.assignment():
+            if tp.partition in self._positions:
+                self._consumer.seek(tp, self._positions[tp.partition])
+        self._generation += 1
+
+    def _lag(self, consumer: AIOKafkaConsumer) -> int:
+        lag = 0
+        for tp in consumer.assignment():
+            high = consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self._positions.get(tp.partition, 0))
+        return lag
+
+    # --- rebalance ---
+    async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
+        self._assigned.clear()
+        async with self._lock:
+            await self._commit(revoked)
+            self._uncommitted.difference_update(revoked)
+            if self._unsaved:
+                await self._save()
+
+    async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        consumer = self._consumer
+        if consumer is None:
+            return
+        async with self._lock:
+            await self._check_cluster()
+            mine = [tp for tp in assigned if tp.topic == self.topic]
+            unseen = [tp for tp in mine if tp.partition not in self._positions]
+            if unseen:
+                timeout_s = self.settings.request_timeout_ms / MS_PER_S
+                starts = await asyncio.wait_for(consumer.beginning_offsets(unseen), timeout_s)
+                self._positions.update({tp.partition: off for tp, off in starts.items()})
+            for tp in mine:
+                consumer.seek(tp, self._positions[tp.partition])
+            self._generation += 1
+            log.info("%s: assigned, starting at %s", self.group, self._positions)
+        self._assigned.set()
+
+    async def _check_cluster(self) -> None:
+        try:
+            current = await cluster_id(self.settings.bootstrap_servers, self.settings.commit_timeout_s)
+        except Exception as exc:
+            log.warning("%s: cannot read the cluster id (%r); keeping saved offsets", self.group, exc)
+            return
+        if self._cluster_id and current != self._cluster_id:
+            log.warning("%s: cluster %s replaced by %s: saved offsets dropped, reading from the beginning",
+                        self.group, self._cluster_id, current)  # fmt: skip
+            self._positions.clear()
+        self._cluster_id = current
+
+    # --- shutdown ---
+    async def _end_task(self) -> bool:
+        """Stop the loop; True when it had died of an error (its state may be half-applied)."""
+        task, self._task = self._task, None
+        if task is None:
+            return False
+        task.cancel()
+        await asyncio.wait([task])
+        crashed = not task.cancelled() and task.exception() is not None
+        if crashed:
+            log.error("%s: consumer loop died: %r", self.group, task.exception())
+        return crashed
+
+    async def _close_clients(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        dlt, self._dlt = self._dlt, None
+        timeout_s = self.settings.shutdown_timeout_s
+        for client in (consumer, dlt):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.stop(), timeout_s)
+        self._assigned.clear()

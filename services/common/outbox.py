@@ -1,0 +1,223 @@
+"""Durable local outbox: events are written to SQLite on publish and sent to Kafka in the background.
+
+A row leaves the outbox only after the broker acknowledged it (acks=all), so a broker outage or a
+process restart loses nothing; a row whose acknowledgement was lost is sent again, and consumers
+drop the duplicate by event id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from aiokafka import AIOKafkaProducer
+
+log = logging.getLogger(__name__)
+
+MS_PER_S = 1000
+FLUSHED_POLL_S = 0.01  # flushed() re-checks the depth this often
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- send order
+    key BLOB,                              -- Kafka key (tenant)
+    value BLOB NOT NULL,                   -- serialized event
+    created_ms INTEGER NOT NULL            -- when it was appended
+)
+"""
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    id: int
+    key: bytes | None
+    value: bytes
+
+
+class Outbox:
+    """An append-only SQLite queue of (key, value) rows; thread-safe, one process at a time."""
+
+    def __init__(self, path: Path, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute(f"PRAGMA synchronous={synchronous}")
+        self._db.execute(_SCHEMA)
+
+    def append(self, value: bytes, key: bytes | None = None) -> int:
+        """Store one row durably (one small transaction); its id."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO outbox (key, value, created_ms) VALUES (?, ?, ?)",
+                (key, value, int(time.time() * MS_PER_S)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def pending(self, limit: int) -> list[OutboxRow]:
+        """The oldest ``limit`` rows not yet acknowledged, in append order."""
+        with self._lock:
+            cur = self._db.execute("SELECT id, key, value FROM outbox ORDER BY id LIMIT ?", (limit,))
+            rows = cur.fetchall()
+        return [OutboxRow(int(i), k, v) for i, k, v in rows]
+
+    def remove(self, ids: Sequence[int]) -> None:
+        if not ids:
+            return
+        with self._lock:
+            self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+
+    def depth(self) -> int:
+        """Rows waiting for an acknowledgement."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+@dataclass
+class FlusherCounters:
+    sent: int = 0  # rows acknowledged by the broker and removed
+    send_errors: int = 0  # failed flush rounds (broker unreachable, timeouts)
+
+
+@dataclass(frozen=True)
+class FlusherConfig:
+    batch_size: int  # rows per flush round
+    poll_interval_s: float  # re-check period when nobody woke the flusher
+    send_timeout_s: float  # one round's deadline
+    backoff_s: float  # first pause after a failed round
+    backoff_max_s: float  # longest pause
+    stop_timeout_s: float  # graceful stop: time to flush what is pending
+
+
+class OutboxFlusher:
+    """Background task: sends pending outbox rows with an aiokafka producer, removes acknowledged ones."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        topic: str,
+        producer_factory: Callable[[], AIOKafkaProducer],
+        config: FlusherConfig,
+        on_connect: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.outbox = outbox
+        self.topic = topic
+        self.counters = FlusherCounters()
+        self._factory = producer_factory
+        self._config = config
+        self._on_connect = on_connect
+        self._producer: AIOKafkaProducer | None = None
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+
+    def wake(self) -> None:
+        """Tell the flusher there is a new row (from any thread)."""
+        if self._loop is None:
+            return  # not started: start() looks at the outbox anyway
+        if threading.get_ident() == self._loop_thread:
+            self._wakeup.set()
+        else:
+            self._loop.call_soon_threadsafe(self._wakeup.set)
+
+    async def start(self) -> None:
+        if self._task is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        self._task = asyncio.create_task(self._run(), name=f"outbox-flusher:{self.topic}")
+
+    async def flushed(self, timeout_s: float | None = None) -> None:
+        """Wait until the outbox is empty (every row acknowledged)."""
+
+        async def _empty() -> None:
+            while self.outbox.depth():
+                await asyncio.sleep(FLUSHED_POLL_S)
+
+        await asyncio.wait_for(_empty(), timeout_s)
+
+    async def stop(self) -> None:
+        """Flush what is pending within the stop timeout, then stop; the rest stays in the outbox."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await self.flushed(self._config.stop_timeout_s)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        self._loop = None
+        await self._drop_producer()
+
+    async def _run(self) -> None:
+        backoff = self._config.backoff_s
+        while True:
+            self._wakeup.clear()  # before reading, so a row appended meanwhile wakes us again
+            rows = self.outbox.pending(self._config.batch_size)
+            if not rows:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wakeup.wait(), self._config.poll_interval_s)
+                continue
+            try:
+                await asyncio.wait_for(self._send(rows), self._config.send_timeout_s)
+                backoff = self._config.backoff_s
+            except Exception as exc:  # broker down, timeouts: keep the rows, retry later
+                self.counters.send_errors += 1
+                log.warning("outbox: %d rows not sent (%r); retrying in %.1f s", len(rows), exc, backoff)
+                await self._drop_producer()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, self._config.backoff_max_s)
+
+    async def _send(self, rows: list[OutboxRow]) -> None:
+        producer = await self._connected()
+        acked: list[int] = []
+
+        def on_done(future: asyncio.Future[object], row_id: int) -> None:
+            if not future.cancelled() and future.exception() is None:
+                acked.append(row_id)
+
+        try:
+            futures = []
+            for row in rows:
+                future = await producer.send(self.topic, row.value, key=row.key)
+                future.add_done_callback(lambda f, row_id=row.id: on_done(f, row_id))
+                futures.append(future)
+            results = await asyncio.gather(*futures, return_exceptions=True)
+        finally:
+            self.outbox.remove(acked)  # whatever the broker acknowledged, even if the round fails
+            self.counters.sent += len(acked)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _connected(self) -> AIOKafkaProducer:
+        if self._producer is None:
+            producer = self._factory()
+            try:
+                await producer.start()
+                if self._on_connect is not None:
+                    await self._on_connect()
+            except BaseException:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(producer.stop(), self._config.stop_timeout_s)
+                raise
+            self._producer = producer
+        return self._producer
+
+    async def _drop_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), self._config.stop_timeout_s)
