@@ -1,0 +1,91 @@
+"""gRPC plumbing shared by the services: server start/stop with health and reflection, channels.
+
+    server, port = await start_server(
+        [(retriever_pb2_grpc.add_RetrieverServicer_to_server, servicer)],
+        [retriever_pb2.DESCRIPTOR.services_by_name["Retriever"].full_name],
+        port=0,
+    )
+    ...
+    await stop_server(server, grace_s=5.0)
+
+Every listed service (and the overall "" service) reports SERVING through grpc.health.v1 while the
+server runs and NOT_SERVING from the moment shutdown starts; reflection lists the services.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ingest batches and long prompt id lists fit
+DEFAULT_HOST = "127.0.0.1"
+OVERALL = health.OVERALL_HEALTH  # "" : the whole server
+
+AddFn = Callable[[Any, grpc.aio.Server], None]
+
+# server -> its health servicer, so stop_server can flip every service to NOT_SERVING first.
+_HEALTH: weakref.WeakKeyDictionary[grpc.aio.Server, health.aio.HealthServicer] = weakref.WeakKeyDictionary()
+
+
+def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """Channel/server options raising both message size limits to ``max_message_bytes``."""
+    return [
+        ("grpc.max_send_message_length", max_message_bytes),
+        ("grpc.max_receive_message_length", max_message_bytes),
+    ]
+
+
+async def start_server(
+    servicers: Sequence[tuple[AddFn, Any]],
+    service_names: Sequence[str],
+    port: int = 0,
+    host: str = DEFAULT_HOST,
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_concurrent_rpcs: int | None = None,
+) -> tuple[grpc.aio.Server, int]:
+    """Start a grpc.aio server with the servicers, health checking and reflection; return (server, port).
+
+    ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
+    RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them.
+    """
+    server = grpc.aio.server(
+        options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs
+    )
+    for add_fn, servicer in servicers:
+        add_fn(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    reflection.enable_server_reflection(
+        [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    address = f"{host}:{port}"
+    bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"could not bind gRPC server to {address}")
+    await server.start()
+    for name in [*service_names, OVERALL]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    _HEALTH[server] = health_servicer
+    log.info("gRPC server on %s:%d serving %s", host, bound, ", ".join(service_names))
+    return server, bound
+
+
+async def stop_server(server: grpc.aio.Server, grace_s: float) -> None:
+    """Graceful shutdown: health goes NOT_SERVING, new calls are refused, in-flight calls get ``grace_s``."""
+    health_servicer = _HEALTH.pop(server, None)
+    if health_servicer is not None:
+        await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace_s)
+
+
+def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.aio.Channel:
+    """An insecure grpc.aio channel to ``target`` (HOST:PORT) with the same message size limits."""
+    return grpc.aio.insecure_channel(target, options=message_size_options(max_message_bytes))
