@@ -1,0 +1,288 @@
+"""RetrieverCore: the retriever as a library (the gRPC servicer is a thin layer over it).
+
+    core = RetrieverCore(RetrieverSettings(data_dir=None))          # loads embedder + tokenizer
+    core.ingest("acme", [Document("json.dumps", "json.dumps(obj)", "Serialize ...")])
+    result = core.retrieve("acme", "How do I write JSON?", k=4, m=2, max_new_tokens=128)
+    result.prompt, result.prompt_ids, result.chunks, result.sessions
+    core.sessions.apply(event)    # the event applier (GenerationCompleted -> past session)
+    core.close()                  # persists the past sessions
+
+Every method is blocking (embedding, FAISS) and thread-safe; async callers use asyncio.to_thread.
+Bad input raises services.common.errors.InvalidArgument with a one-line message.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from services.common.errors import InvalidArgument
+from services.retriever.documents import ChunkRecord, Document, ScoredChunk, make_chunks
+from services.retriever.embeddings import Embedder, Encoder
+from services.retriever.index import IndexConfig, TenantIndex
+from services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
+from services.retriever.sessions import PastSessions, ScoredSession
+from services.retriever.settings import RetrieverSettings
+from services.retriever.store import IndexStore
+from services.retriever.vector_cache import with_cache
+
+log = logging.getLogger(__name__)
+
+MS_PER_S = 1000.0
+# tokenizer.model_max_length is a huge sentinel when the tokenizer does not know its model's window.
+UNKNOWN_MODEL_MAX_LENGTH = 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    documents: int  # documents accepted (new or changed)
+    unchanged: int  # documents already ingested with the same content (skipped)
+    chunks: int  # chunks added
+    total_chunks: int  # tenant's index size afterwards
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieveResult:
+    chunks: list[ScoredChunk]  # in the prompt, best first (the last may be cut: text/end shortened)
+    sessions: list[ScoredSession]  # in the prompt, best first
+    prompt: str
+    prompt_ids: list[int]
+    tokenizer_id: str
+    retrieve_ms: float  # embedding + search
+    budget: int  # prompt token budget used
+    notes: list[str] = field(default_factory=list)  # e.g. unknown tenant, items dropped for the budget
+
+
+@dataclass(frozen=True, slots=True)
+class RetrieverStats:
+    chunks: int
+    sessions: int
+    tenants: list[str]
+
+
+def context_window(tokenizer: Any, model_path: str) -> int:
+    """The model's context length: tokenizer.model_max_length if real, else the config's max positions."""
+    limit = int(getattr(tokenizer, "model_max_length", 0) or 0)
+    if 0 < limit < UNKNOWN_MODEL_MAX_LENGTH:
+        return limit
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_path)
+    return int(config.max_position_embeddings)
+
+
+class RetrieverCore:
+    """Per-tenant indexes + past sessions + prompt assembly."""
+
+    def __init__(
+        self,
+        settings: RetrieverSettings | None = None,
+        *,
+        embedder: Encoder | None = None,
+        tokenizer: Any | None = None,
+    ) -> None:
+        from lookahead_core.models import load_tokenizer, resolve_model_path, tokenizer_id
+
+        self.settings = s = settings if settings is not None else RetrieverSettings()
+        encoder: Encoder = (
+            embedder
+            if embedder is not None
+            else Embedder(
+                s.embedder_path, batch_size=s.embed_batch_size, progress_min_texts=s.progress_min_texts
+            )
+        )
+        self.embedder: Encoder = with_cache(encoder, s.vector_cache, getattr(encoder, "name", ""))
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(s.model)
+        self.tokenizer_id: str = tokenizer_id(self.tokenizer)
+        model_ctx = context_window(self.tokenizer, resolve_model_path(s.model))
+        self.context_tokens: int = min(model_ctx, s.max_context_tokens)
+        self._config = IndexConfig.from_settings(s)
+        self._store = IndexStore(s.data_dir)
+        self._indexes: dict[str, TenantIndex] = self._store.load_indexes(self._config, self.embedder.dim)
+        self.sessions = PastSessions(self.embedder, s.max_sessions_per_tenant, s.max_remembered_event_ids)
+        saved = self._store.load_sessions()
+        if saved is not None:
+            self.sessions.restore(saved)
+        self._lock = threading.RLock()  # guards _indexes and every TenantIndex in it
+        self._ingest_lock = threading.Lock()  # one ingest at a time; searches go on meanwhile
+
+    # ---- validation -------------------------------------------------------------------------------
+
+    def _check_tenant(self, tenant: str) -> None:
+        if not tenant.strip():
+            raise InvalidArgument("tenant is empty")
+        if len(tenant) > self.settings.max_tenant_chars:
+            raise InvalidArgument(
+                f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}"
+            )
+
+    def _check_question(self, question: str) -> None:
+        if not question.strip():
+            raise InvalidArgument("question is empty")
+        limit = self.settings.max_question_chars
+        if len(question) > limit:
+            raise InvalidArgument(f"question is {len(question)} characters; the limit is {limit}")
+
+    def _check_documents(self, documents: Sequence[Document]) -> None:
+        s = self.settings
+        seen: set[str] = set()
+        for n, doc in enumerate(documents):
+            where = f"document {n} ({doc.id[:40]!r})" if doc.id else f"document {n}"
+            if not doc.id.strip():
+                raise InvalidArgument(f"{where}: empty id")
+            if len(doc.id) > s.max_doc_id_chars:
+                raise InvalidArgument(
+                    f"{where}: id is {len(doc.id)} characters; the limit is {s.max_doc_id_chars}"
+                )
+            if not doc.text.strip():
+                raise InvalidArgument(f"{where}: empty text")
+            if len(doc.text) > s.max_doc_chars:
+                raise InvalidArgument(
+                    f"{where}: text is {len(doc.text)} characters; the limit is {s.max_doc_chars}"
+                )
+            if doc.id in seen:
+                raise InvalidArgument(f"{where}: id appears twice in one request")
+            seen.add(doc.id)
+
+    def _resolve(self, value: int, default: int, limit: int, name: str) -> int:
+        if value < 0 or value > limit:
+            raise InvalidArgument(f"{name}={value} is out of range (0 = default {default}, at most {limit})")
+        return value or default
+
+    # ---- ingest -----------------------------------------------------------------------------------
+
+    def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
+        """Chunk, embed and index documents; unchanged ones are skipped, changed ones replaced. Persists."""
+        self._check_tenant(tenant)
+        if not documents:
+            raise InvalidArgument("no documents to ingest")
+        self._check_documents(documents)
+        s = self.settings
+        with self._ingest_lock:
+            with self._lock:
+                index = self._indexes.get(tenant)
+                known = dict(index.doc_digests) if index is not None else {}
+            digests = {doc.id: doc.digest() for doc in documents}
+            fresh = [doc for doc in documents if known.get(doc.id) != digests[doc.id]]
+            chunks: list[ChunkRecord] = [
+                c for doc in fresh for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)
+            ]
+            vectors = self.embedder.encode([c.embedding_text() for c in chunks])  # [n, dim], no lock held
+            with self._lock:
+                index = self._indexes.get(tenant)
+                if index is None:
+                    index = self._indexes[tenant] = TenantIndex(tenant, self.embedder.dim, self._config)
+                index.remove_documents(doc.id for doc in fresh if doc.id in known)
+                index.add(chunks, vectors, {doc.id: digests[doc.id] for doc in fresh})
+                total = len(index)
+                blob = index.to_bytes() if fresh and s.data_dir is not None else None
+            if blob is not None:
+                self._store.save_index(index, blob)  # outside the search lock: other ingests are held off
+        log.info(
+            "tenant %r: %d documents ingested (%d unchanged), %d chunks added, %d in total",
+            tenant,
+            len(fresh),
+            len(documents) - len(fresh),
+            len(chunks),
+            total,
+        )
+        return IngestResult(len(fresh), len(documents) - len(fresh), len(chunks), total)
+
+    # ---- retrieve ---------------------------------------------------------------------------------
+
+    def search(self, tenant: str, question: str, k: int) -> list[ScoredChunk]:
+        """Top-k chunks of the tenant for the question (embedding + FAISS), best first."""
+        return self._search(tenant, self.embedder.encode_one(question), k)
+
+    def _search(self, tenant: str, query: Any, k: int) -> list[ScoredChunk]:
+        with self._lock:
+            index = self._indexes.get(tenant)
+            return index.search(query, k) if index is not None else []
+
+    def prompt_budget(self, max_new_tokens: int) -> int:
+        """Prompt tokens available once ``max_new_tokens`` are reserved in the context window."""
+        return self.context_tokens - max_new_tokens
+
+    def retrieve(
+        self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0
+    ) -> RetrieveResult:
+        """Top-k chunks, top-m past sessions and the grounded prompt within the token budget."""
+        s = self.settings
+        self._check_tenant(tenant)
+        self._check_question(question)
+        k = self._resolve(k, s.default_k, s.max_k, "k")
+        m = self._resolve(m, s.default_m, s.max_m, "m")
+        max_new = self._resolve(
+            max_new_tokens, s.default_max_new_tokens, self.context_tokens - 1, "max_new_tokens"
+        )
+        notes: list[str] = []
+        with self._lock:
+            known = tenant in self._indexes
+        if not known:
+            notes.append(f"tenant {tenant!r} has no documents")
+        start = time.perf_counter()
+        query = self.embedder.encode_one(question)  # [1, dim]
+        found = self._search(tenant, query, k)
+        past = self.sessions.search(tenant, query, m)
+        retrieve_ms = (time.perf_counter() - start) * MS_PER_S
+        budget = self.prompt_budget(max_new)
+        try:
+            built = build_prompt(
+                self.tokenizer,
+                question,
+                [Passage(c.chunk.title, c.chunk.text, c.score) for c in found],
+                [PastAnswer(p.session.question, p.session.answer, p.score) for p in past],
+                budget,
+                s.system_prompt,
+                s.min_truncated_tokens,
+            )
+        except PromptTooLong as exc:
+            raise PromptTooLong(
+                f"{exc} (context {self.context_tokens} - max_new_tokens {max_new}); shorten the question"
+            ) from exc
+        chunks = [_cut_chunk(found[i], chars) for i, chars in built.passages]
+        sessions = [_cut_session(past[i], chars) for i, chars in built.answers]
+        dropped = len(found) + len(past) - len(chunks) - len(sessions)
+        if dropped:
+            notes.append(f"{dropped} retrieved item(s) left out to fit {budget} prompt tokens")
+        if built.truncated:
+            notes.append("the last item in the prompt was cut to fit")
+        return RetrieveResult(
+            chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes
+        )
+
+    # ---- stats / lifecycle ------------------------------------------------------------------------
+
+    def stats(self, tenant: str = "") -> RetrieverStats:
+        """Counts for one tenant, or totals over all tenants when ``tenant`` is empty."""
+        with self._lock:
+            tenants = sorted(set(self._indexes) | set(self.sessions.tenants()))
+            if tenant:
+                index = self._indexes.get(tenant)
+                return RetrieverStats(len(index) if index else 0, self.sessions.count(tenant), tenants)
+            return RetrieverStats(sum(len(i) for i in self._indexes.values()), self.sessions.count(), tenants)
+
+    def save_sessions(self) -> None:
+        """Persist the past sessions (atomic); a no-op without data_dir."""
+        self._store.save_sessions(self.sessions.snapshot())
+
+    def close(self) -> None:
+        self.save_sessions()
+
+
+def _cut_chunk(found: ScoredChunk, chars: int) -> ScoredChunk:
+    chunk = found.chunk
+    if chars >= len(chunk.text):
+        return found
+    return ScoredChunk(replace(chunk, text=chunk.text[:chars], end=chunk.start + chars), found.score)
+
+
+def _cut_session(found: ScoredSession, chars: int) -> ScoredSession:
+    record = found.session
+    if chars >= len(record.answer):
+        return found
+    return ScoredSession(replace(record, answer=record.answer[:chars]), found.score)

@@ -1,0 +1,184 @@
+"""Prompt assembly: question + retrieved passages + past answers, in the chat template, within a budget.
+
+A pure function of its inputs (no FAISS, no embedder): ``build_prompt`` takes the candidates in any
+order, adds them best score first while the templated prompt stays within ``budget`` tokens, cuts
+the first one that does not fit to what room is left (at a token boundary, so its text stays a
+prefix of the original) and drops the rest. With no candidates the prompt is the question alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from services.common.errors import InvalidArgument
+
+DOCUMENTS_HEADER = "Documents:"
+PAST_HEADER = "Past answers to similar questions:"
+QUESTION_LABEL = "Question:"
+BLOCK_SEP = "\n\n"
+# Special tokens inside untrusted text get look-alike characters (same length, so offsets hold).
+_LOOKALIKES = str.maketrans({"|": "¦", "<": "‹", ">": "›"})
+
+
+class PromptTooLong(InvalidArgument):
+    """Even the question alone does not fit the token budget."""
+
+
+@dataclass(frozen=True, slots=True)
+class Passage:
+    title: str
+    text: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class PastAnswer:
+    question: str
+    answer: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class _Item:
+    is_passage: bool
+    index: int  # position in the caller's passages / past answers
+    score: float
+    kept_chars: int  # characters of the text (passage) or answer (past answer) kept
+
+    def cut(self, chars: int) -> _Item:
+        return replace(self, kept_chars=chars)
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltPrompt:
+    text: str
+    ids: list[int]
+    passages: list[tuple[int, int]]  # (index into passages, characters of its text kept), prompt order
+    answers: list[tuple[int, int]]  # (index into past answers, characters of its answer kept)
+    budget: int
+    truncated: bool  # the last item was cut to fit
+
+
+def sanitize(text: str, special_tokens: Sequence[str]) -> str:
+    """Defuse special tokens (``<|im_end|>``) in untrusted text without changing its length."""
+    for token in special_tokens:
+        if token and token in text:
+            text = text.replace(token, token.translate(_LOOKALIKES))
+    return text
+
+
+class _Renderer:
+    def __init__(
+        self,
+        tokenizer: Any,
+        question: str,
+        passages: Sequence[Passage],
+        answers: Sequence[PastAnswer],
+        system_prompt: str,
+    ) -> None:
+        specials = [t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1]
+        self.tokenizer = tokenizer
+        self.question = sanitize(question.strip(), specials)
+        self.passages = [
+            replace(p, title=sanitize(p.title, specials), text=sanitize(p.text, specials)) for p in passages
+        ]
+        self.answers = [
+            replace(a, question=sanitize(a.question, specials), answer=sanitize(a.answer, specials))
+            for a in answers
+        ]
+        self.system_prompt = system_prompt
+
+    def item_text(self, item: _Item) -> str:
+        return self.passages[item.index].text if item.is_passage else self.answers[item.index].answer
+
+    def messages(self, items: Sequence[_Item]) -> list[dict[str, str]]:
+        if not items:
+            return [{"role": "user", "content": self.question}]
+        blocks: list[str] = []
+        docs = [i for i in items if i.is_passage]
+        past = [i for i in items if not i.is_passage]
+        if docs:
+            blocks.append(DOCUMENTS_HEADER)
+            for n, item in enumerate(docs, start=1):
+                p = self.passages[item.index]
+                blocks.append(f"[{n}] {p.title}\n{p.text[: item.kept_chars]}")
+        if past:
+            blocks.append(PAST_HEADER)
+            for item in past:
+                a = self.answers[item.index]
+                blocks.append(f"Q: {a.question}\nA: {a.answer[: item.kept_chars]}")
+        blocks.append(f"{QUESTION_LABEL} {self.question}")
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": BLOCK_SEP.join(blocks)},
+        ]
+
+    def render(self, items: Sequence[_Item]) -> tuple[str, list[int]]:
+        text = self.tokenizer.apply_chat_template(
+            self.messages(items), tokenize=False, add_generation_prompt=True
+        )
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return text, ids
+
+    def token_ends(self, item: _Item) -> list[int]:
+        """Character offset where each token of the item's text ends."""
+        enc = self.tokenizer(self.item_text(item), add_special_tokens=False, return_offsets_mapping=True)
+        return [end for _, end in enc["offset_mapping"]]
+
+
+def _fit_truncated(
+    r: _Renderer, kept: list[_Item], item: _Item, overflow: int, budget: int, min_tokens: int
+) -> _Item | None:
+    """The item cut so that kept + [it] fits, or None if fewer than ``min_tokens`` of it would remain."""
+    ends = r.token_ends(item)
+    keep = len(ends) - overflow
+    while keep >= min_tokens:
+        candidate = item.cut(ends[keep - 1])
+        _, ids = r.render([*kept, candidate])
+        if len(ids) <= budget:
+            return candidate
+        keep -= len(ids) - budget  # token counts are near-additive: one or two rounds
+    return None
+
+
+def build_prompt(
+    tokenizer: Any,
+    question: str,
+    passages: Sequence[Passage],
+    answers: Sequence[PastAnswer],
+    budget: int,
+    system_prompt: str,
+    min_truncated_tokens: int,
+) -> BuiltPrompt:
+    """The chat-templated prompt (ending in the assistant turn) of at most ``budget`` tokens."""
+    r = _Renderer(tokenizer, question, passages, answers, system_prompt)
+    text, ids = r.render([])
+    if len(ids) > budget:
+        raise PromptTooLong(f"the question alone needs {len(ids)} prompt tokens; the budget is {budget}")
+    candidates = [_Item(True, i, p.score, len(p.text)) for i, p in enumerate(r.passages)]
+    candidates += [_Item(False, i, a.score, len(a.answer)) for i, a in enumerate(r.answers)]
+    candidates.sort(key=lambda item: -item.score)  # stable: passages first on equal scores
+    kept: list[_Item] = []
+    truncated = False
+    for item in candidates:
+        t, i = r.render([*kept, item])
+        if len(i) <= budget:
+            kept.append(item)
+            text, ids = t, i
+            continue
+        cut = _fit_truncated(r, kept, item, len(i) - budget, budget, min_truncated_tokens)
+        if cut is not None:
+            kept.append(cut)
+            text, ids = r.render(kept)
+            truncated = True
+        break  # everything scored lower is dropped
+    return BuiltPrompt(
+        text=text,
+        ids=ids,
+        passages=[(k.index, k.kept_chars) for k in kept if k.is_passage],
+        answers=[(k.index, k.kept_chars) for k in kept if not k.is_passage],
+        budget=budget,
+        truncated=truncated,
+    )

@@ -1,0 +1,174 @@
+"""Past sessions: per tenant, the (question -> answer) pairs of finished generations, searchable by question.
+
+Fed by ``GenerationCompleted`` events through the event-applier protocol the bus calls:
+
+    apply(event) -> bool        False when event.event_id was applied before (idempotent)
+    snapshot() -> bytes         the full state, applied event ids included
+    restore(data) -> None       replace the state with a snapshot
+
+Tenants never mix: each tenant has its own rows and vectors, and a search only sees its own.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from lookahead_rag.v1 import events_pb2
+
+from services.retriever.embeddings import Encoder
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRecord:
+    event_id: str
+    question: str
+    answer: str
+    created_unix_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredSession:
+    session: SessionRecord
+    score: float  # cosine of the two questions' embeddings
+
+
+class _TenantSessions:
+    def __init__(self, dim: int) -> None:
+        self.records: list[SessionRecord] = []
+        self.vectors = np.zeros((0, dim), dtype=np.float32)  # [n, dim], row i = records[i]
+
+    def add(self, record: SessionRecord, vector: np.ndarray, capacity: int) -> None:
+        self.records.append(record)
+        self.vectors = np.concatenate([self.vectors, vector.reshape(1, -1)])
+        if len(self.records) > capacity:  # oldest first out
+            excess = len(self.records) - capacity
+            self.records = self.records[excess:]
+            self.vectors = np.ascontiguousarray(self.vectors[excess:])
+
+    def search(self, query: np.ndarray, m: int) -> list[ScoredSession]:
+        if m <= 0 or not self.records:
+            return []
+        scores = self.vectors @ query.reshape(-1)  # [n]
+        top = np.argsort(-scores, kind="stable")[:m]
+        return [ScoredSession(self.records[i], float(scores[i])) for i in top]
+
+
+class PastSessions:
+    """The retriever's event applier. Thread-safe."""
+
+    def __init__(self, embedder: Encoder, max_per_tenant: int, max_event_ids: int) -> None:
+        self._embedder = embedder
+        self._dim = embedder.dim
+        self._max_per_tenant = max_per_tenant
+        self._max_event_ids = max_event_ids
+        self._tenants: dict[str, _TenantSessions] = {}
+        self._applied: OrderedDict[str, None] = OrderedDict()  # event ids, oldest first
+        self._lock = threading.Lock()
+
+    def _seen(self, event_id: str) -> bool:
+        with self._lock:
+            return event_id in self._applied
+
+    def _remember(self, event_id: str) -> None:
+        self._applied[event_id] = None
+        while len(self._applied) > self._max_event_ids:
+            self._applied.popitem(last=False)
+
+    def apply(self, event: events_pb2.GenerationCompleted) -> bool:
+        """Index (question -> answer) for the event's tenant; False if this event id was applied before.
+
+        Events without tenant, question or answer text (raw Generate calls) are recorded as applied
+        and index nothing.
+        """
+        if not event.event_id:
+            raise ValueError("GenerationCompleted without event_id cannot be deduplicated")
+        if self._seen(event.event_id):
+            return False
+        usable = bool(event.tenant and event.question.strip() and event.answer_text.strip())
+        vector = self._embedder.encode_one(event.question) if usable else None  # outside the lock: slow
+        with self._lock:
+            if event.event_id in self._applied:  # applied meanwhile by another thread
+                return False
+            if vector is not None:
+                record = SessionRecord(
+                    event.event_id, event.question, event.answer_text, event.created_unix_ms
+                )
+                tenant = self._tenants.setdefault(event.tenant, _TenantSessions(self._dim))
+                tenant.add(record, vector, self._max_per_tenant)
+            self._remember(event.event_id)
+        return True
+
+    def search(self, tenant: str, query: np.ndarray, m: int) -> list[ScoredSession]:
+        """Top-m past sessions of ``tenant`` for a question vector [1, dim], best first."""
+        with self._lock:
+            sessions = self._tenants.get(tenant)
+            return sessions.search(query, m) if sessions is not None else []
+
+    def count(self, tenant: str | None = None) -> int:
+        """Sessions of one tenant, or of all tenants when ``tenant`` is None."""
+        with self._lock:
+            if tenant is not None:
+                sessions = self._tenants.get(tenant)
+                return len(sessions.records) if sessions is not None else 0
+            return sum(len(s.records) for s in self._tenants.values())
+
+    def tenants(self) -> list[str]:
+        with self._lock:
+            return sorted(self._tenants)
+
+    def snapshot(self) -> bytes:
+        """Full state (sessions, their vectors, applied event ids) as bytes for ``restore``."""
+        with self._lock:
+            names = sorted(self._tenants)
+            meta = {
+                "version": SNAPSHOT_VERSION,
+                "dim": self._dim,
+                "applied": list(self._applied),
+                "tenants": [[name, [asdict(r) for r in self._tenants[name].records]] for name in names],
+            }
+            arrays = {f"v{i}": self._tenants[name].vectors for i, name in enumerate(names)}
+        buf = io.BytesIO()
+        np.savez(buf, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
+        return buf.getvalue()
+
+    def restore(self, data: bytes) -> None:
+        """Replace the whole state with a snapshot; raises ValueError on a malformed one."""
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            meta = json.loads(npz["meta"].tobytes())
+            vectors = {
+                key: np.ascontiguousarray(npz[key], dtype=np.float32) for key in npz.files if key != "meta"
+            }
+        if meta.get("version") != SNAPSHOT_VERSION or meta.get("dim") != self._dim:
+            raise ValueError(
+                f"snapshot version {meta.get('version')} / dim {meta.get('dim')} not supported here"
+            )
+        tenants: dict[str, _TenantSessions] = {}
+        for i, (name, records) in enumerate(meta["tenants"]):
+            sessions = _TenantSessions(self._dim)
+            sessions.records = [SessionRecord(**r) for r in records]
+            sessions.vectors = vectors[f"v{i}"]
+            if sessions.vectors.shape != (len(sessions.records), self._dim):
+                raise ValueError(
+                    f"snapshot tenant {name!r}: {sessions.vectors.shape[0]} vectors for "
+                    f"{len(sessions.records)} sessions"
+                )
+            tenants[name] = sessions
+        applied = OrderedDict.fromkeys(meta["applied"])
+        with self._lock:
+            self._tenants = tenants
+            self._applied = applied
+        log.info(
+            "restored %d past sessions of %d tenants",
+            sum(len(s.records) for s in tenants.values()),
+            len(tenants),
+        )

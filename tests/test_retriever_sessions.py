@@ -1,0 +1,98 @@
+"""Past sessions: the retriever's event applier (idempotent, per tenant, snapshot/restore)."""
+
+from __future__ import annotations
+
+import pytest
+from lookahead_rag.v1 import events_pb2
+
+from services.retriever.embeddings import Embedder
+from services.retriever.sessions import PastSessions
+from services.retriever.testing import completed_event, shared_embedder
+
+CAPACITY = 100
+MAX_IDS = 1000
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return shared_embedder()
+
+
+@pytest.fixture
+def sessions(embedder: Embedder) -> PastSessions:
+    return PastSessions(embedder, CAPACITY, MAX_IDS)
+
+
+def search(s: PastSessions, embedder: Embedder, tenant: str, question: str, m: int = 5) -> list[str]:
+    return [hit.session.answer for hit in s.search(tenant, embedder.encode_one(question), m)]
+
+
+def test_same_event_twice_is_applied_once(sessions: PastSessions, embedder: Embedder) -> None:
+    event = completed_event("a", "How do I sort a list?", "Use sorted(xs).")
+    assert sessions.apply(event) is True
+    assert sessions.apply(event) is False
+    assert sessions.count("a") == 1
+    assert search(sessions, embedder, "a", "sorting a list") == ["Use sorted(xs)."]
+
+
+def test_tenants_never_see_each_others_sessions(sessions: PastSessions, embedder: Embedder) -> None:
+    sessions.apply(completed_event("a", "How do I sort a list?", "A: use sorted."))
+    sessions.apply(completed_event("b", "How do I sort a list?", "B: secret answer."))
+    sessions.apply(completed_event("b", "How do I reverse a list?", "B: reversed."))
+    assert search(sessions, embedder, "a", "How do I sort a list?") == ["A: use sorted."]
+    assert set(search(sessions, embedder, "b", "How do I sort a list?")) == {
+        "B: secret answer.",
+        "B: reversed.",
+    }
+    assert search(sessions, embedder, "c", "How do I sort a list?") == []
+    assert sessions.count("a") == 1 and sessions.count("b") == 2 and sessions.count() == 3
+
+
+def test_best_match_comes_first(sessions: PastSessions, embedder: Embedder) -> None:
+    sessions.apply(completed_event("a", "What is the capital of France?", "Paris."))
+    sessions.apply(completed_event("a", "How do I read a CSV file in Python?", "Use csv.reader."))
+    hits = sessions.search("a", embedder.encode_one("reading csv files with python"), 2)
+    assert [h.session.answer for h in hits] == ["Use csv.reader.", "Paris."]
+    assert hits[0].score > hits[1].score
+
+
+def test_snapshot_restore_roundtrip_keeps_sessions_and_applied_ids(
+    sessions: PastSessions, embedder: Embedder
+) -> None:
+    first = completed_event("a", "How do I sort a list?", "Use sorted.")
+    sessions.apply(first)
+    sessions.apply(completed_event("b", "How do I open a file?", "Use open()."))
+    blob = sessions.snapshot()
+    fresh = PastSessions(embedder, CAPACITY, MAX_IDS)
+    fresh.restore(blob)
+    assert fresh.apply(first) is False  # dedup state travelled with the snapshot
+    assert fresh.count("a") == 1 and fresh.count("b") == 1
+    assert search(fresh, embedder, "b", "open a file") == ["Use open()."]
+    assert fresh.snapshot() == blob
+
+
+def test_restore_replaces_state(sessions: PastSessions, embedder: Embedder) -> None:
+    empty = sessions.snapshot()
+    sessions.apply(completed_event("a", "q?", "an answer"))
+    sessions.restore(empty)
+    assert sessions.count() == 0 and sessions.tenants() == []
+
+
+def test_events_without_question_are_consumed_but_not_indexed(sessions: PastSessions) -> None:
+    raw = completed_event("a", "", "generated text")
+    assert sessions.apply(raw) is True
+    assert sessions.apply(raw) is False
+    assert sessions.count() == 0
+
+
+def test_oldest_sessions_are_evicted_beyond_capacity(embedder: Embedder) -> None:
+    small = PastSessions(embedder, max_per_tenant=2, max_event_ids=MAX_IDS)
+    for n in range(3):
+        small.apply(completed_event("a", f"question number {n}", f"answer {n}"))
+    assert small.count("a") == 2
+    assert sorted(search(small, embedder, "a", "question number")) == ["answer 1", "answer 2"]
+
+
+def test_event_without_id_is_rejected(sessions: PastSessions) -> None:
+    with pytest.raises(ValueError, match="event_id"):
+        sessions.apply(events_pb2.GenerationCompleted(tenant="a", question="q", answer_text="a"))
