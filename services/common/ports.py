@@ -1,0 +1,54 @@
+"""Deployment conventions in one place: gRPC and metrics ports, topics, env prefixes, paths.
+
+The services take their defaults from here and deploy/ (Dockerfile, docker-compose.yml, k8s/)
+names the same values; tests/test_ops_deploy.py fails when the two disagree.
+"""
+
+from __future__ import annotations
+
+SERVICES = ("retriever", "draftcache", "generator")
+
+# gRPC listen ports (one service per container; `serve all` uses the same three).
+RETRIEVER_GRPC_PORT = 50051
+DRAFTCACHE_GRPC_PORT = 50052
+GENERATOR_GRPC_PORT = 50053
+GRPC_PORTS: dict[str, int] = {
+    "retriever": RETRIEVER_GRPC_PORT,
+    "draftcache": DRAFTCACHE_GRPC_PORT,
+    "generator": GENERATOR_GRPC_PORT,
+}
+
+# Prometheus /metrics HTTP ports.
+RETRIEVER_METRICS_PORT = 9101
+DRAFTCACHE_METRICS_PORT = 9102
+GENERATOR_METRICS_PORT = 9103
+METRICS_PORTS: dict[str, int] = {
+    "retriever": RETRIEVER_METRICS_PORT,
+    "draftcache": DRAFTCACHE_METRICS_PORT,
+    "generator": GENERATOR_METRICS_PORT,
+}
+
+# Kafka: the feedback-loop topic and its dead-letter topic (KafkaSettings.topic / dlt_suffix defaults).
+EVENTS_TOPIC = "lookahead.generation-completed"
+DLT_SUFFIX = ".DLT"
+EVENTS_DLT_TOPIC = EVENTS_TOPIC + DLT_SUFFIX
+
+# Configuration: TOML file path variable and the env prefix of each settings section.
+CONFIG_ENV = "LAR_CONFIG"
+ENV_PREFIXES: dict[str, str] = {
+    "retriever": "LAR_RETRIEVER_",
+    "draftcache": "LAR_DRAFTCACHE_",
+    "generator": "LAR_GENERATOR_",
+    "kafka": "LAR_KAFKA_",
+    "logging": "LAR_LOG_",
+}
+
+# Fields of the generator's settings that point it at the other two services (HOST:PORT).
+GENERATOR_UPSTREAM_FIELDS: dict[str, str] = {
+    "retriever": "retriever_target",
+    "draftcache": "draftcache_target",
+}
+
+# Containers: data directory (snapshots, outbox, consumer state) and converted-model cache.
+DATA_DIR = "/var/lib/lookahead-rag"
+MODEL_CACHE_DIR = "/opt/lookahead-rag/cache"

@@ -1,0 +1,277 @@
+"""Service settings: defaults < a TOML file's table < environment variables.
+
+Every service reads its settings the same way::
+
+    settings = load_settings(RetrieverSettings, "retriever", args.config)
+
+``config_file`` (``--config FILE``) or else ``$LAR_CONFIG`` names a TOML file with one table per
+section (``[retriever]``, ``[draftcache]``, ``[generator]``, ``[kafka]``, ``[logging]``); the
+section's environment variables (``LAR_RETRIEVER_CHUNK_CHARS=...``) override the file. An unknown
+field (in the file or as a prefixed variable), an unknown table or an ill-typed value raises
+``ConfigError`` with one line naming the section, the field and where the value came from.
+
+``load_settings`` works with any pydantic-settings class; new classes derive from
+``ServiceSettings`` (file + env, extra fields forbidden) or ``ServerSettings`` (plus host and ports).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar, Literal, TypeVar
+
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    TomlConfigSettingsSource,
+)
+
+from services.common.ports import CONFIG_ENV
+
+S = TypeVar("S", bound=BaseSettings)
+PathArg = str | os.PathLike[str] | None
+
+# section -> "module:ClassName", imported only when asked for (the module may not exist yet).
+SECTIONS: dict[str, str] = {
+    "retriever": "services.retriever.settings:RetrieverSettings",
+    "draftcache": "services.draftcache.settings:DraftCacheSettings",
+    "generator": "services.generator.settings:GeneratorSettings",
+    "kafka": "services.common.kafka_settings:KafkaSettings",
+    "logging": "services.common.settings:LoggingSettings",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration problem, in one line that names the field and where its value came from."""
+
+
+def config_path(config_file: PathArg = None) -> Path | None:
+    """The TOML file to read: ``config_file``, else ``$LAR_CONFIG``, else none."""
+    raw = os.fspath(config_file) if config_file else os.environ.get(CONFIG_ENV, "")
+    if not raw:
+        return None
+    path = Path(raw).expanduser()
+    if not path.is_file():
+        raise ConfigError(f"config file {path} not found (from --config or ${CONFIG_ENV})")
+    return path
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """The whole TOML file; unknown tables are an error (a typo would otherwise be ignored)."""
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    for name, table in data.items():
+        if name not in SECTIONS:
+            raise ConfigError(f"{path}: unknown table [{name}]{_did_you_mean(name, SECTIONS)}")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: {name} must be a table ([{name}]), not a value")
+    return data
+
+
+def env_prefix(cls: type[BaseSettings]) -> str:
+    return str(cls.model_config.get("env_prefix") or "")
+
+
+def env_name(cls: type[BaseSettings], field: str) -> str:
+    """The environment variable that sets ``field`` (upper case; matching is case-insensitive)."""
+    return (env_prefix(cls) + field).upper()
+
+
+def _did_you_mean(name: str, known: Any) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _unknown_env(cls: type[BaseSettings], section: str) -> None:
+    """A prefixed variable that matches no field is a typo: refuse it instead of ignoring it."""
+    prefix = env_prefix(cls).upper()
+    if not prefix:
+        return
+    known = {env_name(cls, name) for name in cls.model_fields}
+    nested = str(cls.model_config.get("env_nested_delimiter") or "")
+    for var in sorted(os.environ):
+        upper = var.upper()
+        if not upper.startswith(prefix) or upper in known:
+            continue
+        if nested and any(upper.startswith(k + nested.upper()) for k in known):
+            continue
+        raise ConfigError(f"[{section}] unknown environment variable {var}{_did_you_mean(upper, known)}")
+
+
+def _origin(cls: type[BaseSettings], section: str, field: str, table: dict[str, Any], path: Path | None
+            ) -> str:
+    wanted = env_name(cls, field)
+    for var in os.environ:
+        if var.upper() == wanted:
+            return f"env {var}"
+    if field in table:
+        return f"{path} [{section}]"
+    return "default"
+
+
+def _one_line(exc: ValidationError, cls: type[BaseSettings], section: str, table: dict[str, Any],
+              path: Path | None) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ())]
+        field = ".".join(loc)
+        top = loc[0] if loc else ""
+        if err["type"] == "extra_forbidden":
+            where = f" in {path}" if top in table else ""
+            parts.append(f"{field}{where}: unknown field{_did_you_mean(top, cls.model_fields)}")
+            continue
+        if top not in cls.model_fields:  # a model-level check across fields
+            parts.append(str(err["msg"]).removeprefix("Value error, "))
+            continue
+        got = repr(err.get("input"))
+        got = got if len(got) <= 60 else got[:57] + "..."
+        where = _origin(cls, section, top, table, path)
+        parts.append(f"{field} = {got} (from {where}): {err['msg']}")
+    return f"[{section}] " + "; ".join(parts)
+
+
+def toml_sources(settings_cls: type[BaseSettings], path: Path | None, section: str
+                 ) -> list[PydanticBaseSettingsSource]:
+    """pydantic-settings' TOML source over ``[section]`` of ``path`` (none without such a table)."""
+    if path is None or not section or section not in read_config(path):
+        return []
+    return [TomlConfigSettingsSource(settings_cls, toml_file=path, toml_table_header=(section,))]
+
+
+def _file_then_env(
+    cls: type[BaseSettings],
+    settings_cls: type[BaseSettings],
+    init_settings: PydanticBaseSettingsSource,
+    env_settings: PydanticBaseSettingsSource,
+    dotenv_settings: PydanticBaseSettingsSource,
+    file_secret_settings: PydanticBaseSettingsSource,
+) -> tuple[PydanticBaseSettingsSource, ...]:
+    """settings_customise_sources: init > env > ``[cls.section]`` of ``cls.config_file`` or $LAR_CONFIG."""
+    path = getattr(cls, "config_file", None) or config_path(None)
+    return (init_settings, env_settings, *toml_sources(settings_cls, path, getattr(cls, "section", "")))
+
+
+def _loader(cls: type[S], section: str, path: Path | None) -> type[S]:
+    """A throw-away subclass of ``cls`` reading env > the file's table, with extra fields forbidden."""
+    namespace = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__annotations__": {"section": ClassVar[str], "config_file": ClassVar[Path | None]},
+        "section": section,
+        "config_file": path,
+        "model_config": SettingsConfigDict(extra="forbid"),  # merged over cls's own config
+        "settings_customise_sources": classmethod(_file_then_env),
+    }
+    return type(cls.__name__, (cls,), namespace)  # type: ignore[return-value]
+
+
+def load_settings(cls: type[S], section: str, config_file: PathArg = None, **overrides: Any) -> S:
+    """``cls`` filled from defaults < ``[section]`` of the TOML file < ``cls``'s env prefix < overrides.
+
+    Works with any ``BaseSettings`` subclass; returns an instance of ``cls`` itself.
+    Raises ``ConfigError`` (one line) for an unknown field, table or variable, or an ill-typed value.
+    """
+    path = config_path(config_file)
+    table = read_config(path).get(section, {}) if path else {}
+    _unknown_env(cls, section)
+    try:
+        loaded = _loader(cls, section, path)(**overrides)
+    except ValidationError as exc:
+        raise ConfigError(_one_line(exc, cls, section, table, path)) from None
+    except SettingsError as exc:  # e.g. a list/dict variable that is not valid JSON
+        raise ConfigError(f"[{section}] {exc}") from None
+    values = {name: getattr(loaded, name) for name in cls.model_fields}
+    return cls.model_construct(_fields_set=set(loaded.model_fields_set), **values)
+
+
+def origins(cls: type[BaseSettings], section: str, config_file: PathArg) -> dict[str, str]:
+    """field -> where its effective value comes from: ``default``, the file, or ``env VAR``."""
+    path = config_path(config_file)
+    table = read_config(path).get(section, {}) if path else {}
+    return {name: _origin(cls, section, name, table, path) for name in cls.model_fields}
+
+
+def resolve_section(section: str) -> type[BaseSettings] | None:
+    """The settings class of a section, or None while its module does not exist yet."""
+    module_name, _, class_name = SECTIONS[section].partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            return None
+        raise
+    found = getattr(module, class_name, None)
+    return found if isinstance(found, type) and issubclass(found, BaseSettings) else None
+
+
+def available_sections() -> tuple[dict[str, type[BaseSettings]], list[str]]:
+    """(section -> class for those that exist, notes naming those that do not yet)."""
+    found: dict[str, type[BaseSettings]] = {}
+    notes: list[str] = []
+    for section, target in SECTIONS.items():
+        cls = resolve_section(section)
+        if cls is None:
+            notes.append(f"[{section}] skipped: {target} does not exist yet")
+        else:
+            found[section] = cls
+    return found, notes
+
+
+class ServiceSettings(BaseSettings):
+    """Base of every service's settings: ``section``'s table of ``$LAR_CONFIG`` < env; extras forbidden.
+
+    Subclasses set ``section`` and ``model_config = SettingsConfigDict(env_prefix="LAR_<SECTION>_")``.
+    ``load_settings`` additionally honours ``--config`` and gives one-line errors.
+    """
+
+    model_config = SettingsConfigDict(extra="forbid")
+    section: ClassVar[str] = ""  # the TOML table, e.g. "retriever"
+    config_file: ClassVar[Path | None] = None  # None: $LAR_CONFIG (load_settings passes --config here)
+
+    settings_customise_sources = classmethod(_file_then_env)  # type: ignore[assignment]
+
+
+class ServerSettings(ServiceSettings):
+    """A gRPC service's listen address and metrics port; subclasses redeclare ``port`` and
+    ``metrics_port`` with their defaults from services.common.ports, e.g.::
+
+        class RetrieverSettings(ServerSettings):
+            model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_")
+            section: ClassVar[str] = "retriever"
+            port: int = Field(ports.RETRIEVER_GRPC_PORT, ge=0, le=65535, description="gRPC listen port")
+            metrics_port: int | None = Field(ports.RETRIEVER_METRICS_PORT, ge=0, le=65535,
+                                             description="Prometheus /metrics port; None = off")
+    """
+
+    host: str = Field(
+        "127.0.0.1", description="interface the gRPC and metrics servers bind (0.0.0.0 in containers)"
+    )
+    port: int = Field(0, ge=0, le=65535, description="gRPC listen port (0 = any free port)")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 = any free port, None = off)"
+    )
+    shutdown_grace_s: float = Field(
+        10.0, ge=0, description="graceful stop: seconds in-flight calls may finish"
+    )
+
+
+class LoggingSettings(ServiceSettings):
+    """Process-wide logging (one per process, also under ``serve all``)."""
+
+    model_config = SettingsConfigDict(env_prefix="LAR_LOG_")
+    section: ClassVar[str] = "logging"
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO", description="lowest level logged; prompt and answer text appear only at DEBUG"
+    )
+    format: Literal["json", "text"] = Field(
+        "json", description="json: one JSON object a line; text: for humans"
+    )
