@@ -17,6 +17,7 @@ from services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
 from services.retriever.settings import IndexKind
 from services.retriever.store import INDEX_DIR
 from services.retriever.testing import settings, shared_embedder, shared_tokenizer
+from services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
 
 DOCS = [
     Document("json.dumps", "json.dumps(obj, ...)", "Serialize obj to a JSON formatted str."),
@@ -157,3 +158,17 @@ def test_ivf_stays_exact_until_it_has_enough_vectors(embedder: Embedder) -> None
     config = IndexConfig.from_settings(settings(index_kind=IndexKind.IVF, ivf_nlist=64))
     index = TenantIndex("t", embedder.dim, config)
     assert index.built_kind is IndexKind.FLAT
+
+
+def test_vector_cache_serves_hits_and_encodes_misses(tmp_path: Path, embedder: Embedder) -> None:
+    texts = ["alpha beta", "gamma delta"]
+    fresh = embedder.encode(texts)
+    path = tmp_path / "v.npz"
+    path.write_bytes(VectorCache.build(embedder.name, texts[:1], fresh[:1]).to_bytes())
+    encoder = with_cache(embedder, path, embedder.name)
+    assert isinstance(encoder, CachingEncoder)
+    out = encoder.encode(texts)
+    assert encoder.hits == 1
+    np.testing.assert_allclose(out, fresh, atol=2e-3)  # the hit went through float16 storage
+    assert with_cache(embedder, path, "another-model") is embedder
+    assert with_cache(embedder, tmp_path / "missing.npz", embedder.name) is embedder

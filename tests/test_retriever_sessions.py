@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from lookahead_rag.v1 import events_pb2
 
+from services.retriever.core import RetrieverCore
 from services.retriever.embeddings import Embedder
 from services.retriever.sessions import PastSessions
-from services.retriever.testing import completed_event, shared_embedder
+from services.retriever.testing import completed_event, settings, shared_embedder, shared_tokenizer
 
 CAPACITY = 100
 MAX_IDS = 1000
@@ -96,3 +99,30 @@ def test_oldest_sessions_are_evicted_beyond_capacity(embedder: Embedder) -> None
 def test_event_without_id_is_rejected(sessions: PastSessions) -> None:
     with pytest.raises(ValueError, match="event_id"):
         sessions.apply(events_pb2.GenerationCompleted(tenant="a", question="q", answer_text="a"))
+
+
+# ---- through RetrieverCore: prompts and restarts ------------------------------------------------------
+
+
+def make_core(embedder: Embedder, data_dir: Path | None) -> RetrieverCore:
+    return RetrieverCore(settings(data_dir), embedder=embedder, tokenizer=shared_tokenizer())
+
+
+def test_prompt_holds_own_tenants_past_answers_only(embedder: Embedder) -> None:
+    core = make_core(embedder, None)
+    core.sessions.apply(completed_event("a", "How do I sort a list?", "ANSWER-FOR-A: use sorted()."))
+    core.sessions.apply(completed_event("b", "How do I sort a list?", "ANSWER-FOR-B: secret."))
+    result = core.retrieve("a", "How can I sort a list?", m=5)
+    assert [s.session.answer for s in result.sessions] == ["ANSWER-FOR-A: use sorted()."]
+    assert "ANSWER-FOR-A" in result.prompt and "ANSWER-FOR-B" not in result.prompt
+    assert "has no documents" in result.notes[0]
+
+
+def test_past_sessions_survive_a_restart(tmp_path: Path, embedder: Embedder) -> None:
+    core = make_core(embedder, tmp_path)
+    event = completed_event("a", "How do I sort a list?", "Use sorted().")
+    core.sessions.apply(event)
+    core.close()
+    reloaded = make_core(embedder, tmp_path)
+    assert reloaded.sessions.count("a") == 1
+    assert reloaded.sessions.apply(event) is False

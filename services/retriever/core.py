@@ -268,7 +268,8 @@ class RetrieverCore:
 
     def save_sessions(self) -> None:
         """Persist the past sessions (atomic); a no-op without data_dir."""
-        self._store.save_sessions(self.sessions.snapshot())
+        if self.settings.data_dir is not None:
+            self._store.save_sessions(self.sessions.snapshot())
 
     def close(self) -> None:
         self.save_sessions()

@@ -81,6 +81,7 @@ class CachingEncoder:
         self.inner = inner
         self.cache = cache
         self.dim = inner.dim
+        self.name: str = getattr(inner, "name", "")
         self.hits = 0  # texts answered from the cache so far
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
