@@ -1,0 +1,98 @@
+"""Draft cache configuration: one pydantic-settings model, overridable by ``LAR_DRAFTCACHE_*`` variables.
+
+Memory is bounded per (tenant, tokenizer) scope by ``node_capacity`` trie nodes (roughly 150-300
+bytes each) plus ``max_references`` outputs of at most ``max_reference_tokens`` ids, and there are at
+most ``max_tenants * max_tokenizers_per_tenant`` scopes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lookahead_core.config import TrieConfig
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SNAPSHOT_FILE = "draftcache.snapshot"  # file name of the snapshot inside data_dir
+
+
+def default_data_dir() -> Path:
+    """``$LOOKAHEAD_RAG_CACHE/draftcache`` or ``~/.cache/lookahead-rag/draftcache``."""
+    from lookahead_core.models import cache_dir
+
+    return cache_dir() / "draftcache"
+
+
+class DraftCacheSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LAR_DRAFTCACHE_", extra="ignore")
+
+    data_dir: Path | None = Field(
+        default_factory=default_data_dir,
+        description="where the snapshot persists (restored on start); None keeps everything in memory",
+    )
+    branch_length: int = Field(12, ge=2, description="tokens per window inserted into a tenant trie")
+    node_capacity: int = Field(
+        100_000, ge=16, description="trie nodes kept per tenant and tokenizer; least-frequent pruned past it"
+    )
+    prune_slack: float = Field(
+        0.1, gt=0.0, lt=1.0, description="pruning goes down to (1 - slack) * capacity so it is amortized"
+    )
+    max_references: int = Field(
+        1000, ge=0, description="most recent distinct outputs kept whole per tenant and tokenizer"
+    )
+    max_reference_tokens: int = Field(
+        4096, ge=1, description="an output kept whole is cut to this many tokens"
+    )
+    max_event_ids: int = Field(
+        100_000, ge=1, description="applied event ids remembered per tenant (oldest forgotten first)"
+    )
+    default_budget: int = Field(512, ge=1, description="tokens a Fetch returns when it says budget=0")
+    max_budget: int = Field(8192, ge=1, description="largest budget a Fetch may ask for")
+    similarity_ngram: int = Field(
+        4, ge=1, description="n-gram length that scores past outputs against the prompt and references"
+    )
+    min_shared_ngrams: int = Field(
+        2, ge=1, description="a past output is returned whole only when it shares this many n-grams"
+    )
+    max_ngram_outputs: int = Field(
+        200, ge=1, description="an n-gram found in more stored outputs than this is too common to score with"
+    )
+    max_whole_outputs: int = Field(4, ge=0, description="past outputs returned whole per Fetch at most")
+    whole_output_share: float = Field(
+        0.75, ge=0.0, le=1.0, description="share of the budget past outputs returned whole may use"
+    )
+    seed_ngrams: tuple[int, ...] = Field(
+        (3, 2), min_length=1, description="prompt n-gram lengths looked up in the trie, longest first"
+    )
+    max_seed_children: int = Field(4, ge=1, description="continuations considered under one seed n-gram")
+    max_chain_tokens: int = Field(
+        64, ge=2, description="longest chained branch (its seed included) one Fetch returns"
+    )
+    max_request_ids: int = Field(
+        131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput"
+    )
+    max_tenants: int = Field(1000, ge=1, description="tenants held; outputs of further tenants are refused")
+    max_tokenizers_per_tenant: int = Field(4, ge=1, description="tokenizer ids held per tenant")
+    max_name_chars: int = Field(256, ge=1, description="longest tenant, tokenizer id or event id accepted")
+    snapshot_interval_s: float = Field(
+        60.0, ge=0.0, description="serve() writes the snapshot this often when something changed (0: never)"
+    )
+    shutdown_grace_s: float = Field(5.0, ge=0.0, description="in-flight calls finish within this on stop")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> DraftCacheSettings:
+        if self.default_budget > self.max_budget:
+            raise ValueError(f"default_budget ({self.default_budget}) exceeds max_budget ({self.max_budget})")
+        if any(n < 1 or n >= self.branch_length for n in self.seed_ngrams):
+            raise ValueError(f"seed_ngrams {self.seed_ngrams} must lie in [1, branch_length)")
+        return self
+
+    def trie_config(self) -> TrieConfig:
+        """The TrieConfig of every tenant trie."""
+        return TrieConfig(
+            branch_length=self.branch_length, capacity=self.node_capacity, prune_slack=self.prune_slack
+        )
+
+    def snapshot_path(self) -> Path | None:
+        """Where the snapshot lives, or None when nothing persists."""
+        return None if self.data_dir is None else self.data_dir / SNAPSHOT_FILE
