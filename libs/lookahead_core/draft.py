@@ -27,12 +27,13 @@ class DraftTree:
     tokens: list[int] = field(default_factory=list)
     parents: list[int] = field(default_factory=list)
     depths: list[int] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)  # trie path probability of each node
     _index: dict[tuple[int, int], int] = field(default_factory=dict)  # (parent, token) -> node
 
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def add(self, parent: int, token: int, merge: bool = True) -> int:
+    def add(self, parent: int, token: int, merge: bool = True, prob: float = 1.0) -> int:
         """Add ``token`` under ``parent``; with ``merge`` an existing identical child is reused."""
         if merge:
             hit = self._index.get((parent, token))
@@ -40,6 +41,7 @@ class DraftTree:
                 return hit
         self.tokens.append(token)
         self.parents.append(parent)
+        self.probs.append(prob)
         self.depths.append(1 if parent == 0 else self.depths[parent - 1] + 1)
         node = len(self.tokens)
         if merge:
@@ -80,14 +82,14 @@ def _children(node: Node, prompt_weight: float, banned: frozenset[int]) -> list[
     return [(w / total, t, c) for w, t, c in kids]
 
 
-def _match_nodes(trie: TokenTrie, context: Sequence[int], config: DecodingConfig) -> list[Node]:
-    """Trie nodes of the context's suffixes with continuations, longest suffix first."""
+def _match_nodes(trie: TokenTrie, context: Sequence[int], config: DecodingConfig) -> list[tuple[int, Node]]:
+    """(suffix length, trie node) of the context's suffixes with continuations, longest first."""
     longest = min(config.max_match, len(context), trie.config.branch_length - 1)
     out = []
     for n in range(longest, config.min_match - 1, -1):
         node = trie.find(context[len(context) - n :])
         if node is not None and node.children:
-            out.append(node)
+            out.append((n, node))
     return out
 
 
@@ -98,8 +100,14 @@ def _grow_tree(
     max_depth: int,
     prompt_weight: float,
     banned: frozenset[int],
+    base: int,
+    min_prob: float,
 ) -> None:
-    """Best-first: add the highest path-probability nodes under ``start`` until the budget is met."""
+    """Best-first: add the highest path-probability nodes under ``start`` until the budget is met.
+
+    The first ``base`` nodes are taken whatever their probability; beyond that (up to ``budget``)
+    only nodes whose path probability is at least ``min_prob``.
+    """
     # heap entries: (-path probability, tiebreak, tree parent index, token, trie node, depth)
     heap: list[tuple[float, int, int, int, Node, int]] = []
     tick = 0
@@ -109,7 +117,9 @@ def _grow_tree(
     heapq.heapify(heap)
     while heap and len(tree) < budget:
         neg_prob, _, parent, token, node, depth = heapq.heappop(heap)
-        idx = tree.add(parent, token)
+        if len(tree) >= base and -neg_prob < min_prob:
+            break  # past the base budget only confident nodes are worth their verification cost
+        idx = tree.add(parent, token, prob=-neg_prob)
         if depth >= max_depth:
             continue
         for prob, child_token, child in _children(node, prompt_weight, banned):
@@ -161,16 +171,20 @@ def retrieve_draft(
         stages = _match_nodes(trie, context, config)
         if config.mode is DraftMode.LLMA:
             # The single best-matching span: the most probable chain under the longest match.
-            for node in stages:
+            for _, node in stages:
                 chains = _best_chains(node, budget, min(max_depth, budget), weight, banned)
                 if chains:
                     tree.add_chain(chains[0], merge=True)
                     break
             return tree
         want = config.min_fill * budget
-        for node in stages:
+        for matched, node in stages:
             if config.mode is DraftMode.HIERARCHICAL:
-                _grow_tree(tree, node, budget, max_depth, weight, banned)
+                # A long suffix match means the text is being copied: then confident nodes may
+                # extend the tree past the base budget (LLMA's match length as evidence).
+                extend = matched >= config.extend_min_match
+                cap = max(budget, config.max_decoding_length) if extend else budget
+                _grow_tree(tree, node, cap, max_depth, weight, banned, budget, config.extend_min_prob)
             else:  # PARALLEL: separate chains, shared prefixes are not merged
                 for chain in _best_chains(node, budget - len(tree), max_depth, weight, banned):
                     tree.add_chain(chain, merge=False)
