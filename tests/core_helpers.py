@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 import torch
+from lookahead_core.config import DecodingConfig, DraftMode
 from lookahead_core.draft import DraftTree
 from lookahead_core.trie import Node, TokenTrie
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
@@ -26,6 +28,20 @@ TINY_VOCAB = 256  # vocabulary of the tiny random models
 FAMILIES = ("llama", "qwen2")  # two model families with different attention code
 ATTNS = ("sdpa", "eager")  # sdpa takes the float mask as is; eager adds it to the scores
 MODES = ("hierarchical", "parallel", "llma", "none")
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models run several times faster on one intra-op thread (no OpenMP hand-offs on a busy box).
+
+    Import it into a module and list it in ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---- trie oracles ------------------------------------------------------------------------------
@@ -85,6 +101,17 @@ def check_tree_shape(tree: DraftTree) -> None:
     for i, (parent, depth) in enumerate(zip(tree.parents, tree.depths, strict=True), start=1):
         assert 0 <= parent < i, f"node {i} has parent {parent} that does not precede it"
         assert depth == (1 if parent == 0 else tree.depths[parent - 1] + 1)
+
+
+def draft_cap(config: DecodingConfig, budget: int) -> int:
+    """Most draft tokens retrieve_draft may return for ``budget``.
+
+    Hierarchical trees may grow confident nodes past the budget, up to ``max_decoding_length``
+    (read with getattr: older configs have no such field and never extend).
+    """
+    if config.mode is DraftMode.HIERARCHICAL:
+        return max(budget, getattr(config, "max_decoding_length", budget))
+    return budget
 
 
 # ---- tiny models -------------------------------------------------------------------------------
