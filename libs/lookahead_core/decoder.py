@@ -11,7 +11,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from .config import DecodingConfig, DraftMode
-from .detok import IncrementalDetokenizer
+from .detok import TextStreamer
 from .draft import DraftTree, retrieve_draft
 from .kvcache import compact_cache, rollback_cache
 from .packed import packed_copy
@@ -99,25 +99,21 @@ class LookaheadDecoder:
         ids: list[int] = []
         for new in run:
             ids.extend(new)
-        return GenerationResult(ids, self.tokenizer.decode(ids, skip_special_tokens=True), run.stats)
+        streamer = TextStreamer(self.tokenizer, run.config.stop_strings)
+        text = streamer.push(ids) + streamer.finish()  # cut before a stop string
+        return GenerationResult(ids, text, run.stats)
 
     def stream(self, prompt_ids: Sequence[int], **kwargs: object) -> Iterator[str]:
         """Yield text as tokens are verified: whole characters, never past a stop string."""
         run = self.steps(prompt_ids, **kwargs)  # type: ignore[arg-type]
-        detok = IncrementalDetokenizer(self.tokenizer)
-        stops = run.config.stop_strings
-        hold = max((len(s) for s in stops), default=1) - 1  # chars that could begin a stop string
-        text, sent = "", 0
+        streamer = TextStreamer(self.tokenizer, run.config.stop_strings)
         for new in run:
-            text += detok.push(new)
-            safe = len(text) - hold if stops and not run.done else len(text)
-            if safe > sent:
-                yield text[sent:safe]
-                sent = safe
-        text += detok.flush()
-        text = _cut_at_stop(text, stops)
-        if len(text) > sent:
-            yield text[sent:]
+            text = streamer.push(new)
+            if text:
+                yield text
+        tail = streamer.finish()
+        if tail:
+            yield tail
 
     def steps(
         self,
@@ -139,11 +135,6 @@ class LookaheadDecoder:
         return DecodeRun(
             self, list(prompt_ids), config or self.config, trie, references, branches, should_stop, drafter
         )
-
-
-def _cut_at_stop(text: str, stops: Sequence[str]) -> str:
-    cuts = [text.find(s) for s in stops if s and s in text]
-    return text[: min(cuts)] if cuts else text
 
 
 class DecodeRun:

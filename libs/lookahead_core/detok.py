@@ -45,3 +45,38 @@ class IncrementalDetokenizer:
         after = self._decode(self.ids[self._prefix :])
         self._prefix = self._read = len(self.ids)
         return after[len(before) :]
+
+
+class TextStreamer:
+    """Detokenizes verified tokens for a stream and never emits text past a stop string.
+
+    Text that could be the beginning of a stop string is held back until it is decided.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop_strings: Sequence[str] = ()) -> None:
+        self.detok = IncrementalDetokenizer(tokenizer)
+        self.stops = [s for s in stop_strings if s]
+        self._hold = max((len(s) for s in self.stops), default=1) - 1  # chars a stop could start in
+        self.text = ""  # everything decoded so far
+        self.sent = 0  # characters of ``text`` already returned
+
+    def push(self, new_ids: Sequence[int]) -> str:
+        """Add verified tokens; return the text now safe to show."""
+        self.text += self.detok.push(new_ids)
+        safe = len(self.text) - self._hold if self.stops else len(self.text)
+        return self._take(safe)
+
+    def finish(self) -> str:
+        """The rest of the text, cut before the first stop string."""
+        self.text += self.detok.flush()
+        cuts = [self.text.find(s) for s in self.stops if s in self.text]
+        if cuts:
+            self.text = self.text[: min(cuts)]
+        return self._take(len(self.text))
+
+    def _take(self, upto: int) -> str:
+        if upto <= self.sent:
+            return ""
+        out = self.text[self.sent : upto]
+        self.sent = upto
+        return out

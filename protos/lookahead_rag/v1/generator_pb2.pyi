@@ -45,18 +45,20 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("tenant", "prompt", "messages", "references", "params")
+    __slots__ = ("tenant", "prompt", "messages", "references", "params", "reference_ids")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     REFERENCES_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_IDS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     prompt: str
     messages: ChatMessages
     references: _containers.RepeatedScalarFieldContainer[str]
     params: GenerationParams
-    def __init__(self, tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., references: _Optional[_Iterable[str]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ...) -> None: ...
+    reference_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., references: _Optional[_Iterable[str]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., reference_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ChatMessages(_message.Message):
     __slots__ = ("messages",)

@@ -1,0 +1,368 @@
+"""GeneratorEngine: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
+
+One request: the retriever gives the grounded prompt (if it is down or late, the question alone is
+templated and the stats say documents were unavailable); the draft cache gives the tenant's
+branches once (if down or late, the request decodes with its own prompt branches only); decoding
+runs in a worker thread and each verified step is streamed; the finished answer is published as a
+``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
+change the answer (decoding is lossless).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import torch
+from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, TrieConfig, tokenizer_id
+from lookahead_core.config import DraftMode
+from lookahead_core.decoder import DecodeRun
+from lookahead_core.detok import TextStreamer
+from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from services.common.bus import EventPublisher
+from services.common.errors import InvalidArgument, ResourceExhausted
+from services.common.logging import log_text
+from services.generator.attribution import DraftAttribution
+from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.settings import GeneratorSettings
+
+log = logging.getLogger(__name__)
+
+DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
+MS = 1000.0
+
+
+@dataclass
+class Prepared:
+    """A validated request, ready to decode."""
+
+    tenant: str
+    question: str
+    prompt_ids: list[int]
+    references: list[list[int]]
+    config: DecodingConfig
+    request_id: str
+    documents: list[retriever_pb2.Chunk] = field(default_factory=list)
+    documents_available: bool = True
+    started: float = field(default_factory=time.perf_counter)
+
+
+class GeneratorEngine:
+    """The generator as a library: thin gRPC servicers and the demo both drive it."""
+
+    def __init__(
+        self,
+        settings: GeneratorSettings,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        retriever: RetrieverClient | None = None,
+        drafts: DraftClient | None = None,
+        publisher: EventPublisher | None = None,
+        metrics: object | None = None,
+    ) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.decoder = LookaheadDecoder(model, tokenizer, self._config_from(settings))
+        self.tokenizer_id = tokenizer_id(tokenizer)
+        self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
+        self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.retriever = retriever
+        self.drafts = drafts
+        self.publisher = publisher
+        self.metrics = metrics
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=settings.max_concurrent, thread_name_prefix="decode")
+
+    @staticmethod
+    def _config_from(s: GeneratorSettings) -> DecodingConfig:
+        return DecodingConfig(
+            mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
+            max_new_tokens=s.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- admission --------------------------------------------------------------------------------
+    def _admit(self) -> None:
+        with self._lock:
+            if self._inflight >= self.settings.max_concurrent:
+                raise ResourceExhausted(
+                    f"overloaded: {self._inflight} requests in flight (limit {self.settings.max_concurrent})"
+                )
+            self._inflight += 1
+
+    def _release(self) -> None:
+        with self._lock:
+            self._inflight -= 1
+
+    # ---- validation -------------------------------------------------------------------------------
+    def _check_tenant(self, tenant: str) -> None:
+        if not tenant.strip():
+            raise InvalidArgument("tenant is empty")
+        if len(tenant) > self.settings.max_tenant_chars:
+            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}")
+
+    def decoding_config(self, params: generator_pb2.GenerationParams) -> DecodingConfig:
+        """The request's decoding config from its params (0 / empty = server default)."""
+        s, base = self.settings, self.decoder.config
+        max_new = params.max_new_tokens or s.default_max_new_tokens
+        if max_new > s.max_new_tokens_limit:
+            raise InvalidArgument(f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens_limit}")
+        mode = params.mode or s.mode
+        if mode not in {m.value for m in DraftMode}:
+            raise InvalidArgument(f"unknown mode {mode!r} (hierarchical, parallel, llma or none)")
+        if len(params.stop) > s.max_stop_strings:
+            raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {s.max_stop_strings}")
+        if any(not stop for stop in params.stop):
+            raise InvalidArgument("empty stop string")
+        length = params.decoding_length or base.decoding_length
+        if length > s.max_decoding_length:
+            raise InvalidArgument(f"decoding_length {length} is over the limit of {s.max_decoding_length}")
+        trie = base.trie
+        if params.branch_length:
+            if not 2 <= params.branch_length <= s.branch_length:
+                raise InvalidArgument(f"branch_length must be in 2..{s.branch_length}")
+            trie = TrieConfig(branch_length=params.branch_length, prompt_weight=trie.prompt_weight,
+                              capacity=trie.capacity)
+        return base.with_(mode=mode, max_new_tokens=max_new, decoding_length=length,
+                          stop_strings=tuple(params.stop), trie=trie)
+
+    def _check_fits(self, prompt_ids: Sequence[int], config: DecodingConfig) -> None:
+        if not prompt_ids:
+            raise InvalidArgument("the prompt is empty")
+        if self.context_tokens and len(prompt_ids) + config.max_new_tokens > self.context_tokens:
+            raise InvalidArgument(
+                f"prompt of {len(prompt_ids)} tokens + max_new_tokens {config.max_new_tokens} does not fit "
+                f"the model's context of {self.context_tokens}"
+            )
+
+    def _fallback_prompt(self, question: str) -> list[int]:
+        """The question alone in the chat template (used when the retriever cannot answer)."""
+        messages = [{"role": "user", "content": question}]
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+    # ---- entry points -----------------------------------------------------------------------------
+    async def answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
+                     request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        """Answer a tenant's question, grounded on retrieved documents; streams AnswerChunks."""
+        s = self.settings
+        self._check_tenant(req.tenant)
+        question = req.question
+        if not question.strip():
+            raise InvalidArgument("question is empty")
+        if len(question) > s.max_question_chars:
+            raise InvalidArgument(f"question is {len(question)} characters; the limit is {s.max_question_chars}")
+        if req.k > s.max_k:
+            raise InvalidArgument(f"k={req.k} is over the limit of {s.max_k}")
+        config = self.decoding_config(req.params)
+        self._admit()
+        try:
+            prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
+            await self._retrieve(prep, req.k or s.default_k, req.m or s.default_m, deadline)
+            async for chunk in self._decode(prep, deadline):
+                yield chunk
+        finally:
+            self._release()
+
+    async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
+                       request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        """Decode a caller-built prompt (raw text or chat messages) with optional references."""
+        s = self.settings
+        self._check_tenant(req.tenant)
+        config = self.decoding_config(req.params)
+        which = req.WhichOneof("input")
+        if which == "prompt":
+            if len(req.prompt) > s.max_prompt_chars:
+                raise InvalidArgument(f"prompt is {len(req.prompt)} characters; the limit is {s.max_prompt_chars}")
+            prompt_ids = list(self.tokenizer(req.prompt)["input_ids"])
+        elif which == "messages":
+            msgs = [{"role": m.role, "content": m.content} for m in req.messages.messages]
+            if not msgs:
+                raise InvalidArgument("messages is empty")
+            if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
+                raise InvalidArgument("message role must be system, user or assistant")
+            if sum(len(m["content"]) for m in msgs) > s.max_prompt_chars:
+                raise InvalidArgument(f"messages are over {s.max_prompt_chars} characters")
+            out = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
+            prompt_ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+        else:
+            raise InvalidArgument("give a prompt or chat messages")
+        self._check_fits(prompt_ids, config)
+        refs = [t for t in req.references if t]
+        if len(refs) + bool(req.reference_ids) > s.max_references:
+            raise InvalidArgument(f"too many references; the limit is {s.max_references}")
+        if sum(map(len, refs)) > s.max_prompt_chars:
+            raise InvalidArgument(f"references are over {s.max_prompt_chars} characters")
+        references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
+        if req.reference_ids:
+            bad = next((t for t in req.reference_ids if t >= self.vocab_size), None)
+            if bad is not None:
+                raise InvalidArgument(f"reference token id {bad} is out of the vocabulary (size {self.vocab_size})")
+            references.append(list(req.reference_ids))
+        self._admit()
+        try:
+            prep = Prepared(req.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
+            async for chunk in self._decode(prep, deadline):
+                yield chunk
+        finally:
+            self._release()
+
+    # ---- steps ------------------------------------------------------------------------------------
+    def _timeout(self, limit: float, deadline: float | None) -> float:
+        if deadline is None:
+            return limit
+        return max(0.001, min(limit, deadline - time.monotonic() - DEADLINE_MARGIN_S))
+
+    async def _retrieve(self, prep: Prepared, k: int, m: int, deadline: float | None) -> None:
+        cfg = prep.config
+        if self.retriever is not None:
+            try:
+                resp = await self.retriever.retrieve(
+                    prep.tenant, prep.question, k, m, cfg.max_new_tokens,
+                    self._timeout(self.settings.retrieve_timeout_s, deadline),
+                )
+                if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:
+                    raise RuntimeError(f"retriever tokenizer {resp.tokenizer_id} != {self.tokenizer_id}")
+                prep.prompt_ids = list(resp.prompt_ids)
+                prep.documents = list(resp.chunks)
+                self._check_fits(prep.prompt_ids, cfg)
+                return
+            except InvalidArgument:
+                raise  # the caller's input (e.g. a prompt that cannot fit): not a retriever outage
+            except (Exception, asyncio.CancelledError) as exc:
+                if isinstance(exc, asyncio.CancelledError) and asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    raise
+                log.warning("retriever unavailable (%s); answering without documents", type(exc).__name__)
+        prep.documents_available = False
+        if self.metrics is not None:
+            self.metrics.record_degraded("retriever")  # type: ignore[attr-defined]
+        prep.prompt_ids = self._fallback_prompt(prep.question)
+        self._check_fits(prep.prompt_ids, cfg)
+
+    async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
+        if self.drafts is None or prep.config.mode is DraftMode.NONE or not self.settings.draft_budget:
+            return [], self.drafts is not None
+        refs = [t for r in prep.references for t in r]
+        try:
+            resp = await self.drafts.fetch(
+                prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.draft_budget,
+                self._timeout(self.settings.fetch_timeout_s, deadline),
+            )
+        except Exception as exc:
+            log.warning("draft cache unavailable (%s); decoding without tenant drafts", type(exc).__name__)
+            if self.metrics is not None:
+                self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
+            return [], False
+        return [(list(b.ids), max(1, round(b.weight))) for b in resp.branches], True
+
+    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        branches, drafts_ok = await self._fetch(prep, deadline)
+        trie = TokenTrie(prep.config.trie)
+        for ids, count in branches:  # the tenant's past outputs: every window, as output counts
+            trie.insert_output(ids, count=count, prune=False)
+        attribution = DraftAttribution(prep.prompt_ids, prep.references, [b for b, _ in branches])
+        stop = threading.Event()
+
+        def should_stop() -> bool:
+            return stop.is_set() or (deadline is not None and time.monotonic() > deadline)
+
+        run = self.decoder.steps(prep.prompt_ids, config=prep.config, trie=trie, references=prep.references,
+                                 should_stop=should_stop)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+
+        def work() -> None:
+            try:
+                for new in run:
+                    loop.call_soon_threadsafe(queue.put_nowait, ("step", new))
+                loop.call_soon_threadsafe(queue.put_nowait, ("done", None))
+            except BaseException as exc:  # delivered to the request, never lost in the thread
+                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+
+        if self.settings.threads:
+            torch.set_num_threads(self.settings.threads)
+        streamer = TextStreamer(self.tokenizer, prep.config.stop_strings)
+        output: list[int] = []
+        first_token_s = 0.0
+        future = loop.run_in_executor(self._pool, work)
+        try:
+            while True:
+                kind, value = await queue.get()
+                if kind == "error":
+                    raise value  # type: ignore[misc]
+                if kind == "done":
+                    break
+                new = list(value)  # type: ignore[call-overload]
+                context_before = prep.prompt_ids[-prep.config.max_match:] + output
+                attribution.count_step(context_before, new)
+                output.extend(new)
+                text = streamer.push(new)
+                if not first_token_s:
+                    first_token_s = time.perf_counter() - prep.started
+                yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=text, token_ids=new))
+            tail = streamer.finish()
+            if tail:
+                yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=tail))
+        finally:
+            stop.set()  # a cancelled client stops decoding within one step
+            await asyncio.shield(asyncio.wrap_future(future)) if not future.done() else None
+        stats = self._stats(run, prep, drafts_ok, first_token_s, attribution)
+        log_text(log, streamer.text, "answer")
+        log.info("answered: %d tokens in %d steps (%.2f tokens/step, %.0f ms)", stats.new_tokens,
+                 stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS)
+        self._record(run, stats, attribution)
+        if stats.finish_reason != "cancelled":
+            self._publish(prep, output, streamer.text, stats)
+        yield generator_pb2.AnswerChunk(final=generator_pb2.FinalInfo(
+            request_id=prep.request_id, answer_text=streamer.text, stats=stats, documents=prep.documents,
+            prompt_ids=prep.prompt_ids, output_ids=output,
+        ))
+
+    def _stats(self, run: DecodeRun, prep: Prepared, drafts_ok: bool, ttft: float,
+               attribution: DraftAttribution) -> events_pb2.GenerationStats:
+        st = run.stats
+        return events_pb2.GenerationStats(
+            new_tokens=st.new_tokens, forward_steps=st.forward_steps,
+            mean_accepted_per_step=st.mean_accepted_per_step, prefill_s=st.prefill_s, draft_s=st.draft_s,
+            forward_s=st.forward_s, cache_s=st.cache_s, wall_s=time.perf_counter() - prep.started,
+            time_to_first_token_s=ttft, documents_available=prep.documents_available,
+            drafts_available=drafts_ok, finish_reason=st.finish_reason,
+            draft_tokens_from_prompt=attribution.hits["prompt"],
+            draft_tokens_from_cache=attribution.hits["tenant_cache"],
+            draft_tokens_from_references=attribution.hits["references"],
+        )
+
+    def _record(self, run: DecodeRun, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:
+        if self.metrics is None:
+            return
+        m = self.metrics
+        m.record_steps(run.stats.accepted_per_step)  # type: ignore[attr-defined]
+        if stats.time_to_first_token_s:
+            m.record_first_token(stats.time_to_first_token_s)  # type: ignore[attr-defined]
+        m.record_answer(stats.new_tokens, stats.forward_steps, run.stats.wall_s,  # type: ignore[attr-defined]
+                        dict(attribution.hits))
+
+    def _publish(self, prep: Prepared, output: list[int], text: str, stats: events_pb2.GenerationStats) -> None:
+        if self.publisher is None:
+            return
+        event = events_pb2.GenerationCompleted(
+            event_id=uuid.uuid4().hex, tenant=prep.tenant, tokenizer_id=self.tokenizer_id,
+            question=prep.question, prompt_ids=prep.prompt_ids, output_ids=output, answer_text=text,
+            stats=stats, created_unix_ms=int(time.time() * MS), request_id=prep.request_id,
+            model=self.settings.model,
+        )
+        try:
+            self.publisher.publish(event)
+        except Exception:  # the answer is already out: a bus failure must not fail it
+            log.exception("could not publish GenerationCompleted %s", event.event_id)

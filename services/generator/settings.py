@@ -1,0 +1,52 @@
+"""Generator settings (env prefix LAR_GENERATOR_, or the [generator] table of the TOML config)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lookahead_core.models import DEFAULT_MODEL
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
+
+MIB = 1 << 20
+
+
+def default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "lookahead-rag" / "generator"
+
+
+class GeneratorSettings(BaseSettings):
+    """How the generator decodes, what it accepts and where its dependencies are."""
+
+    model_config = SettingsConfigDict(env_prefix="LAR_GENERATOR_", extra="forbid")
+
+    model: str = Field(DEFAULT_MODEL, description="served model: built-in name, local path or hub id")
+    host: str = Field("127.0.0.1", description="address the gRPC server binds")
+    port: int = Field(GENERATOR_GRPC_PORT, description="gRPC port (0 = any free port)")
+    metrics_port: int = Field(GENERATOR_METRICS_PORT, description="Prometheus /metrics port (-1 = off)")
+    data_dir: Path = Field(default_factory=default_data_dir, description="outbox and local state")
+    retriever_target: str = Field("", description="retriever HOST:PORT; empty = in-process retriever")
+    draftcache_target: str = Field("", description="draft cache HOST:PORT; empty = in-process draft cache")
+    retrieve_timeout_s: float = Field(2.0, gt=0, description="deadline of one Retrieve call")
+    fetch_timeout_s: float = Field(0.5, gt=0, description="deadline of one draft-cache Fetch call")
+    default_k: int = Field(3, ge=0, description="documents retrieved when a request says 0")
+    default_m: int = Field(2, ge=0, description="past sessions included when a request says 0")
+    max_k: int = Field(16, ge=0, description="most documents a request may ask for")
+    default_max_new_tokens: int = Field(128, gt=0, description="max_new_tokens when a request says 0")
+    max_new_tokens_limit: int = Field(512, gt=0, description="largest max_new_tokens a request may ask for")
+    max_question_chars: int = Field(4000, gt=0, description="longest question accepted")
+    max_prompt_chars: int = Field(200_000, gt=0, description="longest raw prompt / all messages accepted")
+    max_tenant_chars: int = Field(128, gt=0, description="longest tenant name accepted")
+    max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
+    max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
+    max_concurrent: int = Field(2, gt=0, description="requests decoding at once; more get RESOURCE_EXHAUSTED")
+    mode: str = Field("hierarchical", description="default draft mode: hierarchical|parallel|llma|none")
+    decoding_length: int = Field(8, ge=0, description="default draft tokens per forward")
+    max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
+    branch_length: int = Field(32, ge=2, description="trie branch length")
+    draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
+    grace_s: float = Field(5.0, ge=0, description="graceful shutdown: in-flight streams get this long")
+    max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
+    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
