@@ -119,14 +119,16 @@ class GeneratorMetrics(MetricGroup):
     def record_answer(self, new_tokens: int, forward_steps: int, decode_s: float,
                       draft_hits: Mapping[str, int] | None = None) -> None:
         """A finished answer: totals, its speed, and accepted draft tokens per source (DRAFT_SOURCES)."""
+        hits = dict(draft_hits or {})
+        unknown = set(hits) - set(DRAFT_SOURCES)
+        if unknown:  # checked first: a bad call records nothing
+            raise ValueError(f"unknown draft source {sorted(unknown)} (one of {', '.join(DRAFT_SOURCES)})")
         self.new_tokens.inc(new_tokens)
         self.forward_steps.inc(forward_steps)
         if decode_s > 0 and new_tokens > 0:
             self.tokens_per_second.observe(new_tokens / decode_s)
-        for source, hits in (draft_hits or {}).items():
-            if source not in DRAFT_SOURCES:
-                raise ValueError(f"unknown draft source {source!r} (one of {', '.join(DRAFT_SOURCES)})")
-            self.draft_hits.labels(source).inc(hits)
+        for source, count in hits.items():
+            self.draft_hits.labels(source).inc(count)
 
     def record_degraded(self, dependency: str) -> None:
         """An answer went on without ``dependency`` ("retriever" or "draftcache")."""
