@@ -1,0 +1,110 @@
+"""``lookahead-rag demo``: the embedded default, end to end, in one process.
+
+Retriever, draft cache and generator run in-process with the in-process event bus; the bundled
+corpus (Python standard-library docs) is ingested; a few questions are answered with the text
+streaming as tokens are verified, each followed by its speed against plain greedy decoding of the
+same prompt (transformers' generate on the stock model) and a check that the tokens are identical.
+Then the same questions again: the first answers now feed the draft cache and past sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from services.app import AllSettings, Pipeline
+
+DEFAULT_QUESTIONS = 3  # sample questions answered per round
+DEFAULT_MAX_NEW_TOKENS = 96  # per answer
+TENANT = "demo"
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lookahead-rag demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--questions", type=int, default=DEFAULT_QUESTIONS, help="sample questions per round")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
+    p.add_argument("--rounds", type=int, default=2, help="how many times the questions are asked")
+    p.add_argument("--ask", action="append", default=[], help="ask this question instead (repeatable)")
+    p.add_argument("--no-baseline", action="store_true", help="skip the plain greedy comparison")
+    return p.parse_args(argv)
+
+
+def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int], float]:
+    x = torch.tensor([prompt_ids])  # [1, prompt]
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=max_new)
+    return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
+
+
+async def _answer(pipeline: Pipeline, question: str, max_new: int) -> Any:
+    from lookahead_rag.v1 import generator_pb2
+
+    req = generator_pb2.AnswerRequest(tenant=TENANT, question=question,
+                                      params=generator_pb2.GenerationParams(max_new_tokens=max_new))
+    final = None
+    async for chunk in pipeline.engine.answer(req):
+        if chunk.HasField("delta"):
+            sys.stdout.write(chunk.delta.text)
+            sys.stdout.flush()
+        else:
+            final = chunk.final
+    print()
+    return final
+
+
+async def run(args: argparse.Namespace) -> int:
+    from services.retriever.corpus import bundled_corpus_path, sample_questions_path
+    from services.retriever.ingest import read_jsonl
+
+    t_start = time.perf_counter()
+    print("lookahead-rag demo: loading SmolLM2-135M-Instruct (the first run converts the bundled GGUF, ~25 s)...",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
+        settings = AllSettings.load(
+            None, generator={"data_dir": f"{tmp}/generator"}, retriever={"data_dir": f"{tmp}/retriever"},
+            draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""})
+        pipeline = await Pipeline.start(settings)
+        try:
+            docs = list(read_jsonl(bundled_corpus_path()))
+            result = await asyncio.to_thread(pipeline.retriever.ingest, TENANT, docs)
+            print(f"ingested the bundled corpus: {len(docs)} stdlib documents, {result.total_chunks} chunks "
+                  f"({time.perf_counter() - t_start:.0f} s since start)\n")
+            if args.ask:
+                questions = args.ask
+            else:
+                with open(sample_questions_path(), encoding="utf-8") as fh:
+                    questions = [json.loads(line)["question"] for line in fh if line.strip()][: args.questions]
+            model = pipeline.engine.decoder.model  # the stock model: the plain-greedy baseline
+            for round_no in range(1, args.rounds + 1):
+                if round_no > 1:
+                    await pipeline.bus.drain(timeout_s=30)
+                    print(f"=== round {round_no}: the same questions again; the earlier answers are now in the "
+                          "tenant's draft cache and past sessions ===\n")
+                for question in questions:
+                    print(f"Q: {question}\nA: ", end="", flush=True)
+                    final = await _answer(pipeline, question, args.max_new_tokens)
+                    st = final.stats
+                    line = (f"   [{st.new_tokens} tokens in {st.wall_s:.2f} s: {st.forward_steps} forward steps, "
+                            f"{st.mean_accepted_per_step:.2f} tokens/step")
+                    if not args.no_baseline:
+                        ids, greedy_s = await asyncio.to_thread(
+                            _greedy, model, list(final.prompt_ids), args.max_new_tokens)
+                        same = "identical tokens" if ids == list(final.output_ids) else "TOKENS DIFFER"
+                        line += f"; plain greedy {greedy_s:.2f} s -> {greedy_s / st.wall_s:.2f}x faster, {same}"
+                    print(line + "]\n", flush=True)
+        finally:
+            await pipeline.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return asyncio.run(run(parse_args(argv or [])))
