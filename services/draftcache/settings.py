@@ -32,17 +32,18 @@ class DraftCacheSettings(BaseSettings):
     )
     branch_length: int = Field(12, ge=2, description="tokens per window inserted into a tenant trie")
     node_capacity: int = Field(
-        100_000, ge=16, description="trie nodes kept per tenant and tokenizer; least-frequent pruned past it"
+        50_000, ge=16, description="trie nodes kept per tenant and tokenizer; least-frequent pruned past it"
     )
     prune_slack: float = Field(
-        0.1, gt=0.0, lt=1.0, description="pruning goes down to (1 - slack) * capacity so it is amortized"
+        0.25,
+        gt=0.0,
+        lt=1.0,
+        description="prune down to (1 - slack) * capacity (each prune walks the whole trie: rarer is cheaper)",
     )
     max_references: int = Field(
         1000, ge=0, description="most recent distinct outputs kept whole per tenant and tokenizer"
     )
-    max_reference_tokens: int = Field(
-        4096, ge=1, description="an output kept whole is cut to this many tokens"
-    )
+    max_reference_tokens: int = Field(4096, ge=1, description="an output kept whole is cut to this many tokens")
     max_event_ids: int = Field(
         100_000, ge=1, description="applied event ids remembered per tenant (oldest forgotten first)"
     )
@@ -65,12 +66,8 @@ class DraftCacheSettings(BaseSettings):
         (3, 2), min_length=1, description="prompt n-gram lengths looked up in the trie, longest first"
     )
     max_seed_children: int = Field(4, ge=1, description="continuations considered under one seed n-gram")
-    max_chain_tokens: int = Field(
-        64, ge=2, description="longest chained branch (its seed included) one Fetch returns"
-    )
-    max_request_ids: int = Field(
-        131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput"
-    )
+    max_chain_tokens: int = Field(64, ge=2, description="longest chained branch (its seed included) one Fetch returns")
+    max_request_ids: int = Field(131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput")
     max_tenants: int = Field(1000, ge=1, description="tenants held; outputs of further tenants are refused")
     max_tokenizers_per_tenant: int = Field(4, ge=1, description="tokenizer ids held per tenant")
     max_name_chars: int = Field(256, ge=1, description="longest tenant, tokenizer id or event id accepted")
@@ -89,9 +86,7 @@ class DraftCacheSettings(BaseSettings):
 
     def trie_config(self) -> TrieConfig:
         """The TrieConfig of every tenant trie."""
-        return TrieConfig(
-            branch_length=self.branch_length, capacity=self.node_capacity, prune_slack=self.prune_slack
-        )
+        return TrieConfig(branch_length=self.branch_length, capacity=self.node_capacity, prune_slack=self.prune_slack)
 
     def snapshot_path(self) -> Path | None:
         """Where the snapshot lives, or None when nothing persists."""

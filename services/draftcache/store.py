@@ -69,7 +69,7 @@ class DraftCacheStore:
         self._applied: dict[str, OrderedDict[str, None]] = {}  # tenant -> event ids, oldest first
         self._write_lock = threading.RLock()
         self.changes = 0  # bumped by every applied change (persistence saves when it moved)
-        self.saved_changes = -1  # ``changes`` at the last save/load (-1: never)
+        self.saved_changes = 0  # ``changes`` at the last save/load (an empty new store needs no file)
 
     # ---- scopes ------------------------------------------------------------------------------
     def _new_scope(self) -> _Scope:

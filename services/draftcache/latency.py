@@ -1,0 +1,101 @@
+"""Fetch latency of one tenant with many stored outputs (a quick measurement, not a test).
+
+    python -m services.draftcache.latency [--outputs 1000] [--queries 200] [--budget 0]
+
+Token streams come from the bundled corpus with a word-level tokenizer (no model needed): stored
+outputs are spans of documents (answers copy their sources), a request's prompt holds a few
+documents and a question, its references one past answer. Prints the median and p90 of
+``DraftCacheStore.fetch`` and ``add_output``, in milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import services
+from services.draftcache.settings import DraftCacheSettings
+from services.draftcache.store import DraftCacheStore
+
+CORPUS = Path(services.__file__).parent / "data" / "stdlib_corpus.jsonl"
+WORD = re.compile(r"\w+|[^\w\s]")
+TENANT, TOKENIZER = "bench", "words"
+OUTPUT_TOKENS = (64, 160)  # stored output length range (tokens)
+PROMPT_DOCS = 4  # documents in a prompt
+DOC_TOKENS = 300  # each cut to this many tokens
+QUESTION_TOKENS = 16  # the question: a short span of one document
+P90 = 0.9
+T = TypeVar("T")
+
+
+def tokenized_docs(path: Path) -> list[list[int]]:
+    vocab: dict[str, int] = {}
+    docs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        words = WORD.findall(json.loads(line)["text"])
+        docs.append([vocab.setdefault(w, len(vocab)) for w in words])
+    return [d for d in docs if len(d) >= OUTPUT_TOKENS[0]]
+
+
+def span(rng: random.Random, doc: list[int], length: int) -> list[int]:
+    start = rng.randrange(max(1, len(doc) - length))
+    return doc[start : start + length]
+
+
+def timed_ms(fn: Callable[[], T]) -> tuple[T, float]:
+    """fn's result and how long it took."""
+    t0 = time.perf_counter()
+    result = fn()
+    return result, (time.perf_counter() - t0) * 1000.0
+
+
+def summary(name: str, samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p90 = ordered[int(P90 * (len(ordered) - 1))]
+    return (
+        f"{name:<12} n={len(samples):<5} median={statistics.median(samples):7.2f} ms"
+        f"   p90={p90:7.2f} ms   max={ordered[-1]:7.2f} ms   total={sum(samples) / 1000:6.2f} s"
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--outputs", type=int, default=1000, help="stored outputs of the tenant")
+    parser.add_argument("--queries", type=int, default=200, help="fetches measured")
+    parser.add_argument("--budget", type=int, default=0, help="fetch budget (0: the default)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    rng = random.Random(args.seed)
+    docs = tokenized_docs(CORPUS)
+    store = DraftCacheStore(DraftCacheSettings(data_dir=None))
+    outputs = []
+    add_ms = []
+    for i in range(args.outputs):
+        out = span(rng, rng.choice(docs), rng.randint(*OUTPUT_TOKENS))
+        outputs.append(out)
+        add_ms.append(timed_ms(lambda out=out, i=i: store.add_output(TENANT, TOKENIZER, out, f"e{i}"))[1])
+    fetch_ms, tokens = [], []
+    for _ in range(args.queries):
+        chosen = rng.sample(docs, PROMPT_DOCS)
+        prompt = [t for d in chosen for t in d[:DOC_TOKENS]] + span(rng, chosen[0], QUESTION_TOKENS)
+        refs = rng.choice(outputs)
+        branches, ms = timed_ms(lambda p=prompt, r=refs: store.fetch(TENANT, TOKENIZER, p, r, args.budget))
+        fetch_ms.append(ms)
+        tokens.append(sum(len(b.ids) for b in branches))
+    stats = store.stats(TENANT)[0]
+    print(f"tenant: {stats.outputs} outputs, {stats.references} kept whole, {stats.nodes} trie nodes")
+    print(f"prompt ~{PROMPT_DOCS * DOC_TOKENS + QUESTION_TOKENS} tokens + {OUTPUT_TOKENS} reference tokens")
+    print(summary("add_output", add_ms))
+    print(summary("fetch", fetch_ms), f"  tokens returned (median)={statistics.median(tokens):.0f}")
+
+
+if __name__ == "__main__":
+    main()
