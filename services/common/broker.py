@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import signal
 import socket
@@ -27,7 +26,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 9092
 STORAGE_ENGINE = "memory://tansu/"
 START_TIMEOUT_S = 10.0  # how long start() waits for the port to accept connections
-STOP_TIMEOUT_S = 5.0  # SIGTERM grace before SIGKILL
+STOP_TIMEOUT_S = 2.0  # SIGINT grace before SIGKILL (memory storage: nothing to flush)
 CONNECT_POLL_S = 0.02  # pause between connection attempts while starting
 CONNECT_TIMEOUT_S = 0.2  # one connection attempt
 TOPIC_ALREADY_EXISTS = 36  # Kafka error code
@@ -124,7 +123,7 @@ class LocalBroker:
         if self._proc is None:
             return
         if self._proc.poll() is None:
-            self._proc.terminate()
+            self._proc.send_signal(signal.SIGINT)  # tansu drains for 5 s on SIGTERM, exits at once on SIGINT
             try:
                 self._proc.wait(STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -171,6 +170,14 @@ async def ensure_topics(
         await admin.close()
 
 
+class _StopRequested(Exception):
+    """SIGINT or SIGTERM reached ``lookahead-rag broker``."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _StopRequested(signal.Signals(signum).name)
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="lookahead-rag broker", description="run the bundled tansu broker (memory storage)"
@@ -190,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lookahead-rag broker: {exc}", file=sys.stderr)
         return 1
     broker.start()
-    signal.signal(signal.SIGTERM, lambda *_: broker.stop())
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _raise_stop)
     print(f"tansu broker on {broker.bootstrap} (memory storage, cluster {broker.cluster_id})", flush=True)
     if args.create_topics:
         from services.common.kafka_settings import KafkaSettings
@@ -199,8 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         topics = {settings.topic: settings.partitions, settings.dlt_topic: settings.dlt_partitions}
         asyncio.run(ensure_topics(broker.bootstrap, topics, settings.replication_factor))
         print(f"topics: {', '.join(topics)}", flush=True)
-    code = 0
-    with contextlib.suppress(KeyboardInterrupt):
+    try:
         code = broker.wait()
-    broker.stop()
-    return max(code, 0)  # negative = ended by our signal
+    except _StopRequested:
+        code = 0
+    finally:
+        broker.stop()
+    return max(code, 0)  # negative = ended by a signal

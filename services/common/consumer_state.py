@@ -63,15 +63,18 @@ def decode(data: bytes) -> ConsumerState:
     except ValueError as exc:
         raise StateFileError(f"bad header: {exc}") from exc
     snapshot = data[start + size :]
-    if hashlib.sha256(snapshot).hexdigest() != header.get("snapshot_sha256"):
-        raise StateFileError("snapshot checksum mismatch")
-    return ConsumerState(
-        topic=header["topic"],
-        group=header["group"],
-        cluster_id=header["cluster_id"],
-        offsets={int(p): int(o) for p, o in header["offsets"].items()},
-        snapshot=snapshot,
-    )
+    try:
+        if hashlib.sha256(snapshot).hexdigest() != header["snapshot_sha256"]:
+            raise StateFileError("snapshot checksum mismatch")
+        return ConsumerState(
+            topic=str(header["topic"]),
+            group=str(header["group"]),
+            cluster_id=str(header["cluster_id"]),
+            offsets={int(p): int(o) for p, o in header["offsets"].items()},
+            snapshot=snapshot,
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise StateFileError(f"bad header: {exc!r}") from exc
 
 
 def write_state(path: Path, state: ConsumerState) -> None:
@@ -79,11 +82,15 @@ def write_state(path: Path, state: ConsumerState) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")  # unique: an abandoned write cannot collide
-    with open(tmp, "wb") as f:
-        f.write(encode(state))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(encode(state))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

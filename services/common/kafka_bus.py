@@ -15,7 +15,7 @@ from lookahead_rag.v1 import events_pb2
 
 from services.common.broker import ensure_topics
 from services.common.bus import ConsumerCounters, EventApplier
-from services.common.kafka_consumer import KafkaConsumerRunner, cluster_id
+from services.common.kafka_consumer import KafkaConsumerRunner, cluster_view
 from services.common.kafka_settings import KafkaSettings
 from services.common.outbox import FlusherConfig, Outbox, OutboxFlusher
 
@@ -80,20 +80,38 @@ class KafkaPublisher:
 
 
 async def log_end_offsets(settings: KafkaSettings) -> tuple[str, dict[int, int]]:
-    """(cluster id, partition -> end offset) of the topic, read after each other."""
+    """(cluster id, partition -> end offset) of the topic; no partitions when it does not exist.
+
+    The ends are the high-water marks of fetches sent after this call began, not ListOffsets
+    answers: the bundled tansu broker answers ListOffsets(latest) wrongly once a produce request
+    carried several records (it counts batches).
+    """
     timeout_s = settings.request_timeout_ms / MS_PER_S
-    cluster = await cluster_id(settings.bootstrap_servers, timeout_s)
+    cluster, partitions = await cluster_view(settings.bootstrap_servers, settings.topic, timeout_s)
+    if not partitions:
+        return cluster, {}
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers, request_timeout_ms=settings.request_timeout_ms
+        bootstrap_servers=settings.bootstrap_servers,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        request_timeout_ms=settings.request_timeout_ms,
     )
     await consumer.start()
+    tps = [TopicPartition(settings.topic, p) for p in partitions]
+
+    async def _fetch_once() -> dict[int, int]:
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        while any(consumer.highwater(tp) is None for tp in tps):
+            await consumer.getmany(timeout_ms=settings.poll_timeout_ms, max_records=1)
+        return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
+
     try:
-        partitions = consumer.partitions_for_topic(settings.topic) or set()
-        tps = [TopicPartition(settings.topic, p) for p in sorted(partitions)]
-        ends = await asyncio.wait_for(consumer.end_offsets(tps), timeout_s) if tps else {}
+        ends = await asyncio.wait_for(_fetch_once(), timeout_s)
     finally:
         await consumer.stop()
-    return cluster, {tp.partition: off for tp, off in ends.items()}
+    return cluster, ends
 
 
 class KafkaBus:
@@ -158,6 +176,6 @@ class KafkaBus:
             await self.publisher.flushed()
             cluster, ends = await log_end_offsets(self.settings)
             for runner in self.runners.values():
-                await runner.wait_caught_up(ends, cluster)
+                await runner.wait_caught_up(cluster, ends)
 
         await asyncio.wait_for(_drain(), timeout_s)

@@ -48,14 +48,17 @@ def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:
     return event
 
 
-async def cluster_id(bootstrap: str, timeout_s: float) -> str:
-    """The id of the cluster behind ``bootstrap``."""
+async def cluster_view(bootstrap: str, topic: str, timeout_s: float) -> tuple[str, list[int]]:
+    """(id of the cluster behind ``bootstrap``, partitions of ``topic`` there); creates nothing."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * MS_PER_S))
     await admin.start()
     try:
-        return str((await admin.describe_cluster()).get("cluster_id") or "")
+        cluster = str((await admin.describe_cluster()).get("cluster_id") or "")
+        topics = await admin.describe_topics(None)  # all topics: naming one may auto-create it
     finally:
         await admin.close()
+    found = [t for t in topics if t["topic"] == topic and not t["error_code"]]
+    return cluster, sorted(p["partition"] for t in found for p in t["partitions"])
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -137,17 +140,17 @@ class KafkaConsumerRunner:
         """Wait until the group gave this member its partitions."""
         await asyncio.wait_for(self._assigned.wait(), timeout_s)
 
-    def caught_up(self, end_offsets: dict[int, int], cluster: str) -> bool:
+    def caught_up(self, cluster: str, end_offsets: dict[int, int]) -> bool:
         """True when every record below ``end_offsets`` of ``cluster`` is in the applier's state."""
         if self._cluster_id != cluster:
             return False
         return all(self._positions.get(p, 0) >= end for p, end in end_offsets.items() if end > 0)
 
     async def wait_caught_up(
-        self, end_offsets: dict[int, int], cluster: str, timeout_s: float | None = None
+        self, cluster: str, end_offsets: dict[int, int], timeout_s: float | None = None
     ) -> None:
         async def _poll() -> None:
-            while not self.caught_up(end_offsets, cluster):
+            while not self.caught_up(cluster, end_offsets):
                 if self._task is None or self._task.done():
                     raise RuntimeError(f"consumer {self.group} is not running")
                 await asyncio.sleep(CAUGHT_UP_POLL_S)
@@ -157,6 +160,11 @@ class KafkaConsumerRunner:
     @property
     def positions(self) -> dict[int, int]:
         return dict(self._positions)
+
+    @property
+    def running(self) -> bool:
+        """False once stopped, killed, or dead of an error its loop could not handle."""
+        return self._task is not None and not self._task.done()
 
     # --- the loop ---
     async def _run(self) -> None:
@@ -350,7 +358,8 @@ class KafkaConsumerRunner:
 
     async def _check_cluster(self) -> None:
         try:
-            current = await cluster_id(self.settings.bootstrap_servers, self.settings.commit_timeout_s)
+            timeout_s = self.settings.commit_timeout_s
+            current, _ = await cluster_view(self.settings.bootstrap_servers, self.topic, timeout_s)
         except Exception as exc:
             log.warning("%s: cannot read the cluster id (%r); keeping saved offsets", self.group, exc)
             return
