@@ -10,9 +10,10 @@ Tenants and tokenizers never mix: each (tenant, tokenizer_id) has its own trie a
 fetch reads only its own scope. Applied event ids are remembered per tenant (bounded) and kept in
 the snapshot, so replaying the log after a restore applies nothing twice.
 
-Thread-safety: mutations and snapshots serialize on one write lock; each scope has its own lock,
-held by a mutation of that scope and by a fetch, so fetches of one tenant never wait for another
-tenant's writes (the scope map is only replaced under the write lock; reads are single dict gets).
+Thread-safety: each tenant has one lock, held by its writes, fetches, stats and its part of a
+snapshot, so one tenant never waits for another's work and a snapshot never stalls every writer
+at once; a store-wide lock only guards creating tenants and swapping state on ``restore``. Each
+tenant's part of a snapshot is consistent with its applied event ids (events are per tenant).
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from services.draftcache.validate import check_budget, check_ids, check_name
 
 log = logging.getLogger(__name__)
 
-ScopeKey = tuple[str, str]  # (tenant, tokenizer_id)
 _TRIE_BRANCH_LENGTH = struct.Struct("<q")  # first field of TokenTrie.dump_outputs()
 
 
@@ -54,8 +54,16 @@ class ScopeStats:
 
 @dataclass
 class _Scope:
+    """One (tenant, tokenizer): the trie of output windows and the outputs kept whole."""
+
     trie: TokenTrie
     refs: ReferenceStore
+
+
+@dataclass
+class _Tenant:
+    scopes: dict[str, _Scope] = field(default_factory=dict)  # tokenizer id -> scope
+    applied: OrderedDict[str, None] = field(default_factory=OrderedDict)  # event ids, oldest first
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -65,42 +73,44 @@ class DraftCacheStore:
     def __init__(self, settings: DraftCacheSettings) -> None:
         self.settings = settings
         self._trie_config = settings.trie_config()
-        self._scopes: dict[ScopeKey, _Scope] = {}
-        self._applied: dict[str, OrderedDict[str, None]] = {}  # tenant -> event ids, oldest first
-        self._write_lock = threading.RLock()
+        self._tenants: dict[str, _Tenant] = {}
+        self._lock = threading.Lock()  # creating tenants, swapping state, the change counter
         self.changes = 0  # bumped by every applied change (persistence saves when it moved)
         self.saved_changes = 0  # ``changes`` at the last save/load (an empty new store needs no file)
 
-    # ---- scopes ------------------------------------------------------------------------------
-    def _new_scope(self) -> _Scope:
+    # ---- tenants and scopes --------------------------------------------------------------------
+    def _new_refs(self) -> ReferenceStore:
         s = self.settings
-        refs = ReferenceStore(
-            s.max_references, s.similarity_ngram, s.max_reference_tokens, s.max_ngram_outputs
-        )
-        return _Scope(TokenTrie(self._trie_config), refs)
+        return ReferenceStore(s.max_references, s.similarity_ngram, s.max_reference_tokens, s.max_ngram_outputs)
 
-    def _scope_for_write(self, tenant: str, tokenizer_id: str) -> _Scope:
-        """The scope, created if needed within the tenant/tokenizer limits (caller holds the write lock)."""
-        key = (tenant, tokenizer_id)
-        scope = self._scopes.get(key)
+    def _tenant_for_write(self, name: str) -> _Tenant:
+        """The tenant, created if the tenant limit allows."""
+        tenant = self._tenants.get(name)
+        if tenant is not None:
+            return tenant
+        with self._lock:
+            tenant = self._tenants.get(name)
+            if tenant is None:
+                if len(self._tenants) >= self.settings.max_tenants:
+                    raise ResourceExhausted(f"draft cache holds {len(self._tenants)} tenants already (max_tenants)")
+                tenant = self._tenants[name] = _Tenant()
+            return tenant
+
+    def _scope_for_write(self, tenant: _Tenant, name: str, tokenizer_id: str) -> _Scope:
+        """The tenant's scope of ``tokenizer_id``, created if the limit allows (tenant lock held)."""
+        scope = tenant.scopes.get(tokenizer_id)
         if scope is not None:
             return scope
-        tenants = {t for t, _ in self._scopes}
-        if tenant not in tenants and len(tenants) >= self.settings.max_tenants:
-            raise ResourceExhausted(f"draft cache holds {len(tenants)} tenants already (max_tenants)")
-        tokenizers = sum(1 for t, _ in self._scopes if t == tenant)
-        if tokenizers >= self.settings.max_tokenizers_per_tenant:
+        if len(tenant.scopes) >= self.settings.max_tokenizers_per_tenant:
             raise ResourceExhausted(
-                f"tenant {tenant!r} has {tokenizers} tokenizers already (max_tokenizers_per_tenant)"
+                f"tenant {name!r} has {len(tenant.scopes)} tokenizers already (max_tokenizers_per_tenant)"
             )
-        scope = self._scopes[key] = self._new_scope()
+        scope = tenant.scopes[tokenizer_id] = _Scope(TokenTrie(self._trie_config), self._new_refs())
         return scope
 
-    def _remember(self, tenant: str, event_id: str) -> None:
-        seen = self._applied.setdefault(tenant, OrderedDict())
-        seen[event_id] = None
-        while len(seen) > self.settings.max_event_ids:
-            seen.popitem(last=False)
+    def _changed(self) -> None:
+        with self._lock:
+            self.changes += 1
 
     # ---- writes ------------------------------------------------------------------------------
     def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str) -> bool:
@@ -110,16 +120,18 @@ class DraftCacheStore:
         check_name("tokenizer_id", tokenizer_id, s.max_name_chars)
         check_name("event_id", event_id, s.max_name_chars)
         ids = check_ids("output_ids", output_ids, s.max_request_ids)
-        with self._write_lock:
-            if event_id in self._applied.get(tenant, ()):
+        state = self._tenant_for_write(tenant)
+        with state.lock:
+            if event_id in state.applied:
                 return False
-            scope = self._scope_for_write(tenant, tokenizer_id)
-            with scope.lock:
-                scope.trie.insert_output(ids)
-                scope.refs.add(ids)
-            self._remember(tenant, event_id)
-            self.changes += 1
-            return True
+            scope = self._scope_for_write(state, tenant, tokenizer_id)
+            scope.trie.insert_output(ids)
+            scope.refs.add(ids)
+            state.applied[event_id] = None
+            while len(state.applied) > s.max_event_ids:
+                state.applied.popitem(last=False)
+        self._changed()
+        return True
 
     def apply(self, event: events_pb2.GenerationCompleted) -> bool:
         """EventApplier: insert the event's output; False when its event_id was applied before."""
@@ -147,53 +159,60 @@ class DraftCacheStore:
             raise InvalidArgument(f"prompt_ids + reference_ids has {total} ids; at most {s.max_request_ids}")
         prompt = check_ids("prompt_ids", prompt_ids, s.max_request_ids)
         references = check_ids("reference_ids", reference_ids, s.max_request_ids)
-        scope = self._scopes.get((tenant, tokenizer_id))
-        if scope is None:
+        state = self._tenants.get(tenant)
+        if state is None:
             return []
-        with scope.lock:
+        with state.lock:
+            scope = state.scopes.get(tokenizer_id)
+            if scope is None:
+                return []
             return fetch_branches(scope.trie, scope.refs, prompt, references, budget, s)
 
     def stats(self, tenant: str = "") -> list[ScopeStats]:
         """Per-scope sizes of ``tenant`` (every tenant when empty), sorted by (tenant, tokenizer)."""
         out = []
-        for (t, tok), scope in sorted(self._scopes.items()):
-            if tenant and t != tenant:
+        for name, state in self._sorted_tenants():
+            if tenant and name != tenant:
                 continue
-            with scope.lock:
-                trie, refs = scope.trie, scope.refs
-                nbytes = trie.nbytes() + refs.nbytes()
-                out.append(ScopeStats(t, tok, trie.node_count, nbytes, trie.outputs_inserted, len(refs)))
+            with state.lock:
+                for tok, scope in sorted(state.scopes.items()):
+                    trie, refs = scope.trie, scope.refs
+                    nbytes = trie.nbytes() + refs.nbytes()
+                    out.append(ScopeStats(name, tok, trie.node_count, nbytes, trie.outputs_inserted, len(refs)))
         return out
 
     def tenants(self) -> list[str]:
-        return sorted({t for t, _ in self._scopes})
+        return [name for name, _ in self._sorted_tenants()]
+
+    def _sorted_tenants(self) -> list[tuple[str, _Tenant]]:
+        with self._lock:
+            return sorted(self._tenants.items())
 
     # ---- snapshot ----------------------------------------------------------------------------
     def snapshot(self) -> bytes:
         """EventApplier: every scope's trie and whole outputs plus the applied event ids."""
-        with self._write_lock:
-            state = codec.StoreState(applied={t: list(ids) for t, ids in self._applied.items()})
-            for (tenant, tok), scope in self._scopes.items():
-                with scope.lock:
-                    state.scopes.append(
-                        codec.ScopeState(tenant, tok, scope.trie.dump_outputs(), scope.refs.items())
-                    )
-            return codec.encode(state)
+        state = codec.StoreState()
+        for name, tenant in self._sorted_tenants():
+            with tenant.lock:
+                state.applied[name] = list(tenant.applied)
+                for tok, scope in sorted(tenant.scopes.items()):
+                    state.scopes.append(codec.ScopeState(name, tok, scope.trie.dump_outputs(), scope.refs.items()))
+        return codec.encode(state)
 
     def restore(self, data: bytes) -> None:
-        """EventApplier: replace the whole state with a snapshot's (raises SnapshotError, state kept)."""
+        """EventApplier: replace the whole state with a snapshot's (raises SnapshotError, state kept).
+
+        Writes racing with a restore may be lost: restore at start, or from the consumer's own thread.
+        """
         state = codec.decode(data)
-        scopes: dict[ScopeKey, _Scope] = {}
+        tenants = {name: _Tenant(applied=OrderedDict.fromkeys(ids)) for name, ids in state.applied.items()}
         for saved in state.scopes:
-            scope = self._new_scope()
-            scope.trie = self._load_trie(saved.trie)
+            scope = _Scope(self._load_trie(saved.trie), self._new_refs())
             for ids, count in saved.outputs:
                 scope.refs.add(ids, count)
-            scopes[(saved.tenant, saved.tokenizer_id)] = scope
-        applied = {t: OrderedDict.fromkeys(ids) for t, ids in state.applied.items()}
-        with self._write_lock:
-            self._scopes = scopes
-            self._applied = applied
+            tenants.setdefault(saved.tenant, _Tenant()).scopes[saved.tokenizer_id] = scope
+        with self._lock:
+            self._tenants = tenants
             self.changes += 1
 
     def _load_trie(self, data: bytes) -> TokenTrie:
@@ -223,5 +242,5 @@ class DraftCacheStore:
             return False
         self.restore(data)
         self.saved_changes = self.changes
-        log.info("draft cache restored %d scopes from %s", len(self._scopes), path)
+        log.info("draft cache restored %d tenants from %s", len(self._tenants), path)
         return True
