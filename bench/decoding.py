@@ -90,6 +90,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--warm-skip", type=int, default=0,
                    help="skip the first N answerable --warm questions (e.g. the benchmarked ones)")
     p.add_argument("--repeat", action="store_true", help="ask every question twice, report the second pass")
+    p.add_argument("--retrieve", type=int, default=0,
+                   help="K: prompts hold the top-K retrieved chunks of the corpus instead of doc_id's paragraph")
+    p.add_argument("--via-grpc", action="store_true",
+                   help="also answer the questions through the three services, in-process and over loopback gRPC")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     return p.parse_args(argv)
@@ -122,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     corpus = {row["id"]: row for row in read_jsonl(args.corpus)}
     pool = answerable(read_jsonl(args.questions))
     questions = pool[: args.limit]
-    prompts = [grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"]) for q in questions]
+    if args.retrieve:
+        prompts = _retrieved_prompts(tok, list(corpus.values()), [q["question"] for q in questions],
+                                     args.retrieve, args.max_new_tokens)
+    else:
+        prompts = [grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"]) for q in questions]
 
     base = DecodingConfig(max_new_tokens=args.max_new_tokens)
     if args.branch_length:
@@ -227,12 +235,44 @@ def main(argv: list[str] | None = None) -> int:
         "calibration": calibration,
         "modes": rows,
     }
+    if args.via_grpc:
+        import asyncio
+
+        from bench.pipeline import measure_pipeline
+        from services.retriever.documents import Document
+
+        docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
+        print("answering through the pipeline: in-process vs three gRPC services on loopback...")
+        extra = asyncio.run(measure_pipeline(model, tok, docs, [q["question"] for q in questions],
+                                             args.retrieve or 3, args.max_new_tokens))
+        data["pipeline"], data["retrieval"] = extra["pipeline"], extra["retrieval"]
+        print_table([{**extra["pipeline"], **extra["retrieval"]}], [
+            ("in_process_wall_s", "in-process s", ".2f"), ("grpc_wall_s", "gRPC s", ".2f"),
+            ("overhead_frac", "overhead", ".3f"), ("same_outputs", "same out", ".2f"),
+            ("chunks", "chunks", "d"), ("p50_ms", "retrieve p50 ms", ".1f"), ("p99_ms", "p99 ms", ".1f")])
     if args.json:
         write_json(args.json, data)
         png = args.png or str(args.json).removesuffix(".json") + ".png"
         _plot(data, png)
         print(f"wrote {args.json} and {png}")
     return 0
+
+
+def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str], k: int,
+                       max_new: int) -> list[list[int]]:
+    """Prompts assembled by the retriever from the top-k chunks of the whole corpus."""
+    import tempfile
+
+    from services.retriever.core import RetrieverCore
+    from services.retriever.documents import Document
+    from services.retriever.settings import RetrieverSettings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        core = RetrieverCore(RetrieverSettings(data_dir=tmp), tokenizer=tok)
+        core.ingest("bench", [Document(r["id"], r.get("title", ""), r["text"]) for r in rows])
+        prompts = [list(core.retrieve("bench", q, k, 0, max_new).prompt_ids) for q in questions]
+        core.close()
+    return prompts
 
 
 def _plot(data: dict[str, Any], path: str) -> None:
