@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from bench.retrieval import measure_retrieval, variants
 from services.retriever import atomic
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document, make_chunks
@@ -172,3 +173,17 @@ def test_vector_cache_serves_hits_and_encodes_misses(tmp_path: Path, embedder: E
     np.testing.assert_allclose(out, fresh, atol=2e-3)  # the hit went through float16 storage
     assert with_cache(embedder, path, "another-model") is embedder
     assert with_cache(embedder, tmp_path / "missing.npz", embedder.name) is embedder
+
+
+def test_bench_measure_retrieval_and_variant_filler(embedder: Embedder, tok: Any) -> None:
+    core = make_core(embedder, tok, None)
+    s = core.settings
+    chunks = [c for d in DOCS for c in make_chunks(d, s.chunk_chars, s.chunk_overlap)]
+    vectors = embedder.encode([c.embedding_text() for c in chunks])
+    docs, texts, noisy = variants(chunks, vectors, 10, s, noise=0.3)
+    assert len(docs) == len(texts) == noisy.shape[0] == 10 and len(set(texts)) == 10
+    np.testing.assert_allclose(np.linalg.norm(noisy, axis=1), 1.0, rtol=1e-5)
+    core.ingest("t", DOCS)
+    result = measure_retrieval(core, "t", QUESTIONS, k=2)
+    assert set(result) == {"chunks", "p50_ms", "p99_ms"} and result["chunks"] == len(DOCS)
+    assert 0 < result["p50_ms"] <= result["p99_ms"]
