@@ -124,7 +124,11 @@ class Pipeline:
         for server in reversed(self.servers):
             await stop_server(server, grace)
         if self.draftcache_service is not None:
-            await self.draftcache_service.stop(grace)
+            await self.draftcache_service.stop(grace)  # ends with a final snapshot
+        else:
+            from services.draftcache.servicer import save_if_changed
+
+            await save_if_changed(self.draftcache)
         for channel in self.channels:
             await channel.close()
         await self.bus.stop()

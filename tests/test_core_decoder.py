@@ -123,12 +123,6 @@ def test_absent_stop_string_changes_nothing() -> None:
     assert res.text == decode(ids)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: GenerationResult.text keeps (part of) the stop string when the token completing it "
-    "carries more text: detok.TextStreamer.push emits all but len(stop)-1 chars without looking for a "
-    "completed stop string, and finish() cannot take back what push returned",
-)
 def test_generate_text_is_cut_before_the_stop_string() -> None:
     dec = decoder()
     for name, stops, _, want_text, config, prompt in stop_runs():
@@ -137,10 +131,6 @@ def test_generate_text_is_cut_before_the_stop_string() -> None:
         assert not any(s in text for s in stops), name
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: stream() yields (part of) a stop string completed inside a step (same cause as the text)",
-)
 def test_stream_is_cut_before_the_stop_string() -> None:
     dec = decoder()
     for name, stops, _, want_text, config, prompt in stop_runs():

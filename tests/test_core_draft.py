@@ -79,11 +79,6 @@ def test_modes(mode: DraftMode, budget: int, max_depth: int, paths: list[list[in
     assert len(tree) == size
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (wasted budget): parallel mode adds, from the shorter suffix, chains identical to ones the "
-    "longer suffix already drafted",
-)
 def test_parallel_does_not_repeat_identical_chains() -> None:
     trie = trie_of(PROMPTS, OUTPUTS)
     tree = retrieve_draft(trie, [6, 1, 2], cfg(DraftMode.PARALLEL), budget=16, max_depth=8)
@@ -170,11 +165,6 @@ def test_zero_budget_or_depth_gives_empty_draft(mode: DraftMode, budget: int, ma
     assert len(retrieve_draft(trie, [1], cfg(mode), budget=budget, max_depth=max_depth)) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: DecodingConfig(mode='none') keeps the str; retrieve_draft compares with `is DraftMode.X`, "
-    "so every string mode silently drafts as parallel",
-)
 def test_mode_given_as_string() -> None:
     trie = trie_of([[1, 2, 3, 4]])
     config = DecodingConfig(mode="none")  # type: ignore[arg-type]

@@ -190,11 +190,6 @@ def test_cursor_equals_insert_output(tokens: list[int], length: int, chunks: lis
     assert fed.outputs_inserted == whole.outputs_inserted == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: OutputCursor keeps references to nodes that maybe_prune (triggered by another output on "
-    "a shared trie) detaches; later feeds count into orphans and inflate node_count",
-)
 def test_cursor_survives_pruning_by_another_output() -> None:
     config = TrieConfig(branch_length=4, capacity=4, prune_slack=0.0)
     trie = TokenTrie(config)

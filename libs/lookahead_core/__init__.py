@@ -1,28 +1,29 @@
-"""lookahead_core: lossless multi-branch (lookahead) decoding for Hugging Face causal LMs."""
+"""lookahead_core: lossless multi-branch (lookahead) decoding for Hugging Face causal LMs.
 
-from .config import DecodingConfig, DraftMode, TrieConfig
-from .decoder import GenerationResult, GenerationStats, LookaheadDecoder
-from .draft import DraftTree, retrieve_draft
-from .kvcache import compact_cache, rollback_cache
-from .models import DEFAULT_MODEL, load_model, load_tokenizer, tokenizer_id
-from .trie import TokenTrie
-from .verify import accept_longest
+Names are imported lazily, so light users (the draft cache's trie) do not pay for torch.
+"""
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "DecodingConfig",
-    "DraftMode",
-    "DraftTree",
-    "GenerationResult",
-    "GenerationStats",
-    "LookaheadDecoder",
-    "TokenTrie",
-    "TrieConfig",
-    "accept_longest",
-    "compact_cache",
-    "load_model",
-    "load_tokenizer",
-    "retrieve_draft",
-    "rollback_cache",
-    "tokenizer_id",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "DecodingConfig": "config", "DraftMode": "config", "TrieConfig": "config",
+    "GenerationResult": "decoder", "GenerationStats": "decoder", "LookaheadDecoder": "decoder",
+    "DraftTree": "draft", "retrieve_draft": "draft",
+    "compact_cache": "kvcache", "rollback_cache": "kvcache",
+    "DEFAULT_MODEL": "models", "load_model": "models", "load_tokenizer": "models", "tokenizer_id": "models",
+    "TokenTrie": "trie",
+    "accept_longest": "verify",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'lookahead_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -55,6 +55,7 @@ class DecodingConfig:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings
         if self.decoding_length < 0:
             raise ValueError("decoding_length must be >= 0")
         if self.max_new_tokens <= 0:

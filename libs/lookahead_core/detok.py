@@ -59,20 +59,32 @@ class TextStreamer:
         self._hold = max((len(s) for s in self.stops), default=1) - 1  # chars a stop could start in
         self.text = ""  # everything decoded so far
         self.sent = 0  # characters of ``text`` already returned
+        self.stopped = False  # a stop string was seen: nothing more is emitted
 
     def push(self, new_ids: Sequence[int]) -> str:
         """Add verified tokens; return the text now safe to show."""
+        if self.stopped:
+            return ""
         self.text += self.detok.push(new_ids)
+        if self._cut_at_stop():
+            return self._take(len(self.text))
         safe = len(self.text) - self._hold if self.stops else len(self.text)
         return self._take(safe)
 
     def finish(self) -> str:
         """The rest of the text, cut before the first stop string."""
-        self.text += self.detok.flush()
+        if not self.stopped:
+            self.text += self.detok.flush()
+            self._cut_at_stop()
+        return self._take(len(self.text))
+
+    def _cut_at_stop(self) -> bool:
+        """Cut ``text`` before the first complete stop string; True once one was found."""
         cuts = [self.text.find(s) for s in self.stops if s in self.text]
         if cuts:
             self.text = self.text[: min(cuts)]
-        return self._take(len(self.text))
+            self.stopped = True
+        return self.stopped
 
     def _take(self, upto: int) -> str:
         if upto <= self.sent:

@@ -178,6 +178,7 @@ def retrieve_draft(
                     break
             return tree
         want = config.min_fill * budget
+        seen_chains: set[tuple[int, ...]] = set()
         for matched, node in stages:
             if config.mode is DraftMode.HIERARCHICAL:
                 # A long suffix match means the text is being copied: then confident nodes may
@@ -187,7 +188,9 @@ def retrieve_draft(
                 _grow_tree(tree, node, cap, max_depth, weight, banned, budget, config.extend_min_prob)
             else:  # PARALLEL: separate chains, shared prefixes are not merged
                 for chain in _best_chains(node, budget - len(tree), max_depth, weight, banned):
-                    tree.add_chain(chain, merge=False)
+                    if tuple(chain) not in seen_chains:  # a shorter suffix may find the same chain
+                        seen_chains.add(tuple(chain))
+                        tree.add_chain(chain, merge=False)
             if len(tree) >= want:
                 break
     return tree

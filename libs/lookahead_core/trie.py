@@ -7,7 +7,9 @@ n-gram (n <= branch_length) counts exactly how often that n-gram occurred. Two c
 and are removed when it ends; output-only nodes are pruned, least frequent first, past capacity.
 
 Invariant used by pruning: a child's counts never exceed its parent's (every occurrence of an
-n-gram is also an occurrence of its prefix), so sorting by (freq, -depth) visits leaves first.
+n-gram is also an occurrence of its prefix) and a child was last touched no later than its parent
+(an insertion touches the whole path). So the key (freq, last touched) never grows going down, and
+removing nodes in ascending key order (deeper first on ties) always removes a leaf.
 """
 
 from __future__ import annotations
@@ -17,18 +19,27 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
+
 from .config import TrieConfig
+
+# Prune key layout (one int64): freq | recency stamp | (DEPTH_CAP - depth), most significant first.
+DEPTH_BITS = 8
+DEPTH_CAP = (1 << DEPTH_BITS) - 1
+STAMP_SHIFT = 40  # the stamp gets 32 bits, freq the 23 above
+FREQ_CAP = (1 << 23) - 1
 
 
 class Node:
     """One trie node: children by token, output count and prompt count."""
 
-    __slots__ = ("children", "freq", "pfreq")
+    __slots__ = ("children", "freq", "pfreq", "seen")
 
     def __init__(self) -> None:
         self.children: dict[int, Node] = {}
         self.freq = 0  # output occurrences of the n-gram ending here
         self.pfreq = 0  # prompt/reference occurrences (live owners only)
+        self.seen = 0  # trie clock when an output last passed through (recency, for pruning)
 
     def weight(self, prompt_weight: float) -> float:
         """Drafting weight: outputs count once, prompt occurrences prompt_weight times."""
@@ -52,6 +63,8 @@ class TokenTrie:
         self._prompt_nodes = 0  # nodes with pfreq > 0
         self._owners: dict[str, list[Sequence[int]]] = {}  # owner -> prompt sequences inserted
         self.outputs_inserted = 0
+        self.clock = 0  # advances once per output (or output step): the recency stamp
+        self.prunes = 0  # prune passes that removed nodes (cursors re-anchor after one)
 
     # ---- sizes -------------------------------------------------------------------------------
     @property
@@ -93,6 +106,7 @@ class TokenTrie:
                 child.pfreq += count
             else:
                 child.freq += count
+                child.seen = self.clock
             node = child
 
     def insert_prompt(self, tokens: Sequence[int], owner: str) -> None:
@@ -106,6 +120,7 @@ class TokenTrie:
     def insert_output(self, tokens: Sequence[int], count: int = 1, prune: bool = True) -> None:
         """Insert an output's windows (kept across requests, pruned past capacity)."""
         with self.lock:
+            self.clock += 1
             for window in windows(list(tokens), self.config.branch_length):
                 self._add_path(window, prompt=False, count=count)
             self.outputs_inserted += 1
@@ -115,6 +130,7 @@ class TokenTrie:
     def insert_branch(self, branch: Sequence[int], count: int = 1) -> None:
         """Insert one branch path as output counts (used for branches fetched from a tenant cache)."""
         with self.lock:
+            self.clock += 1
             self._add_path(branch[: self.config.branch_length], prompt=False, count=count)
 
     def output_cursor(self) -> OutputCursor:
@@ -147,33 +163,42 @@ class TokenTrie:
                 self._nodes -= 1
 
     def maybe_prune(self) -> int:
-        """Prune least-frequent output-only nodes when past capacity; returns nodes removed."""
+        """Past capacity, drop the least frequent (then least recent, deepest) output-only nodes.
+
+        One linear walk collects every output-only node's key (freq, last touched, -depth); numpy
+        selects the ``excess`` smallest and they are removed in key order, which is leaf-first
+        because a node's key is always above its children's. Returns the number removed.
+        """
         cap = self.config.capacity
         with self.lock:
             if self.output_node_count <= cap:
                 return 0
-            target = int(cap * (1.0 - self.config.prune_slack))
-            candidates: list[tuple[int, int, int, Node, int]] = []  # (freq, -depth, seq, parent, token)
+            excess = self.output_node_count - int(cap * (1.0 - self.config.prune_slack))
+            keys: list[int] = []
+            parents: list[Node] = []
+            tokens: list[int] = []
             stack: list[tuple[Node, int]] = [(self.root, 0)]
-            seq = 0
             while stack:
                 node, depth = stack.pop()
                 for token, child in node.children.items():
                     if child.pfreq == 0:
-                        candidates.append((child.freq, -(depth + 1), seq, node, token))
-                        seq += 1
-                    stack.append((child, depth + 1))
-            candidates.sort(key=lambda c: (c[0], c[1], c[2]))
+                        freq = min(child.freq, FREQ_CAP)
+                        keys.append((freq << STAMP_SHIFT) | (child.seen << DEPTH_BITS) | (DEPTH_CAP - depth))
+                        parents.append(node)
+                        tokens.append(token)
+                    stack.append((child, min(depth + 1, DEPTH_CAP)))
+            arr = np.asarray(keys, dtype=np.int64)
+            chosen = np.argpartition(arr, excess - 1)[:excess]
             removed = 0
-            for _, _, _, parent, token in candidates:
-                if self.output_node_count <= target:
-                    break
+            for i in chosen[np.argsort(arr[chosen], kind="stable")].tolist():
+                parent, token = parents[i], tokens[i]
                 child = parent.children.get(token)
-                if child is None or child.children:  # already gone, or not a leaf (cannot happen)
+                if child is None or child.children:  # cannot happen: keys order leaves first
                     continue
                 del parent.children[token]
                 self._nodes -= 1
                 removed += 1
+            self.prunes += bool(removed)
             return removed
 
     # ---- lookup ------------------------------------------------------------------------------
@@ -248,12 +273,34 @@ class OutputCursor:
     def __init__(self, trie: TokenTrie) -> None:
         self.trie = trie
         self._open: list[Node] = []  # nodes of the suffixes of length 1..branch_length-1
+        self._tail: list[int] = []  # the last branch_length-1 tokens fed
+        self._prunes = trie.prunes  # prune passes seen: a new one may have detached _open nodes
+
+    def _reanchor(self, stamp: int) -> None:
+        """After a prune, find (or re-create, as this output's own occurrence) the open suffix paths."""
+        trie = self.trie
+        self._open = []
+        for n in range(1, len(self._tail) + 1):
+            node = trie.root
+            for token in self._tail[len(self._tail) - n :]:
+                child = node.children.get(token)
+                if child is None:
+                    child = node.children[token] = Node()
+                    child.freq, child.seen = 1, stamp
+                    trie._nodes += 1
+                node = child
+            self._open.append(node)
+        self._prunes = trie.prunes
 
     def feed(self, tokens: Iterable[int]) -> None:
         """Append tokens; each n-gram ending at a new token (n <= branch_length) gains one count."""
         trie = self.trie
         limit = trie.config.branch_length
         with trie.lock:
+            trie.clock += 1
+            stamp = trie.clock
+            if trie.prunes != self._prunes:
+                self._reanchor(stamp)
             for token in tokens:
                 nxt: list[Node] = []
                 for node in [trie.root, *self._open]:
@@ -262,8 +309,10 @@ class OutputCursor:
                         child = node.children[token] = Node()
                         trie._nodes += 1
                     child.freq += 1
+                    child.seen = stamp
                     nxt.append(child)
                 self._open = nxt[: limit - 1]
+                self._tail = [*self._tail, token][-(limit - 1) :]
 
     def close(self) -> None:
         """Finish this output (count it and prune if past capacity)."""

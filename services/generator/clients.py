@@ -15,11 +15,14 @@ from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, retriever_pb2,
 
 from services.common.errors import InvalidArgument
 
+# (response, notes): notes are the retriever's remarks, e.g. "tenant 'x' has no documents"
+Retrieved = tuple[retriever_pb2.RetrieveResponse, list[str]]
+
 
 class RetrieverClient(Protocol):
     async def retrieve(
         self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, timeout_s: float
-    ) -> retriever_pb2.RetrieveResponse: ...
+    ) -> Retrieved: ...
 
 
 class DraftClient(Protocol):
@@ -40,11 +43,15 @@ class GrpcRetrieverClient:
         self.stub = retriever_pb2_grpc.RetrieverStub(channel)
 
     async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
-                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+                       timeout_s: float) -> Retrieved:
+        from services.retriever.servicer import notes_from_metadata
+
         req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
                                             max_new_tokens=max_new_tokens)
         try:
-            return await self.stub.Retrieve(req, timeout=timeout_s)
+            call = self.stub.Retrieve(req, timeout=timeout_s)
+            response = await call
+            return response, notes_from_metadata(await call.trailing_metadata())
         except grpc.aio.AioRpcError as err:
             _reraise_bad_input(err)
             raise
@@ -68,7 +75,7 @@ class LocalRetrieverClient:
         self.core = core
 
     async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
-                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+                       timeout_s: float) -> Retrieved:
         from services.retriever.servicer import chunk_to_proto, session_to_proto
 
         result = await asyncio.wait_for(
@@ -80,7 +87,7 @@ class LocalRetrieverClient:
             sessions=[session_to_proto(s) for s in result.sessions],
             prompt=result.prompt, prompt_ids=result.prompt_ids, tokenizer_id=result.tokenizer_id,
             retrieve_ms=result.retrieve_ms,
-        )
+        ), list(result.notes)
 
 
 class LocalDraftClient:

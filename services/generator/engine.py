@@ -28,7 +28,7 @@ from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.bus import EventPublisher
-from services.common.errors import InvalidArgument, ResourceExhausted
+from services.common.errors import InvalidArgument, NotFound, ResourceExhausted
 from services.common.logging import log_text
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
+UNKNOWN_TENANT_NOTE = "has no documents"  # the retriever's note for a tenant it holds nothing for
 
 
 @dataclass
@@ -228,18 +229,20 @@ class GeneratorEngine:
         cfg = prep.config
         if self.retriever is not None:
             try:
-                resp = await self.retriever.retrieve(
+                resp, notes = await self.retriever.retrieve(
                     prep.tenant, prep.question, k, m, cfg.max_new_tokens,
                     self._timeout(self.settings.retrieve_timeout_s, deadline),
                 )
+                if not resp.chunks and not resp.sessions and any(UNKNOWN_TENANT_NOTE in n for n in notes):
+                    raise NotFound(f"unknown tenant {prep.tenant!r}: no documents were ingested for it")
                 if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:
                     raise RuntimeError(f"retriever tokenizer {resp.tokenizer_id} != {self.tokenizer_id}")
                 prep.prompt_ids = list(resp.prompt_ids)
                 prep.documents = list(resp.chunks)
                 self._check_fits(prep.prompt_ids, cfg)
                 return
-            except InvalidArgument:
-                raise  # the caller's input (e.g. a prompt that cannot fit): not a retriever outage
+            except (InvalidArgument, NotFound):
+                raise  # the caller's input (a prompt that cannot fit, a tenant never ingested): not an outage
             except (Exception, asyncio.CancelledError) as exc:
                 if isinstance(exc, asyncio.CancelledError) and asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lookahead_core.models import DEFAULT_MODEL
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
@@ -50,3 +50,13 @@ class GeneratorSettings(BaseSettings):
     grace_s: float = Field(5.0, ge=0, description="graceful shutdown: in-flight streams get this long")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+
+    @model_validator(mode="after")
+    def _limits_agree(self) -> GeneratorSettings:
+        if self.default_max_new_tokens > self.max_new_tokens_limit:
+            raise ValueError(f"default_max_new_tokens {self.default_max_new_tokens} is over "
+                             f"max_new_tokens_limit {self.max_new_tokens_limit}")
+        if self.decoding_length > self.max_decoding_length:
+            raise ValueError(f"decoding_length {self.decoding_length} is over "
+                             f"max_decoding_length {self.max_decoding_length}")
+        return self
