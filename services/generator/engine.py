@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -56,6 +56,32 @@ class Prepared:
     started: float = field(default_factory=time.perf_counter)
 
 
+class Slot:
+    """One admitted request's place under max_concurrent, released exactly once.
+
+    Once decoding starts, the slot belongs to the decode thread's future: a client that cancels
+    (even twice) cannot free it while the thread still runs.
+    """
+
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release = release
+        self._held = True
+        self._handed_over = False
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._release()
+
+    def hand_over(self, future: asyncio.Future[None]) -> None:
+        self._handed_over = True
+        future.add_done_callback(lambda _f: self.release())
+
+    def release_unless_handed_over(self) -> None:
+        if not self._handed_over:
+            self.release()
+
+
 class GeneratorEngine:
     """The generator as a library: thin gRPC servicers and the demo both drive it."""
 
@@ -94,13 +120,14 @@ class GeneratorEngine:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- admission --------------------------------------------------------------------------------
-    def _admit(self) -> None:
+    def _admit(self) -> Slot:
         with self._lock:
             if self._inflight >= self.settings.max_concurrent:
                 raise ResourceExhausted(
                     f"overloaded: {self._inflight} requests in flight (limit {self.settings.max_concurrent})"
                 )
             self._inflight += 1
+        return Slot(self._release)
 
     def _release(self) -> None:
         with self._lock:
@@ -166,15 +193,17 @@ class GeneratorEngine:
             raise InvalidArgument(f"question is {len(question)} characters; the limit is {s.max_question_chars}")
         if req.k > s.max_k:
             raise InvalidArgument(f"k={req.k} is over the limit of {s.max_k}")
+        if req.m > s.max_m:
+            raise InvalidArgument(f"m={req.m} is over the limit of {s.max_m}")
         config = self.decoding_config(req.params)
-        self._admit()
+        slot = self._admit()
         try:
             prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
             await self._retrieve(prep, req.k or s.default_k, req.m or s.default_m, deadline)
-            async for chunk in self._decode(prep, deadline):
+            async for chunk in self._decode(prep, deadline, slot):
                 yield chunk
         finally:
-            self._release()
+            slot.release_unless_handed_over()
 
     async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
                        request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
@@ -211,13 +240,13 @@ class GeneratorEngine:
             if bad is not None:
                 raise InvalidArgument(f"reference token id {bad} is out of the vocabulary (size {self.vocab_size})")
             references.append(list(req.reference_ids))
-        self._admit()
+        slot = self._admit()
         try:
             prep = Prepared(req.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
-            async for chunk in self._decode(prep, deadline):
+            async for chunk in self._decode(prep, deadline, slot):
                 yield chunk
         finally:
-            self._release()
+            slot.release_unless_handed_over()
 
     # ---- steps ------------------------------------------------------------------------------------
     def _timeout(self, limit: float, deadline: float | None) -> float:
@@ -269,7 +298,8 @@ class GeneratorEngine:
             return [], False
         return [(list(b.ids), max(1, round(b.weight))) for b in resp.branches], True
 
-    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def _decode(self, prep: Prepared, deadline: float | None,
+                      slot: Slot) -> AsyncIterator[generator_pb2.AnswerChunk]:
         branches, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
         for ids, count in branches:  # the tenant's past outputs: every window, as output counts
@@ -299,6 +329,7 @@ class GeneratorEngine:
         output: list[int] = []
         first_token_s = 0.0
         future = loop.run_in_executor(self._pool, work)
+        slot.hand_over(future)  # the slot is free only once the decode thread has really ended
         try:
             while True:
                 kind, value = await queue.get()

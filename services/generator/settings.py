@@ -34,6 +34,7 @@ class GeneratorSettings(BaseSettings):
     default_k: int = Field(3, ge=0, description="documents retrieved when a request says 0")
     default_m: int = Field(2, ge=0, description="past sessions included when a request says 0")
     max_k: int = Field(16, ge=0, description="most documents a request may ask for")
+    max_m: int = Field(16, ge=0, description="most past sessions a request may ask for")
     default_max_new_tokens: int = Field(128, gt=0, description="max_new_tokens when a request says 0")
     max_new_tokens_limit: int = Field(512, gt=0, description="largest max_new_tokens a request may ask for")
     max_question_chars: int = Field(4000, gt=0, description="longest question accepted")
