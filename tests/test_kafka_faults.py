@@ -55,7 +55,8 @@ async def committed_offsets(settings: KafkaSettings, group: str) -> dict[int, in
     await consumer.start()
     try:
         _, partitions = await cluster_view(settings.bootstrap_servers, settings.topic, WAIT_S)
-        committed = {p: await consumer.committed(TopicPartition(settings.topic, p)) for p in partitions}
+        tps = [TopicPartition(settings.topic, p) for p in partitions]
+        committed = {tp.partition: await asyncio.wait_for(consumer.committed(tp), WAIT_S) for tp in tps}
     finally:
         await consumer.stop()
     return {p: off for p, off in committed.items() if off is not None}
@@ -72,7 +73,12 @@ def test_consumer_killed_between_apply_and_commit_ends_in_the_same_state(
     broker: LocalBroker,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    settings = fast_settings(broker.bootstrap, new_topic(), snapshot_every_events=5)
+    # One partition, batches of 2 (a commit after each), a snapshot every 5 events, killed right
+    # after the 8th apply: the commit (6) is ahead of the snapshot (5), and 7..8 were applied but
+    # neither committed nor saved.
+    settings = fast_settings(
+        broker.bootstrap, new_topic(), partitions=1, max_poll_records=2, snapshot_every_events=5
+    )
     events = make_events(20)
     crashing, resumed, reference = CrashAfter(limit=8), RecordingApplier(), RecordingApplier()
 
@@ -81,21 +87,22 @@ def test_consumer_killed_between_apply_and_commit_ends_in_the_same_state(
         killed = runner_for(settings, "g", crashing, tmp_path / "state")
         await killed.start()
         await wait_until(lambda: crashing.calls >= crashing.limit)
-        await killed.kill()  # dies after its 8th apply: no commit, no snapshot of it
+        await asyncio.wait_for(killed.kill(), WAIT_S)  # dies after its 8th apply: no commit, no snapshot
         saved = read_state(state_path(tmp_path / "state", "g"))
-        assert saved is not None and sum(saved.offsets.values()) == 5  # the snapshot taken at 5
+        assert saved is not None and saved.offsets == {0: 5}  # the snapshot taken at 5
+        assert await committed_offsets(settings, "g") == {0: 6}  # the commit after the 3rd batch
 
         restarted = runner_for(settings, "g", resumed, tmp_path / "state")  # a fresh process
         await restarted.start()
         await caught_up(restarted, settings)
-        await restarted.stop()
+        await asyncio.wait_for(restarted.stop(), WAIT_S)
         assert restarted.counters.duplicates == 0  # nothing in the restored snapshot was fed again
         assert restarted.counters.applied == len(events) - 5  # 6..8 were applied again: redelivery
 
         clean = runner_for(settings, "other", reference, tmp_path / "state")  # a run without the kill
         await clean.start()
         await caught_up(clean, settings)
-        await clean.stop()
+        await asyncio.wait_for(clean.stop(), WAIT_S)
 
     run(scenario())
     assert crashing.calls + resumed.calls > len(events)  # some events really came twice

@@ -100,19 +100,21 @@ class KafkaConsumerRunner:
         self._unsaved = 0  # events applied since the last saved state
         self._last_save = time.monotonic()
         self._uncommitted: set[TopicPartition] = set()  # applied past the last commit
-        self._last_commit = 0.0
+        self._last_commit = time.monotonic()
         self._lock = asyncio.Lock()  # one of: a batch, a rebalance callback, a save
         self._consumer: AIOKafkaConsumer | None = None
         self._dlt: AIOKafkaProducer | None = None
         self._task: asyncio.Task[None] | None = None
         self._assigned = asyncio.Event()
         self._generation = 0  # bumped by every seek; a batch fetched under an older one is dropped
+        self._stopping = False  # the loop's exit flag: Python 3.11's wait_for can swallow a cancel
 
     # --- lifecycle ---
     async def start(self) -> None:
         """Restore the applier from the saved state and start consuming in the background."""
         if self._task is not None:
             return
+        self._stopping = False
         state = read_state(self.state_path)
         if state is not None:
             self.applier.restore(state.snapshot)
@@ -169,7 +171,7 @@ class KafkaConsumerRunner:
     # --- the loop ---
     async def _run(self) -> None:
         backoff = self.settings.reconnect_backoff_s
-        while True:
+        while not self._stopping:
             try:
                 consumer = self._consumer or await self._connect()
                 generation = self._generation
@@ -375,6 +377,7 @@ class KafkaConsumerRunner:
         task, self._task = self._task, None
         if task is None:
             return False
+        self._stopping = True
         task.cancel()
         await asyncio.wait([task])
         crashed = not task.cancelled() and task.exception() is not None

@@ -122,6 +122,7 @@ class OutboxFlusher:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._stopping = False  # the loop's exit flag: Python 3.11's wait_for can swallow a cancel
 
     def wake(self) -> None:
         """Tell the flusher there is a new row (from any thread)."""
@@ -137,6 +138,7 @@ class OutboxFlusher:
             return
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        self._stopping = False
         self._task = asyncio.create_task(self._run(), name=f"outbox-flusher:{self.topic}")
 
     async def flushed(self, timeout_s: float | None = None) -> None:
@@ -154,16 +156,18 @@ class OutboxFlusher:
             return
         with contextlib.suppress(TimeoutError):
             await self.flushed(self._config.stop_timeout_s)
+        self._stopping = True
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await asyncio.wait([self._task])
+        if not self._task.cancelled() and self._task.exception() is not None:
+            log.error("outbox flusher died: %r", self._task.exception())
         self._task = None
         self._loop = None
         await self._drop_producer()
 
     async def _run(self) -> None:
         backoff = self._config.backoff_s
-        while True:
+        while not self._stopping:
             self._wakeup.clear()  # before reading, so a row appended meanwhile wakes us again
             rows = self.outbox.pending(self._config.batch_size)
             if not rows:
