@@ -33,7 +33,8 @@ from lookahead_rag.v1 import events_pb2
 
 from bench.common import print_table, write_json
 from services.common.broker import LocalBroker, ensure_topics
-from services.common.kafka_bus import KafkaConsumerRunner, KafkaPublisher, log_end_offsets
+from services.common.kafka_bus import KafkaConsumerRunner, KafkaPublisher
+from services.common.kafka_log import log_end_offsets
 from services.common.kafka_settings import KafkaSettings
 
 MS_PER_S = 1000

@@ -11,8 +11,8 @@ from lookahead_rag.v1 import events_pb2
 
 from services.common.broker import LocalBroker, ensure_topics
 from services.common.consumer_state import read_state, state_path
-from services.common.kafka_bus import KafkaBus, KafkaConsumerRunner, KafkaPublisher, log_end_offsets
-from services.common.kafka_consumer import cluster_view
+from services.common.kafka_bus import KafkaBus, KafkaConsumerRunner, KafkaPublisher
+from services.common.kafka_log import cluster_view, log_end_offsets
 from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP, KafkaSettings
 from tests.kafka_fixtures import (  # noqa: F401
     CrashAfter,
@@ -210,3 +210,41 @@ def test_rebalance_commits_and_saves_what_was_applied_before_revoke(
     run(scenario())
     assert first.by_tenant == expected_by_tenant(events)
     assert second.questions() <= first.questions()  # b (no saved state) rebuilt its partitions from the log
+
+
+def test_a_failed_assignment_callback_seeks_again_before_applying(
+    broker: LocalBroker,  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The group has committed the end of the log, but this member's state is empty: it must read
+    # from the start even when its first seek (in the rebalance callback) fails.
+    settings = fast_settings(broker.bootstrap, new_topic())
+    events = make_events(9)
+    first, second = RecordingApplier(), RecordingApplier()
+    real_seek = KafkaConsumerRunner._seek_assigned
+    failures = []
+
+    async def failing_once(self: KafkaConsumerRunner, consumer: object, assigned: object) -> None:
+        if not failures:
+            failures.append(True)
+            raise RuntimeError("metadata unavailable")
+        await real_seek(self, consumer, assigned)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await publish_all(settings, tmp_path / "outbox.sqlite3", events)
+        committed_all = runner_for(settings, "g", first, tmp_path / "a")
+        await committed_all.start()
+        await caught_up(committed_all, settings)
+        await asyncio.wait_for(committed_all.stop(), WAIT_S)
+        assert sum((await committed_offsets(settings, "g")).values()) == len(events)
+
+        monkeypatch.setattr(KafkaConsumerRunner, "_seek_assigned", failing_once)
+        fresh = runner_for(settings, "g", second, tmp_path / "b")
+        await fresh.start()
+        await caught_up(fresh, settings)
+        await asyncio.wait_for(fresh.stop(), WAIT_S)
+        assert failures == [True]
+
+    run(scenario())
+    assert second.by_tenant == expected_by_tenant(events)

@@ -10,20 +10,20 @@ import asyncio
 import logging
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from lookahead_rag.v1 import events_pb2
 
 from services.common.broker import ensure_topics
 from services.common.bus import ConsumerCounters, EventApplier
-from services.common.kafka_consumer import KafkaConsumerRunner, cluster_view
+from services.common.kafka_consumer import KafkaConsumerRunner
+from services.common.kafka_log import log_end_offsets
 from services.common.kafka_settings import KafkaSettings
 from services.common.outbox import FlusherConfig, Outbox, OutboxFlusher
 
-__all__ = ["KafkaBus", "KafkaConsumerRunner", "KafkaPublisher", "log_end_offsets"]
+__all__ = ["KafkaBus", "KafkaConsumerRunner", "KafkaPublisher"]
 
 log = logging.getLogger(__name__)
 
-MS_PER_S = 1000
 
 
 class KafkaPublisher:
@@ -77,41 +77,6 @@ class KafkaPublisher:
         s = self.settings
         topics = {s.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
         await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms)
-
-
-async def log_end_offsets(settings: KafkaSettings) -> tuple[str, dict[int, int]]:
-    """(cluster id, partition -> end offset) of the topic; no partitions when it does not exist.
-
-    The ends are the high-water marks of fetches sent after this call began, not ListOffsets
-    answers: the bundled tansu broker answers ListOffsets(latest) wrongly once a produce request
-    carried several records (it counts batches).
-    """
-    timeout_s = settings.request_timeout_ms / MS_PER_S
-    cluster, partitions = await cluster_view(settings.bootstrap_servers, settings.topic, timeout_s)
-    if not partitions:
-        return cluster, {}
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.bootstrap_servers,
-        auto_offset_reset="earliest",
-        fetch_max_wait_ms=settings.fetch_max_wait_ms,
-        request_timeout_ms=settings.request_timeout_ms,
-    )
-    await consumer.start()
-    tps = [TopicPartition(settings.topic, p) for p in partitions]
-
-    async def _fetch_once() -> dict[int, int]:
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)
-        while any(consumer.highwater(tp) is None for tp in tps):
-            await consumer.getmany(timeout_ms=settings.poll_timeout_ms, max_records=1)
-        return {tp.partition: int(consumer.highwater(tp) or 0) for tp in tps}
-
-    try:
-        ends = await asyncio.wait_for(_fetch_once(), timeout_s)
-    finally:
-        await consumer.stop()
-    return cluster, ends
 
 
 class KafkaBus:

@@ -23,42 +23,22 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import OffsetAndMetadata
-from lookahead_rag.v1 import events_pb2
 
 from services.common.broker import ensure_topics
-from services.common.bus import ConsumerCounters, EventApplier, apply_with_retries, error_text
+from services.common.bus import ConsumerCounters, EventApplier
 from services.common.consumer_state import ConsumerState, read_state, state_path, write_state
+from services.common.dead_letter import DeadLetterSender
+from services.common.kafka_log import cluster_view
 from services.common.kafka_settings import KafkaSettings
+from services.common.record_handler import RecordHandler
 
 log = logging.getLogger(__name__)
 
 MS_PER_S = 1000
 CAUGHT_UP_POLL_S = 0.02  # wait_caught_up() re-checks this often
-
-
-def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:
-    """Parse a record value; raises on bytes that are not a usable event."""
-    event = events_pb2.GenerationCompleted.FromString(value or b"")
-    if not event.event_id:
-        raise ValueError("event without event_id")
-    return event
-
-
-async def cluster_view(bootstrap: str, topic: str, timeout_s: float) -> tuple[str, list[int]]:
-    """(id of the cluster behind ``bootstrap``, partitions of ``topic`` there); creates nothing."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * MS_PER_S))
-    await admin.start()
-    try:
-        cluster = str((await admin.describe_cluster()).get("cluster_id") or "")
-        topics = await admin.describe_topics(None)  # all topics: naming one may auto-create it
-    finally:
-        await admin.close()
-    found = [t for t in topics if t["topic"] == topic and not t["error_code"]]
-    return cluster, sorted(p["partition"] for t in found for p in t["partitions"])
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -103,7 +83,11 @@ class KafkaConsumerRunner:
         self._last_commit = time.monotonic()
         self._lock = asyncio.Lock()  # one of: a batch, a rebalance callback, a save
         self._consumer: AIOKafkaConsumer | None = None
-        self._dlt: AIOKafkaProducer | None = None
+        self._dlt = DeadLetterSender(self.settings, group)
+        self._records = RecordHandler(
+            applier, self._dlt, self.counters, self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s
+        )
+        self._resync = False  # the assignment callback failed: seek again before applying anything
         self._task: asyncio.Task[None] | None = None
         self._assigned = asyncio.Event()
         self._generation = 0  # bumped by every seek; a batch fetched under an older one is dropped
@@ -127,11 +111,14 @@ class KafkaConsumerRunner:
     async def stop(self) -> None:
         """Graceful: finish the batch, commit, save snapshot+offsets, leave the group."""
         crashed = await self._end_task()
-        if not crashed and self._consumer is not None:
-            async with self._lock:
-                await self._commit(self._consumer.assignment())
-                await self._save()
-        await self._close_clients()
+        try:
+            if not crashed and self._consumer is not None:
+                async with self._lock:
+                    await self._commit(self._consumer.assignment())
+                    if self._unsaved:
+                        await self._save()
+        finally:
+            await self._close_clients()
 
     async def kill(self) -> None:
         """Hard stop for tests and benchmarks: no commit, no snapshot (like a killed process)."""
@@ -179,7 +166,9 @@ class KafkaConsumerRunner:
                     timeout_ms=self.settings.poll_timeout_ms, max_records=self.settings.max_poll_records
                 )
                 async with self._lock:
-                    if generation != self._generation:  # re-seeked during the fetch: drop the batch,
+                    if self._resync:
+                        await self._seek_assigned(consumer, consumer.assignment())
+                    elif generation != self._generation:  # re-seeked during the fetch: drop the batch,
                         self._rewind()  # fetch again from what is applied
                     else:
                         await self._handle_batch(consumer, batch)
@@ -238,46 +227,9 @@ class KafkaConsumerRunner:
         expected = self._positions.get(record.partition)
         if expected is not None and record.offset < expected:
             self.counters.redelivered += 1  # the log was reset under us; the applier drops what it has
-        try:
-            event = decode_event(record.value)
-        except Exception as exc:
-            await self._dead_letter(record, "decode", exc, attempts=1)
-        else:
-            attempts, backoff_s = self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s
-            outcome = await apply_with_retries(self.applier, event, attempts, backoff_s)
-            if outcome.error is not None:
-                self.counters.apply_errors += outcome.attempts
-                await self._dead_letter(record, "apply", outcome.error, outcome.attempts)
-            elif outcome.applied:
-                self.counters.applied += 1
-            else:
-                self.counters.duplicates += 1
+        await self._records.handle(record)
         self._positions[record.partition] = record.offset + 1
         self._unsaved += 1
-
-    async def _dead_letter(self, record: ConsumerRecord, reason: str, exc: Exception, attempts: int) -> None:
-        """Send the record to the DLT (acknowledged) before the partition moves past it."""
-        if self._dlt is None:
-            producer = AIOKafkaProducer(
-                bootstrap_servers=self.settings.bootstrap_servers,
-                acks=self.settings.producer_acks(),
-                client_id=f"{self.settings.client_id}.{self.group}.dlt",
-            )
-            await producer.start()
-            self._dlt = producer
-        headers = [
-            ("dlt.reason", reason.encode()),
-            ("dlt.error", error_text(exc).encode()),
-            ("dlt.attempts", str(attempts).encode()),
-            ("dlt.group", self.group.encode()),
-            ("dlt.topic", record.topic.encode()),
-            ("dlt.partition", str(record.partition).encode()),
-            ("dlt.offset", str(record.offset).encode()),
-        ]
-        await self._dlt.send_and_wait(self.settings.dlt_topic, record.value, key=record.key, headers=headers)
-        self.counters.dead_lettered += 1
-        log.error("%s: %s:%d@%d dead-lettered (%s): %r", self.group, record.topic, record.partition,
-                  record.offset, reason, exc)  # fmt: skip
 
     # --- commit, state ---
     async def _commit(self, partitions: Iterable[TopicPartition]) -> None:
@@ -345,18 +297,27 @@ class KafkaConsumerRunner:
         if consumer is None:
             return
         async with self._lock:
-            await self._check_cluster()
-            mine = [tp for tp in assigned if tp.topic == self.topic]
-            unseen = [tp for tp in mine if tp.partition not in self._positions]
-            if unseen:
-                timeout_s = self.settings.request_timeout_ms / MS_PER_S
-                starts = await asyncio.wait_for(consumer.beginning_offsets(unseen), timeout_s)
-                self._positions.update({tp.partition: off for tp, off in starts.items()})
-            for tp in mine:
-                consumer.seek(tp, self._positions[tp.partition])
-            self._generation += 1
-            log.info("%s: assigned, starting at %s", self.group, self._positions)
+            self._resync = True
+            try:
+                await self._seek_assigned(consumer, assigned)
+            except Exception as exc:  # the loop seeks again before it applies anything
+                log.warning("%s: seeking the assigned partitions failed: %r", self.group, exc)
         self._assigned.set()
+
+    async def _seek_assigned(self, consumer: AIOKafkaConsumer, assigned: Iterable[TopicPartition]) -> None:
+        """Seek each partition to what the state covers (a partition it never saw: its first offset)."""
+        await self._check_cluster()
+        mine = [tp for tp in assigned if tp.topic == self.topic]
+        unseen = [tp for tp in mine if tp.partition not in self._positions]
+        if unseen:
+            timeout_s = self.settings.request_timeout_ms / MS_PER_S
+            starts = await asyncio.wait_for(consumer.beginning_offsets(unseen), timeout_s)
+            self._positions.update({tp.partition: off for tp, off in starts.items()})
+        for tp in mine:
+            consumer.seek(tp, self._positions[tp.partition])
+        self._generation += 1
+        self._resync = False
+        log.info("%s: assigned, starting at %s", self.group, self._positions)
 
     async def _check_cluster(self) -> None:
         try:
@@ -387,10 +348,8 @@ class KafkaConsumerRunner:
 
     async def _close_clients(self) -> None:
         consumer, self._consumer = self._consumer, None
-        dlt, self._dlt = self._dlt, None
-        timeout_s = self.settings.shutdown_timeout_s
-        for client in (consumer, dlt):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(client.stop(), timeout_s)
+        if consumer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(consumer.stop(), self.settings.shutdown_timeout_s)
+        await self._dlt.stop()
         self._assigned.clear()

@@ -52,7 +52,7 @@ class KafkaSettings(BaseSettings):
     # --- outbox ---
     outbox_path: Path | None = Field(None, description="SQLite outbox file; None = <data_dir>/outbox.sqlite3")
     outbox_synchronous: Literal["FULL", "NORMAL"] = Field(
-        "NORMAL", description="SQLite sync: NORMAL survives process crashes (no fsync), FULL also power loss"
+        "FULL", description="SQLite synchronous mode: FULL survives power loss, NORMAL only process crashes"
     )
     outbox_batch_size: int = Field(500, ge=1, description="outbox rows sent per flush round")
     outbox_poll_interval_s: float = Field(1.0, gt=0, description="flusher re-check period when not woken")

@@ -1,0 +1,54 @@
+"""One Kafka record into one applier: decode, apply with retries, dead-letter what cannot be."""
+
+from __future__ import annotations
+
+from aiokafka import ConsumerRecord
+from lookahead_rag.v1 import events_pb2
+
+from services.common.bus import ConsumerCounters, EventApplier, apply_with_retries
+from services.common.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
+
+
+def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:
+    """Parse a record value; raises on bytes that are not a usable event."""
+    event = events_pb2.GenerationCompleted.FromString(value or b"")
+    if not event.event_id:
+        raise ValueError("event without event_id")
+    return event
+
+
+class RecordHandler:
+    """Applies records to ``applier``; a record it gives up on goes to the DLT before it returns."""
+
+    def __init__(
+        self,
+        applier: EventApplier,
+        dead_letters: DeadLetterSender,
+        counters: ConsumerCounters,
+        max_attempts: int,
+        retry_backoff_s: float,
+    ) -> None:
+        self.applier = applier
+        self.dead_letters = dead_letters
+        self.counters = counters
+        self.max_attempts = max_attempts
+        self.retry_backoff_s = retry_backoff_s
+
+    async def handle(self, record: ConsumerRecord) -> None:
+        """Done with the record when this returns; raises only when the DLT could not take it."""
+        try:
+            event = decode_event(record.value)
+        except Exception as exc:  # undecodable: retrying cannot help
+            await self.dead_letters.send(record, REASON_DECODE, exc, attempts=1)
+            self.counters.dead_lettered += 1
+            return
+        outcome = await apply_with_retries(self.applier, event, self.max_attempts, self.retry_backoff_s)
+        if outcome.error is not None:
+            self.counters.apply_errors += outcome.attempts
+            await self.dead_letters.send(record, REASON_APPLY, outcome.error, outcome.attempts)
+            self.counters.dead_lettered += 1
+        elif outcome.applied:
+            self.counters.applied += 1
+            self.counters.apply_errors += outcome.attempts - 1
+        else:
+            self.counters.duplicates += 1
