@@ -157,15 +157,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=DEFAULT_K, help="chunks per search")
     parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="passes over the questions")
     parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="variant vectors' noise level")
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads, as a standalone retriever runs (0: torch's default)"
+    )
     parser.add_argument("--json", type=Path, help="write the results here as well")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    settings = RetrieverSettings(data_dir=None, index_kind=IndexKind.FLAT)
+    settings = RetrieverSettings(data_dir=None, index_kind=IndexKind.FLAT, torch_threads=args.threads)
     start = time.perf_counter()
     core, sizes = build_core(args.chunks, args.squad, args.noise, settings)
     build_s = time.perf_counter() - start

@@ -88,12 +88,16 @@ class RetrieverCore:
         from lookahead_core.models import load_tokenizer, resolve_model_path, tokenizer_id
 
         self.settings = s = settings if settings is not None else RetrieverSettings()
+        if s.torch_threads:
+            # Process-wide: one-query embeddings gain nothing from a second thread and lose a lot when
+            # the other core is busy (fork/join waits). Leave it 0 when a generator shares the process.
+            import torch
+
+            torch.set_num_threads(s.torch_threads)
         encoder: Encoder = (
             embedder
             if embedder is not None
-            else Embedder(
-                s.embedder_path, batch_size=s.embed_batch_size, progress_min_texts=s.progress_min_texts
-            )
+            else Embedder(s.embedder_path, batch_size=s.embed_batch_size, progress_min_texts=s.progress_min_texts)
         )
         self.embedder: Encoder = with_cache(encoder, s.vector_cache, getattr(encoder, "name", ""))
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(s.model)
@@ -116,9 +120,7 @@ class RetrieverCore:
         if not tenant.strip():
             raise InvalidArgument("tenant is empty")
         if len(tenant) > self.settings.max_tenant_chars:
-            raise InvalidArgument(
-                f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}"
-            )
+            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}")
 
     def _check_question(self, question: str) -> None:
         if not question.strip():
@@ -135,15 +137,11 @@ class RetrieverCore:
             if not doc.id.strip():
                 raise InvalidArgument(f"{where}: empty id")
             if len(doc.id) > s.max_doc_id_chars:
-                raise InvalidArgument(
-                    f"{where}: id is {len(doc.id)} characters; the limit is {s.max_doc_id_chars}"
-                )
+                raise InvalidArgument(f"{where}: id is {len(doc.id)} characters; the limit is {s.max_doc_id_chars}")
             if not doc.text.strip():
                 raise InvalidArgument(f"{where}: empty text")
             if len(doc.text) > s.max_doc_chars:
-                raise InvalidArgument(
-                    f"{where}: text is {len(doc.text)} characters; the limit is {s.max_doc_chars}"
-                )
+                raise InvalidArgument(f"{where}: text is {len(doc.text)} characters; the limit is {s.max_doc_chars}")
             if doc.id in seen:
                 raise InvalidArgument(f"{where}: id appears twice in one request")
             seen.add(doc.id)
@@ -168,9 +166,7 @@ class RetrieverCore:
                 known = dict(index.doc_digests) if index is not None else {}
             digests = {doc.id: doc.digest() for doc in documents}
             fresh = [doc for doc in documents if known.get(doc.id) != digests[doc.id]]
-            chunks: list[ChunkRecord] = [
-                c for doc in fresh for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)
-            ]
+            chunks: list[ChunkRecord] = [c for doc in fresh for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)]
             vectors = self.embedder.encode([c.embedding_text() for c in chunks])  # [n, dim], no lock held
             with self._lock:
                 index = self._indexes.get(tenant)
@@ -207,18 +203,14 @@ class RetrieverCore:
         """Prompt tokens available once ``max_new_tokens`` are reserved in the context window."""
         return self.context_tokens - max_new_tokens
 
-    def retrieve(
-        self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0
-    ) -> RetrieveResult:
+    def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0) -> RetrieveResult:
         """Top-k chunks, top-m past sessions and the grounded prompt within the token budget."""
         s = self.settings
         self._check_tenant(tenant)
         self._check_question(question)
         k = self._resolve(k, s.default_k, s.max_k, "k")
         m = self._resolve(m, s.default_m, s.max_m, "m")
-        max_new = self._resolve(
-            max_new_tokens, s.default_max_new_tokens, self.context_tokens - 1, "max_new_tokens"
-        )
+        max_new = self._resolve(max_new_tokens, s.default_max_new_tokens, self.context_tokens - 1, "max_new_tokens")
         notes: list[str] = []
         with self._lock:
             known = tenant in self._indexes
@@ -251,9 +243,7 @@ class RetrieverCore:
             notes.append(f"{dropped} retrieved item(s) left out to fit {budget} prompt tokens")
         if built.truncated:
             notes.append("the last item in the prompt was cut to fit")
-        return RetrieveResult(
-            chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes
-        )
+        return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes)
 
     # ---- stats / lifecycle ------------------------------------------------------------------------
 

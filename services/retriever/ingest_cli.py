@@ -18,10 +18,11 @@ from tqdm import tqdm
 
 from services.common.errors import ServiceError
 from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, open_channel
+from services.common.ports import RETRIEVER_GRPC_PORT
 from services.retriever.documents import Document
 from services.retriever.ingest import read_documents
 
-DEFAULT_TARGET = "127.0.0.1:50051"  # the retriever's address when served on its default port
+DEFAULT_TARGET = f"127.0.0.1:{RETRIEVER_GRPC_PORT}"  # a retriever served on its default port
 DEFAULT_BATCH_DOCS = 64
 BATCH_BYTES_FRACTION = 0.5  # a batch's text stays under half the message limit (room for framing)
 DEFAULT_TIMEOUT_S = 600.0  # per batch: embedding a large batch on a small CPU takes a while
@@ -70,9 +71,7 @@ async def send(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lookahead-rag ingest", description=__doc__.splitlines()[0])
     parser.add_argument("--tenant", required=True, help="tenant whose index receives the documents")
-    parser.add_argument(
-        "--target", default=DEFAULT_TARGET, help=f"retriever HOST:PORT (default {DEFAULT_TARGET})"
-    )
+    parser.add_argument("--target", default=DEFAULT_TARGET, help=f"retriever HOST:PORT (default {DEFAULT_TARGET})")
     parser.add_argument("--batch-docs", type=int, default=DEFAULT_BATCH_DOCS, help="documents per request")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     parser.add_argument("paths", nargs="+", type=Path, help="JSONL, .txt or .md files, or directories")
@@ -86,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print("lookahead-rag ingest: no documents found", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        accepted, added, total = asyncio.run(
-            send(args.target, args.tenant, docs, args.batch_docs, args.timeout)
-        )
+        accepted, added, total = asyncio.run(send(args.target, args.tenant, docs, args.batch_docs, args.timeout))
     except grpc.aio.AioRpcError as exc:
         print(f"lookahead-rag ingest: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return EXIT_RPC_FAILED

@@ -100,9 +100,7 @@ class PastSessions:
             if event.event_id in self._applied:  # applied meanwhile by another thread
                 return False
             if vector is not None:
-                record = SessionRecord(
-                    event.event_id, event.question, event.answer_text, event.created_unix_ms
-                )
+                record = SessionRecord(event.event_id, event.question, event.answer_text, event.created_unix_ms)
                 tenant = self._tenants.setdefault(event.tenant, _TenantSessions(self._dim))
                 tenant.add(record, vector, self._max_per_tenant)
             self._remember(event.event_id)
@@ -145,13 +143,9 @@ class PastSessions:
         """Replace the whole state with a snapshot; raises ValueError on a malformed one."""
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             meta = json.loads(npz["meta"].tobytes())
-            vectors = {
-                key: np.ascontiguousarray(npz[key], dtype=np.float32) for key in npz.files if key != "meta"
-            }
+            vectors = {key: np.ascontiguousarray(npz[key], dtype=np.float32) for key in npz.files if key != "meta"}
         if meta.get("version") != SNAPSHOT_VERSION or meta.get("dim") != self._dim:
-            raise ValueError(
-                f"snapshot version {meta.get('version')} / dim {meta.get('dim')} not supported here"
-            )
+            raise ValueError(f"snapshot version {meta.get('version')} / dim {meta.get('dim')} not supported here")
         tenants: dict[str, _TenantSessions] = {}
         for i, (name, records) in enumerate(meta["tenants"]):
             sessions = _TenantSessions(self._dim)

@@ -66,6 +66,14 @@ class RetrieverSettings(BaseSettings):
     hnsw_m: int = Field(32, ge=2, description="HNSW: neighbours per node")
     hnsw_ef_construction: int = Field(80, ge=1, description="HNSW: candidate list size while building")
     hnsw_ef_search: int = Field(64, ge=1, description="HNSW: candidate list size while searching")
+    torch_threads: int = Field(
+        0,
+        ge=0,
+        description="process-wide torch threads set at start (0: leave); 1 suits a standalone retriever",
+    )
+    search_threads: int = Field(
+        1, ge=1, description="OpenMP threads FAISS uses per single-query search (1: no fork/join cost)"
+    )
     default_k: int = Field(4, ge=0, description="chunks returned when a request says k=0")
     default_m: int = Field(2, ge=0, description="past sessions returned when a request says m=0")
     max_k: int = Field(50, ge=1, description="largest k a request may ask for")

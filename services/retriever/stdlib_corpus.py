@@ -211,11 +211,7 @@ def chunk_texts(corpus: Path) -> list[str]:
     from services.retriever.settings import RetrieverSettings
 
     s = RetrieverSettings(data_dir=None)
-    return [
-        c.embedding_text()
-        for doc in read_jsonl(corpus)
-        for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)
-    ]
+    return [c.embedding_text() for doc in read_jsonl(corpus) for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)]
 
 
 def write_vectors(corpus: Path, out: Path) -> None:

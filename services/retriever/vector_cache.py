@@ -46,9 +46,7 @@ class VectorCache:
     @classmethod
     def build(cls, model: str, texts: Sequence[str], vectors: np.ndarray) -> VectorCache:
         """From texts and their vectors [n, dim]."""
-        return cls(
-            model, int(vectors.shape[1]), {text_key(t): v for t, v in zip(texts, vectors, strict=True)}
-        )
+        return cls(model, int(vectors.shape[1]), {text_key(t): v for t, v in zip(texts, vectors, strict=True)})
 
     def to_bytes(self) -> bytes:
         keys = sorted(self._vectors)
@@ -115,8 +113,6 @@ def with_cache(encoder: Encoder, path: Path | None, model: str) -> Encoder:
         log.warning("ignoring unreadable vector cache %s: %s", path, exc)
         return encoder
     if cache.model != model or cache.dim != encoder.dim:
-        log.warning(
-            "ignoring vector cache %s: made by %s (dim %d), not %s", path, cache.model, cache.dim, model
-        )
+        log.warning("ignoring vector cache %s: made by %s (dim %d), not %s", path, cache.model, cache.dim, model)
         return encoder
     return CachingEncoder(encoder, cache)
