@@ -85,8 +85,7 @@ class _Renderer:
             replace(p, title=sanitize(p.title, specials), text=sanitize(p.text, specials)) for p in passages
         ]
         self.answers = [
-            replace(a, question=sanitize(a.question, specials), answer=sanitize(a.answer, specials))
-            for a in answers
+            replace(a, question=sanitize(a.question, specials), answer=sanitize(a.answer, specials)) for a in answers
         ]
         self.system_prompt = system_prompt
 
@@ -116,9 +115,7 @@ class _Renderer:
         ]
 
     def render(self, items: Sequence[_Item]) -> tuple[str, list[int]]:
-        text = self.tokenizer.apply_chat_template(
-            self.messages(items), tokenize=False, add_generation_prompt=True
-        )
+        text = self.tokenizer.apply_chat_template(self.messages(items), tokenize=False, add_generation_prompt=True)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return text, ids
 
