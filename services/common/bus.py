@@ -32,7 +32,11 @@ class EventApplier(Protocol):
     """A consumer's state machine: idempotent by event id, snapshot-able."""
 
     def apply(self, event: events_pb2.GenerationCompleted) -> bool:
-        """Apply the event; False when its event_id was already applied (state unchanged)."""
+        """Apply the event; False when its event_id was already applied (state unchanged).
+
+        All or nothing: raise before changing anything (a raising apply is retried, then the
+        event is dead-lettered).
+        """
         ...
 
     def snapshot(self) -> bytes:

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 MS_PER_S = 1000
 FLUSHED_POLL_S = 0.01  # flushed() re-checks the depth this often
+REMOVE_SYNCHRONOUS = "NORMAL"  # removals: losing one to a power cut only causes a resend
+BUSY_TIMEOUT_S = 5.0  # wait this long for the other connection's write lock
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- send order
@@ -41,21 +43,31 @@ class OutboxRow:
 
 
 class Outbox:
-    """An append-only SQLite queue of (key, value) rows; thread-safe, one process at a time."""
+    """An append-only SQLite queue of (key, value) rows; thread-safe, one process at a time.
+
+    Appends use the ``synchronous`` mode asked for (FULL: durable through power loss); removals
+    use their own connection in NORMAL mode, since a removal lost to a power cut only means a
+    resend, which consumers drop by event id.
+    """
 
     def __init__(self, path: Path, synchronous: str = "FULL") -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={synchronous}")
-        self._db.execute(_SCHEMA)
+        self._appender = self._connect(synchronous)
+        self._appender.execute(_SCHEMA)
+        self._remover = self._connect(REMOVE_SYNCHRONOUS)
+
+    def _connect(self, synchronous: str) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+        return db
 
     def append(self, value: bytes, key: bytes | None = None) -> int:
         """Store one row durably (one small transaction); its id."""
         with self._lock:
-            cur = self._db.execute(
+            cur = self._appender.execute(
                 "INSERT INTO outbox (key, value, created_ms) VALUES (?, ?, ?)",
                 (key, value, int(time.time() * MS_PER_S)),
             )
@@ -64,24 +76,32 @@ class Outbox:
     def pending(self, limit: int) -> list[OutboxRow]:
         """The oldest ``limit`` rows not yet acknowledged, in append order."""
         with self._lock:
-            cur = self._db.execute("SELECT id, key, value FROM outbox ORDER BY id LIMIT ?", (limit,))
+            cur = self._remover.execute("SELECT id, key, value FROM outbox ORDER BY id LIMIT ?", (limit,))
             rows = cur.fetchall()
         return [OutboxRow(int(i), k, v) for i, k, v in rows]
 
     def remove(self, ids: Sequence[int]) -> None:
+        """Forget acknowledged rows (one transaction)."""
         if not ids:
             return
         with self._lock:
-            self._db.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+            self._remover.execute("BEGIN")
+            try:
+                self._remover.executemany("DELETE FROM outbox WHERE id = ?", [(i,) for i in ids])
+            except BaseException:
+                self._remover.execute("ROLLBACK")
+                raise
+            self._remover.execute("COMMIT")
 
     def depth(self) -> int:
         """Rows waiting for an acknowledgement."""
         with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
+            return int(self._remover.execute("SELECT COUNT(*) FROM outbox").fetchone()[0])
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._remover.close()
+            self._appender.close()
 
 
 @dataclass
