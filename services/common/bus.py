@@ -102,11 +102,16 @@ class ApplyOutcome:
 async def apply_with_retries(
     applier: EventApplier, event: events_pb2.GenerationCompleted, max_attempts: int, backoff_s: float
 ) -> ApplyOutcome:
-    """Call ``applier.apply`` up to ``max_attempts`` times; never raises an ``Exception``."""
+    """Call ``applier.apply`` up to ``max_attempts`` times; never raises an ``Exception``.
+
+    The apply runs in a worker thread (appliers are thread-safe): embedding a past session or
+    pruning a trie must not stall the event loop that serves gRPC streams.
+    """
     error: Exception | None = None
     for attempt in range(1, max_attempts + 1):
         try:
-            return ApplyOutcome(applied=bool(applier.apply(event)), error=None, attempts=attempt)
+            applied = await asyncio.to_thread(applier.apply, event)
+            return ApplyOutcome(applied=bool(applied), error=None, attempts=attempt)
         except Exception as exc:  # an applier bug must not stop the bus
             error = exc
             log.warning(
