@@ -9,7 +9,7 @@ from lookahead_core.config import DecodingConfig, DraftMode, TrieConfig
 from lookahead_core.draft import DraftTree, retrieve_draft
 from lookahead_core.trie import TokenTrie
 
-from tests.core_helpers import check_tree_shape, node_paths
+from tests.core_helpers import check_tree_shape, draft_cap, node_paths
 
 ALL_MODES = list(DraftMode)
 DRAFTING_MODES = [DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA]
@@ -109,6 +109,36 @@ def test_hierarchical_prefers_prompt_weight() -> None:
     assert retrieve_draft(trie, [1], light, budget=1, max_depth=4).tokens == [6]
 
 
+# (context, budget, expected size): a 20-token prompt copied verbatim, every continuation has probability 1
+EXTEND_CASES: list[tuple[list[int], int, int]] = [
+    # a 5-token match (>= extend_min_match): confident nodes extend past the budget to the prompt's end
+    ([10, 11, 12, 13, 14], 4, 15),
+    # the same match with a budget already past the extension cap: the budget rules
+    ([10, 11, 12, 13, 14], 40, 15),
+    # a 1-token context: match too short to extend, the budget caps the tree
+    ([14], 4, 4),
+    # a 3-token match (< extend_min_match 4): still capped by the budget
+    ([12, 13, 14], 4, 4),
+]
+
+
+@pytest.mark.parametrize(("context", "budget", "size"), EXTEND_CASES)
+def test_hierarchical_extends_only_below_a_long_confident_match(context: list[int], budget: int, size: int) -> None:
+    prompt = list(range(10, 30))
+    config = DecodingConfig(trie=TrieConfig(branch_length=32), max_decoding_length=32, extend_min_match=4)
+    tree = retrieve_draft(trie_of([prompt], length=32), context, config, budget=budget, max_depth=64)
+    assert len(tree) == size
+    start = prompt.index(context[-1]) + 1
+    assert tree.paths() == [prompt[start : start + size]]  # one chain: the copy continues
+
+
+def test_extension_needs_confident_nodes() -> None:
+    # after the 5-token match the trie forks 50/50: below the 0.9 confidence the budget caps the tree
+    trie = trie_of([[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 16, 17, 18, 19]], length=32)
+    config = DecodingConfig(trie=TrieConfig(branch_length=32), max_decoding_length=32, extend_min_prob=0.9)
+    assert len(retrieve_draft(trie, [1, 2, 3, 4, 5], config, budget=3, max_depth=64)) == 3
+
+
 # ---- banned tokens -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", DRAFTING_MODES)
 def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
@@ -205,7 +235,9 @@ def test_every_drafted_branch_is_in_the_trie(
     config = DecodingConfig(mode=mode, max_match=max_match, min_fill=min_fill, trie=trie_config)
     tree = retrieve_draft(trie, context, config, budget=budget, max_depth=max_depth, banned=banned)
     check_tree_shape(tree)
-    assert len(tree) <= budget
+    assert len(tree) <= draft_cap(config, budget)
+    if min(max_match, len(context), length - 1) < config.extend_min_match:
+        assert len(tree) <= budget  # no long match: the tree never grows past the budget
     assert tree.depth() <= max_depth
     assert not banned & set(tree.tokens)
     if mode is DraftMode.NONE:

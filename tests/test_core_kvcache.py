@@ -7,7 +7,9 @@ import torch
 from lookahead_core.kvcache import compact_cache, rollback_cache
 from transformers import DynamicCache
 
-from tests.core_helpers import tiny_model
+from tests.core_helpers import one_thread, tiny_model  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 HEADS, DIM = 2, 3  # kv heads, head dim of the hand-made caches
 

@@ -8,7 +8,9 @@ from lookahead_core.packed import packed_copy
 from lookahead_core.tree_inputs import build_tree_inputs
 from transformers import DynamicCache
 
-from tests.core_helpers import ATTNS, FAMILIES, node_paths, tiny_model, tree_from
+from tests.core_helpers import ATTNS, FAMILIES, node_paths, one_thread, tiny_model, tree_from  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 PROMPT = [11, 200, 37, 37, 91, 4, 150, 66, 12, 9]
 ROOT = 42  # the last emitted token: not in the cache yet, tree depth 0
