@@ -133,14 +133,20 @@ def test_outside_a_request_and_context_nesting(capture) -> None:
     log.info("startup")
     with request_context("outer", "t1") as rid:
         assert rid == current_request_id() == "outer"
-        with request_context(tenant="t2") as inner:
+        with request_context(tenant="t2") as inner:  # a nested scope stays on the request's id
             log.info("inner")
+        with request_context() as same, request_context("explicit"):  # an explicit id replaces it
+            log.info("explicit")
         log.info("outer again")
     assert current_request_id() is None
-    first, second, third = lines(stream)
+    with request_context() as fresh:
+        pass
+    first, second, third, fourth = lines(stream)
     assert (first["request_id"], first["tenant"]) == (None, None)
-    assert (second["request_id"], second["tenant"]) == (inner, "t2") and inner != "outer"
-    assert (third["request_id"], third["tenant"]) == ("outer", "t1")
+    assert (second["request_id"], second["tenant"]) == ("outer", "t2") and inner == same == "outer"
+    assert (third["request_id"], third["tenant"]) == ("explicit", "t1")
+    assert (fourth["request_id"], fourth["tenant"]) == ("outer", "t1")
+    assert fresh not in ("outer", "explicit") and len(fresh) == 32  # outside a request: a new id
 
 
 def test_text_format_carries_the_request_and_redacts(capture) -> None:

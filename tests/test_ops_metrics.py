@@ -182,7 +182,7 @@ def test_recording_helpers_move_every_issue_metric() -> None:
     cache.forget_tenant("beta")
     cache.record_fetch(0.004)
     consumer = ConsumerMetrics.of(registry)
-    consumer.set_lag("draftcache", 0, 12)
+    consumer.set_lag("draftcache", 12)
     consumer.record_applied("draftcache", 3, age_s=0.05)
     consumer.record_redelivered("draftcache")
     consumer.record_dead_lettered("retriever")
@@ -203,7 +203,7 @@ def test_recording_helpers_move_every_issue_metric() -> None:
         ("lookahead_rag_draftcache_trie_nodes", {"tenant": "acme"}, 120),
         ("lookahead_rag_draftcache_trie_bytes", {"tenant": "acme"}, 24_000),
         ("lookahead_rag_draftcache_fetch_latency_seconds_count", {}, 1),
-        ("lookahead_rag_consumer_lag_events", {"consumer": "draftcache", "partition": "0"}, 12),
+        ("lookahead_rag_consumer_lag_events", {"consumer": "draftcache"}, 12),
         ("lookahead_rag_consumer_applied_events_total", {"consumer": "draftcache"}, 3),
         ("lookahead_rag_consumer_event_age_seconds_count", {"consumer": "draftcache"}, 1),
         ("lookahead_rag_consumer_redelivered_events_total", {"consumer": "draftcache"}, 1),
@@ -214,3 +214,28 @@ def test_recording_helpers_move_every_issue_metric() -> None:
     for name, labels, want in expected:
         assert registry.get_sample_value(name, labels) == pytest.approx(want), (name, labels)
     assert registry.get_sample_value("lookahead_rag_draftcache_trie_nodes", {"tenant": "beta"}) is None
+
+
+def test_bus_totals_become_counters_by_delta_and_survive_a_restarted_count() -> None:
+    from services.common.bus import ConsumerCounters
+
+    registry = CollectorRegistry()
+    consumer, outbox = ConsumerMetrics.of(registry), OutboxMetrics.of(registry)
+
+    def sample(name: str) -> float | None:
+        return registry.get_sample_value(f"lookahead_rag_consumer_{name}", {"consumer": "retriever"})
+
+    consumer.observe_counters("retriever", ConsumerCounters())
+    assert sample("applied_events_total") == 0 and sample("dead_lettered_events_total") == 0  # exported at once
+    consumer.observe_counters("retriever", ConsumerCounters(applied=5, duplicates=2, redelivered=1, lag=3))
+    consumer.observe_counters("retriever", ConsumerCounters(applied=7, duplicates=2, redelivered=1,
+                                                            dead_lettered=1, apply_errors=3, lag=0))
+    assert (sample("applied_events_total"), sample("redelivered_events_total"), sample("replayed_records_total"),
+            sample("apply_errors_total"), sample("dead_lettered_events_total"), sample("lag_events")) == (
+        7, 2, 1, 3, 1, 0)
+    consumer.observe_counters("retriever", ConsumerCounters(applied=4))  # the bus restarted its count
+    assert sample("applied_events_total") == 11
+    outbox.observe_sent_total(3)
+    outbox.observe_sent_total(5)
+    outbox.observe_sent_total(1)
+    assert registry.get_sample_value("lookahead_rag_outbox_sent_events_total") == 6

@@ -3,7 +3,7 @@
     server, port = await start_server(
         [(retriever_pb2_grpc.add_RetrieverServicer_to_server, servicer)],
         [retriever_pb2.DESCRIPTOR.services_by_name["Retriever"].full_name],
-        port=0,
+        port=0, interceptors=[ObservabilityInterceptor(registry)],
     )
     ...
     await stop_server(server, grace_s=5.0)
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import grpc
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ingest batches and long prompt id lists fit
 DEFAULT_HOST = "127.0.0.1"
 OVERALL = health.OVERALL_HEALTH  # "" : the whole server
+ANY_INTERFACE = frozenset({"", "0.0.0.0", "::", "[::]"})  # bind addresses a local client reaches via loopback
 
 AddFn = Callable[[Any, grpc.aio.Server], None]
 
@@ -50,14 +51,17 @@ async def start_server(
     host: str = DEFAULT_HOST,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_concurrent_rpcs: int | None = None,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
     """Start a grpc.aio server with the servicers, health checking and reflection; return (server, port).
 
     ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
-    RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them.
+    RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them;
+    ``interceptors`` (e.g. services.common.metrics.ObservabilityInterceptor) see every call.
     """
     server = grpc.aio.server(
-        options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs
+        options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs,
+        interceptors=list(interceptors),
     )
     for add_fn, servicer in servicers:
         add_fn(servicer, server)
@@ -84,6 +88,15 @@ async def stop_server(server: grpc.aio.Server, grace_s: float) -> None:
     if health_servicer is not None:
         await health_servicer.enter_graceful_shutdown()
     await server.stop(grace_s)
+
+
+def local_target(host: str, port: int) -> str:
+    """HOST:PORT a client in this process dials to reach a server bound to ``host``:``port``."""
+    if host in ANY_INTERFACE:
+        host = "127.0.0.1"
+    elif ":" in host and not host.startswith("["):  # an IPv6 address
+        host = f"[{host}]"
+    return f"{host}:{port}"
 
 
 def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.aio.Channel:

@@ -61,9 +61,13 @@ def current_tenant() -> str | None:
 
 @contextmanager
 def request_context(request_id: str | None = None, tenant: str | None = None) -> Iterator[str]:
-    """Bind a request id (a new one if None) and tenant to every log line inside; yields the id."""
-    rid = request_id or new_request_id()
-    rid_token, tenant_token = _request_id.set(rid), _tenant.set(tenant)
+    """Bind a request id and tenant to every log line inside; yields the id.
+
+    None keeps what an enclosing request context bound (a servicer inside the gRPC interceptor's
+    scope stays on the caller's ``x-request-id``); outside any request a new id is made.
+    """
+    rid = request_id or _request_id.get() or new_request_id()
+    rid_token, tenant_token = _request_id.set(rid), _tenant.set(tenant or _tenant.get())
     try:
         yield rid
     finally:

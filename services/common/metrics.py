@@ -8,6 +8,10 @@ in-process instances do not collide::
     port = start_metrics_server(9103, registry)          # GET http://host:port/metrics
     GeneratorMetrics.of(registry).record_answer(new_tokens=128, forward_steps=40, ...)
 
+Gauges and counters sampled from state (a bus's consumer counters, the outbox depth, trie sizes)
+are kept current by a ``Refresher`` that runs its jobs every few seconds off the event loop; an
+event applier wrapped in ``ObservedApplier`` records each event's age when it is applied.
+
 Names start with ``lookahead_rag_``. Tenant appears as a label only on the draft cache's size
 gauges (bounded by its max_tenants setting); nothing else is labelled by request data.
 """
@@ -17,22 +21,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import Any, Self
+from typing import Any, Protocol, Self
 
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-from services.common.logging import REQUEST_ID_HEADER, request_context
+from services.common.logging import REQUEST_ID_HEADER, bind_tenant, request_context
+
+log = logging.getLogger(__name__)
 
 NS = "lookahead_rag"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ACCEPTED_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
 TOKENS_PER_S_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 250, 500)
 DRAFT_SOURCES = ("prompt", "tenant_cache", "references")
+QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # probes: access log at DEBUG
 
 _GROUPS: weakref.WeakKeyDictionary[CollectorRegistry, dict[type, Any]] = weakref.WeakKeyDictionary()
 _GROUPS_LOCK = threading.Lock()
@@ -159,14 +167,25 @@ class DraftCacheMetrics(MetricGroup):
         self.fetch_latency.observe(seconds)
 
 
+class CounterSource(Protocol):
+    """What a bus's ``counters(group)`` returns (services.common.bus.ConsumerCounters): running totals."""
+
+    applied: int
+    duplicates: int
+    dead_lettered: int
+    apply_errors: int
+    redelivered: int
+    lag: int
+
+
 class ConsumerMetrics(MetricGroup):
     """Event consumers, labelled by logical consumer name ("draftcache", "retriever")."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
         self.lag = self.gauge(
-            "consumer_lag_events", "events in the partition not yet applied (end offset - position)",
-            ("consumer", "partition"),
+            "consumer_lag_events", "events published but not yet applied (Kafka: summed over partitions)",
+            ("consumer",),
         )
         self.event_age = self.histogram(
             "consumer_event_age_seconds", "event creation to applied", LATENCY_BUCKETS, ("consumer",)
@@ -176,23 +195,52 @@ class ConsumerMetrics(MetricGroup):
             "consumer_redelivered_events", "events seen again and skipped (already applied, by event id)",
             ("consumer",),
         )
+        self.replayed = self.counter(
+            "consumer_replayed_records", "records read again after a log reset or a restart's replay",
+            ("consumer",),
+        )
+        self.apply_errors = self.counter(
+            "consumer_apply_errors", "failed apply attempts (retried, or dead-lettered at the last)", ("consumer",)
+        )
         self.dead_lettered = self.counter(
             "consumer_dead_lettered_events", "events sent to the dead-letter topic", ("consumer",)
         )
+        self._seen: dict[str, tuple[int, ...]] = {}  # consumer -> totals at the last observe_counters
+        self._lock = threading.Lock()
 
-    def set_lag(self, consumer: str, partition: int, lag: int) -> None:
-        self.lag.labels(consumer, str(partition)).set(lag)
+    def set_lag(self, consumer: str, lag: int) -> None:
+        self.lag.labels(consumer).set(lag)
 
     def record_applied(self, consumer: str, count: int = 1, age_s: float | None = None) -> None:
         self.applied.labels(consumer).inc(count)
         if age_s is not None:
-            self.event_age.labels(consumer).observe(max(age_s, 0.0))
+            self.record_age(consumer, age_s)
+
+    def record_age(self, consumer: str, age_s: float) -> None:
+        self.event_age.labels(consumer).observe(max(age_s, 0.0))
 
     def record_redelivered(self, consumer: str, count: int = 1) -> None:
         self.redelivered.labels(consumer).inc(count)
 
     def record_dead_lettered(self, consumer: str, count: int = 1) -> None:
         self.dead_lettered.labels(consumer).inc(count)
+
+    def observe_counters(self, consumer: str, counters: CounterSource) -> None:
+        """Bring the counters up to a bus's running totals (adds what moved since the last call; a
+        total that went down means the bus restarted its count, so all of it is new) and set the lag."""
+        totals = (counters.applied, counters.duplicates, counters.redelivered, counters.apply_errors,
+                  counters.dead_lettered)
+        with self._lock:
+            before = self._seen.get(consumer, (0,) * len(totals))
+            self._seen[consumer] = totals
+        metrics = (self.applied, self.redelivered, self.replayed, self.apply_errors, self.dead_lettered)
+        for metric, now, then in zip(metrics, totals, before, strict=True):
+            moved = now - then if now >= then else now
+            if moved:
+                metric.labels(consumer).inc(moved)
+            else:
+                metric.labels(consumer)  # exported at 0 from the first sample
+        self.set_lag(consumer, counters.lag)
 
 
 class OutboxMetrics(MetricGroup):
@@ -202,12 +250,114 @@ class OutboxMetrics(MetricGroup):
         super().__init__(registry)
         self.depth = self.gauge("outbox_depth", "events stored but not yet acknowledged by Kafka")
         self.sent = self.counter("outbox_sent_events", "events Kafka acknowledged")
+        self._seen_sent = 0
 
     def set_depth(self, depth: int) -> None:
         self.depth.set(depth)
 
     def record_sent(self, count: int = 1) -> None:
         self.sent.inc(count)
+
+    def observe_sent_total(self, total: int) -> None:
+        """Bring ``sent`` up to a flusher's running total (see ConsumerMetrics.observe_counters)."""
+        moved = total - self._seen_sent if total >= self._seen_sent else total
+        self._seen_sent = total
+        if moved:
+            self.sent.inc(moved)
+
+
+# --- state sampled periodically, event age at apply ----------------------------------------------
+
+
+class Refresher:
+    """Runs ``jobs`` (cheap samplers: counters, depths, dirty sizes) every ``interval_s`` in a worker
+    thread, so a slow one never blocks the event loop; a failing job is logged and retried next time.
+
+        refresher = Refresher(5.0, [lambda: consumer.observe_counters("draftcache", bus.counters("draftcache"))])
+        await refresher.start() ... await refresher.stop()     # refresher.refresh_now() in tests
+    """
+
+    def __init__(self, interval_s: float, jobs: Iterable[Callable[[], object]] = ()) -> None:
+        self.interval_s = interval_s
+        self.jobs: list[Callable[[], object]] = list(jobs)
+        self._task: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()  # one round at a time (the task and refresh_now)
+
+    def add(self, job: Callable[[], object]) -> None:
+        self.jobs.append(job)
+
+    def refresh_now(self) -> None:
+        with self._lock:
+            for job in self.jobs:
+                try:
+                    job()
+                except Exception:  # a metric must never take a service down
+                    log.exception("metrics refresh job %r failed", job)
+
+    async def start(self) -> None:
+        if self._task is None and self.jobs:
+            self._task = asyncio.create_task(self._run(), name="metrics-refresh")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.to_thread(self.refresh_now)
+            await asyncio.sleep(self.interval_s)
+
+
+def consumer_jobs(bus: Any, groups: Iterable[str], metrics: ConsumerMetrics) -> list[Callable[[], None]]:
+    """Refresher jobs bringing ConsumerMetrics up to ``bus.counters(group)`` of each group."""
+    return [lambda g=group: metrics.observe_counters(g, bus.counters(g)) for group in groups]
+
+
+def outbox_job(bus: Any, metrics: OutboxMetrics) -> Callable[[], None]:
+    """A Refresher job sampling a Kafka bus's outbox: its depth and the events Kafka acknowledged."""
+
+    def sample() -> None:
+        metrics.set_depth(bus.outbox_depth())
+        flusher = getattr(getattr(bus, "publisher", None), "flusher", None)
+        if flusher is not None:
+            metrics.observe_sent_total(flusher.counters.sent)
+
+    return sample
+
+
+class ObservedApplier:
+    """An EventApplier (services.common.bus) seen by metrics: each applied event's age goes to
+    ConsumerMetrics, ``on_applied(event)`` and ``on_restore()`` let state-size gauges know what changed.
+    Counts come from the bus's own counters (Refresher + ConsumerMetrics.observe_counters)."""
+
+    def __init__(self, applier: Any, consumer: str, metrics: ConsumerMetrics,
+                 on_applied: Callable[[Any], None] | None = None,
+                 on_restore: Callable[[], None] | None = None) -> None:
+        self.applier = applier
+        self.consumer = consumer
+        self.metrics = metrics
+        self._on_applied = on_applied
+        self._on_restore = on_restore
+
+    def apply(self, event: Any) -> bool:
+        applied = bool(self.applier.apply(event))
+        if applied:
+            if event.created_unix_ms:
+                self.metrics.record_age(self.consumer, time.time() - event.created_unix_ms / 1000.0)
+            if self._on_applied is not None:
+                self._on_applied(event)
+        return applied
+
+    def snapshot(self) -> bytes:
+        return bytes(self.applier.snapshot())
+
+    def restore(self, data: bytes) -> None:
+        self.applier.restore(data)
+        if self._on_restore is not None:
+            self._on_restore()
 
 
 # --- the gRPC server interceptor ------------------------------------------------------------------
@@ -225,16 +375,22 @@ def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.S
 
 
 class _Call:
-    """One call's bookkeeping: request context for logs, in-flight gauge, count and latency at the end."""
+    """One call's bookkeeping: request context (id, and the tenant when the request has one) for logs,
+    in-flight gauge, count and latency and one access log line at the end."""
 
-    def __init__(self, metrics: RpcMetrics, method: str, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, metrics: RpcMetrics, method: str, context: grpc.aio.ServicerContext,
+                 request: Any = None) -> None:
         self.metrics, self.method, self.context = metrics, method, context
         metadata = dict(context.invocation_metadata() or ())
         self.scope = request_context(metadata.get(REQUEST_ID_HEADER) or None)
+        tenant = getattr(request, "tenant", None)
+        self.tenant = tenant if isinstance(tenant, str) and tenant else None
         self.start = 0.0
 
     def __enter__(self) -> None:
         self.scope.__enter__()
+        if self.tenant is not None:
+            bind_tenant(self.tenant)
         self.metrics.in_flight.labels(self.method).inc()
         self.start = time.perf_counter()
 
@@ -245,14 +401,17 @@ class _Call:
             code = grpc.StatusCode.CANCELLED
         else:  # abort() raises after setting the code; anything else is UNKNOWN to the client
             code = _code(self.context, grpc.StatusCode.UNKNOWN)
+        seconds = time.perf_counter() - self.start
         self.metrics.in_flight.labels(self.method).dec()
-        self.metrics.record(self.method, code, time.perf_counter() - self.start)
+        self.metrics.record(self.method, code, seconds)
+        level = logging.DEBUG if self.method.startswith(QUIET_METHOD_PREFIXES) else logging.INFO
+        log.log(level, "%s %s %.1f ms", self.method, code.name, seconds * 1000.0)
         self.scope.__exit__(exc_type, exc, tb)
 
 
 def _wrap_unary_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        with _Call(metrics, method, context):
+        with _Call(metrics, method, context, request):
             result = behavior(request, context)
             return await result if inspect.isawaitable(result) else result
 
@@ -262,7 +421,7 @@ def _wrap_unary_response(behavior: Behavior, metrics: RpcMetrics, method: str) -
 def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
     if inspect.isasyncgenfunction(behavior) or not inspect.iscoroutinefunction(behavior):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            with _Call(metrics, method, context):
+            with _Call(metrics, method, context, request):
                 responses = behavior(request, context)
                 if inspect.isawaitable(responses):  # a plain function returning a context.write() coroutine
                     await responses
@@ -276,7 +435,7 @@ def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) 
         return stream
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:  # context.write() style
-        with _Call(metrics, method, context):
+        with _Call(metrics, method, context, request):
             await behavior(request, context)
 
     return writer
