@@ -94,15 +94,16 @@ def unique_tenant(hint: str) -> str:
 
 
 # Timeouts far above what a loaded 2-core machine needs: only the fault tests shorten them.
-ROBUST_GENERATOR = {"retrieve_timeout_s": 120.0, "fetch_timeout_s": 120.0, "grace_s": 120.0}
+ROBUST_GENERATOR = {"retrieve_timeout_s": 120.0, "fetch_timeout_s": 120.0, "shutdown_grace_s": 120.0}
 
 
 def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
     """Settings for a test pipeline: temp data dirs, any free port, no metrics, in-process bus."""
-    gen = {"data_dir": root / "generator", "port": 0, "metrics_port": -1, **ROBUST_GENERATOR,
+    gen = {"data_dir": root / "generator", "port": 0, "metrics_port": None, **ROBUST_GENERATOR,
            **sections.get("generator", {})}
-    ret = {"data_dir": root / "retriever", **sections.get("retriever", {})}
-    dc = {"data_dir": root / "draftcache", "snapshot_interval_s": 0, **sections.get("draftcache", {})}
+    server = {"port": 0, "metrics_port": None, "shutdown_grace_s": ROBUST_GENERATOR["shutdown_grace_s"]}
+    ret = {"data_dir": root / "retriever", **server, **sections.get("retriever", {})}
+    dc = {"data_dir": root / "draftcache", **server, "snapshot_interval_s": 0, **sections.get("draftcache", {})}
     kafka = {"bootstrap_servers": "", **sections.get("kafka", {})}
     return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, kafka=kafka)
 

@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import tomllib
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -94,23 +93,20 @@ def final_stage() -> list[tuple[str, str]]:
     return instructions[last_from:]
 
 
-def section_fields(section: str) -> tuple[set[str], set[str]]:
-    """(fields deploy/ may set in a section, the subset still to come in the code).
-
-    A real class that is not yet a ServerSettings may still miss host/port/metrics_port (to come:
-    warned); a section whose class does not exist yet is held to ServerSettings plus ports.py.
-    """
-    server = DEPLOYED_SERVER_FIELDS
+def section_fields(section: str) -> set[str]:
+    """The fields deploy/ may set in a section: its settings class's (a gRPC service's class is a
+    ServerSettings, so host, port, metrics_port and shutdown_grace_s are among them)."""
     cls = resolve_section(section)
-    if cls is None:
-        upstream = set(ports.GENERATOR_UPSTREAM_FIELDS.values()) if section == "generator" else set()
-        return server | upstream, server | upstream
-    fields = set(cls.model_fields)
-    pending = server - fields if section in ports.GRPC_PORTS and not issubclass(cls, ServerSettings) else set()
-    if pending:
-        warnings.warn(f"{cls.__name__} lacks {sorted(pending)}, which deploy/ sets: derive it from "
-                      "ServerSettings", stacklevel=2)
-    return fields | pending, pending
+    assert cls is not None, f"{SECTIONS[section]} does not exist"
+    if section in ports.GRPC_PORTS:
+        assert issubclass(cls, ServerSettings), f"{cls.__name__} must derive from ServerSettings"
+    return set(cls.model_fields)
+
+
+def kafka_default(field: str) -> Any:
+    cls = resolve_section("kafka")
+    assert cls is not None
+    return cls.model_fields[field].default
 
 
 def split_env(var: str) -> tuple[str, str]:
@@ -233,6 +229,14 @@ def test_dockerfile_copies_what_exists_and_exposes_the_ports() -> None:
     assert exposed == set(ports.GRPC_PORTS.values()) | set(ports.METRICS_PORTS.values())
 
 
+def test_dockerfile_binds_every_service_on_all_interfaces() -> None:
+    env = dockerfile_env()
+    for service, prefix in ports.ENV_PREFIXES.items():
+        if service in ports.GRPC_PORTS:  # gRPC and /metrics reachable from outside the container
+            assert env[f"{prefix}HOST"] == "0.0.0.0", service
+            assert env[f"{prefix}DATA_DIR"].startswith(ports.DATA_DIR + "/"), service
+
+
 # --- agreement with the code ------------------------------------------------------------------------
 
 
@@ -246,9 +250,10 @@ def test_ports_module_agrees_with_the_settings_classes() -> None:
     assert set(ServerSettings.model_fields) >= DEPLOYED_SERVER_FIELDS
     for section in SECTIONS:
         cls = resolve_section(section)
-        if cls is not None:
-            assert env_prefix(cls) == ports.ENV_PREFIXES[section], cls.__name__
-        if cls is not None and section in ports.GRPC_PORTS and "port" in cls.model_fields:
+        assert cls is not None, SECTIONS[section]
+        assert env_prefix(cls) == ports.ENV_PREFIXES[section], cls.__name__
+        if section in ports.GRPC_PORTS:
+            assert issubclass(cls, ServerSettings), cls.__name__
             assert cls.model_fields["port"].default == ports.GRPC_PORTS[section]
             assert cls.model_fields["metrics_port"].default == ports.METRICS_PORTS[section]
 
@@ -273,6 +278,9 @@ def test_compose_services_ports_volumes_and_kafka() -> None:
     assert "controller" in kafka["KAFKA_PROCESS_ROLES"] and "zookeeper" not in str(services)
     assert "PLAINTEXT://kafka:9092" in kafka["KAFKA_ADVERTISED_LISTENERS"]
     generator = compose_env("generator")
+    stop_after = int(services["generator"]["stop_grace_period"].removesuffix("s"))  # then SIGKILL
+    grace = float(generator["LAR_GENERATOR_SHUTDOWN_GRACE_S"])
+    assert grace + kafka_default("shutdown_timeout_s") < stop_after
     assert generator["LAR_GENERATOR_RETRIEVER_TARGET"] == f"retriever:{ports.RETRIEVER_GRPC_PORT}"
     assert generator["LAR_GENERATOR_DRAFTCACHE_TARGET"] == f"draftcache:{ports.DRAFTCACHE_GRPC_PORT}"
 
@@ -355,6 +363,10 @@ def test_k8s_config_points_services_at_each_other() -> None:
         assert config[service]["port"] == ports.GRPC_PORTS[service]
         assert config[service]["metrics_port"] == ports.METRICS_PORTS[service]
         assert config[service]["host"] == "0.0.0.0"
+    flush_s = config["kafka"].get("shutdown_timeout_s", kafka_default("shutdown_timeout_s"))
+    for service in ports.SERVICES:  # graceful stop (plus the bus's flush/commit) ends before the pod is killed
+        kill_after = workload(service)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        assert config[service]["shutdown_grace_s"] + flush_s < kill_after, service
     for upstream, field in ports.GENERATOR_UPSTREAM_FIELDS.items():
         host, _, port = config["generator"][field].rpartition(":")
         assert host.split(".")[:2] == [upstream, NAMESPACE] and int(port) == ports.GRPC_PORTS[upstream]
@@ -373,27 +385,21 @@ def test_every_lar_variable_in_deploy_names_a_real_field() -> None:
         if var == ports.CONFIG_ENV:
             continue
         section, field = split_env(var)
-        known, _ = section_fields(section)
+        known = section_fields(section)
         assert field in known, f"{where}: {var} sets no field of [{section}]"
     for section, table in configmap_toml().items():
-        known, _ = section_fields(section)
+        known = section_fields(section)
         assert set(table) <= known, f"ConfigMap [{section}]: {sorted(set(table) - known)} are not fields"
-
-
-def settable(section: str, values: dict[str, Any]) -> dict[str, Any]:
-    _, pending = section_fields(section)
-    return {k: v for k, v in values.items() if k not in pending}
 
 
 @pytest.mark.parametrize("section", list(SECTIONS))
 def test_deploy_values_load_into_the_real_settings(section: str, tmp_path, monkeypatch) -> None:
     cls = resolve_section(section)
-    if cls is None:
-        pytest.skip(f"{SECTIONS[section]} does not exist yet")
+    assert cls is not None, SECTIONS[section]
     for var in list(os.environ):
         if var.startswith("LAR_"):
             monkeypatch.delenv(var)
-    table = settable(section, configmap_toml().get(section, {}))
+    table = configmap_toml().get(section, {})
     path = tmp_path / "config.toml"
     path.write_text(f"[{section}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items()))
     loaded = load_settings(cls, section, path)  # ConfigMap values are well-typed for this class

@@ -239,27 +239,37 @@ class ServiceSettings(BaseSettings):
     settings_customise_sources = classmethod(_file_then_env)  # type: ignore[assignment]
 
 
+def port_field(default: int) -> Any:
+    """The ``port`` field of a ServerSettings subclass, with the service's default port."""
+    return Field(default, ge=0, le=65535, description="gRPC listen port (0 = any free port)")
+
+
+def metrics_port_field(default: int | None) -> Any:
+    """The ``metrics_port`` field of a ServerSettings subclass, with the service's default port."""
+    return Field(default, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 = any free port, None = off)")
+
+
 class ServerSettings(ServiceSettings):
-    """A gRPC service's listen address and metrics port; subclasses redeclare ``port`` and
-    ``metrics_port`` with their defaults from services.common.ports, e.g.::
+    """A gRPC service's listen address, metrics exporter and shutdown grace; subclasses redeclare
+    ``port`` and ``metrics_port`` with their defaults from services.common.ports, e.g.::
 
         class RetrieverSettings(ServerSettings):
             model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_")
             section: ClassVar[str] = "retriever"
-            port: int = Field(ports.RETRIEVER_GRPC_PORT, ge=0, le=65535, description="gRPC listen port")
-            metrics_port: int | None = Field(ports.RETRIEVER_METRICS_PORT, ge=0, le=65535,
-                                             description="Prometheus /metrics port; None = off")
+            port: int = port_field(ports.RETRIEVER_GRPC_PORT)
+            metrics_port: int | None = metrics_port_field(ports.RETRIEVER_METRICS_PORT)
     """
 
     host: str = Field(
         "127.0.0.1", description="interface the gRPC and metrics servers bind (0.0.0.0 in containers)"
     )
-    port: int = Field(0, ge=0, le=65535, description="gRPC listen port (0 = any free port)")
-    metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 = any free port, None = off)"
+    port: int = port_field(0)
+    metrics_port: int | None = metrics_port_field(None)
+    metrics_refresh_s: float = Field(
+        5.0, gt=0, description="seconds between samples of state gauges (consumer lag, outbox depth, trie sizes)"
     )
     shutdown_grace_s: float = Field(
-        10.0, ge=0, description="graceful stop: seconds in-flight calls may finish"
+        5.0, ge=0, description="graceful stop: seconds in-flight calls may finish"
     )
 
 

@@ -5,6 +5,11 @@
     ...                                          # service.port; bus.subscribe("draftcache", service.store)
     await service.stop()                         # graceful stop, then a final snapshot
 
+With ``metrics=DraftCacheMetrics.of(registry)`` a ``StoreMeter`` records each Fetch's latency and
+keeps the per-tenant trie size gauges current (``service.meter.applier(...)`` for the bus,
+``service.meter.refresh_sizes`` as a Refresher job). ``serve`` binds ``settings.host:settings.port``
+unless told otherwise.
+
 Blocking work (trie walks, snapshots) runs in a worker thread; errors map to status codes in
 services.common.errors (bad input -> INVALID_ARGUMENT, limits -> RESOURCE_EXHAUSTED).
 """
@@ -14,31 +19,95 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import grpc
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
 from services.common.errors import FailedPrecondition, grpc_errors
-from services.common.grpcutil import DEFAULT_HOST, start_server, stop_server
+from services.common.grpcutil import start_server, stop_server
+from services.common.metrics import ConsumerMetrics, DraftCacheMetrics, ObservedApplier
+from services.draftcache.fetch import Branch
 from services.draftcache.settings import DraftCacheSettings
 from services.draftcache.store import DraftCacheStore
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME: str = draftcache_pb2.DESCRIPTOR.services_by_name["DraftCache"].full_name
+CONSUMER = "draftcache"  # logical consumer name in ConsumerMetrics (kafka_settings.DRAFTCACHE_GROUP)
+
+
+class StoreMeter:
+    """DraftCacheMetrics of one store. ``fetch`` and ``add_output`` are the store's, timed or noted;
+    trie sizes are never measured per request: a write only marks its tenant, and ``refresh_sizes()``
+    (a periodic Refresher job, off the event loop) measures each marked tenant once."""
+
+    def __init__(self, store: DraftCacheStore, metrics: DraftCacheMetrics) -> None:
+        self.store = store
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._dirty: set[str] = set(store.tenants())  # a restored snapshot: measure everything once
+        self._shown: set[str] = set()  # tenants that have gauges
+
+    def fetch(self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
+              reference_ids: Sequence[int] = (), budget: int = 0) -> list[Branch]:
+        start = time.perf_counter()
+        branches = self.store.fetch(tenant, tokenizer_id, prompt_ids, reference_ids, budget)
+        self.metrics.record_fetch(time.perf_counter() - start)
+        return branches
+
+    def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str) -> bool:
+        applied = self.store.add_output(tenant, tokenizer_id, output_ids, event_id)
+        if applied:
+            self.mark(tenant)
+        return applied
+
+    def mark(self, tenant: str) -> None:
+        """``tenant``'s tries changed: measure it at the next refresh."""
+        with self._lock:
+            self._dirty.add(tenant)
+
+    def mark_all(self) -> None:
+        """The whole state was replaced (a restore): measure every tenant, drop vanished ones."""
+        with self._lock:
+            self._dirty.update(self.store.tenants(), self._shown)
+
+    def refresh_sizes(self) -> int:
+        """Set the size gauges of the tenants marked since the last call; returns how many."""
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+        for tenant in sorted(dirty):
+            scopes = self.store.stats(tenant)  # walks this tenant's tries under its lock (fetches of it wait)
+            with self._lock:
+                if scopes:
+                    self.metrics.set_tenant_size(tenant, sum(s.nodes for s in scopes), sum(s.bytes for s in scopes))
+                    self._shown.add(tenant)
+                else:
+                    self.metrics.forget_tenant(tenant)
+                    self._shown.discard(tenant)
+        return len(dirty)
+
+    def applier(self, consumer_metrics: ConsumerMetrics) -> ObservedApplier:
+        """The store as the bus's EventApplier: event age recorded, applied tenants marked."""
+        return ObservedApplier(self.store, CONSUMER, consumer_metrics,
+                               on_applied=lambda event: self.mark(event.tenant), on_restore=self.mark_all)
 
 
 class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
-    def __init__(self, store: DraftCacheStore) -> None:
+    def __init__(self, store: DraftCacheStore, meter: StoreMeter | None = None) -> None:
         self.store = store
+        self.meter = meter
+        self._calls: StoreMeter | DraftCacheStore = meter or store  # fetch/add_output go through the meter
 
     @grpc_errors
     async def AddOutput(
         self, request: draftcache_pb2.AddOutputRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.AddOutputResponse:
         applied = await asyncio.to_thread(
-            self.store.add_output, request.tenant, request.tokenizer_id, request.output_ids, request.event_id
+            self._calls.add_output, request.tenant, request.tokenizer_id, request.output_ids, request.event_id
         )
         return draftcache_pb2.AddOutputResponse(applied=applied)
 
@@ -47,7 +116,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
         branches = await asyncio.to_thread(
-            self.store.fetch,
+            self._calls.fetch,
             request.tenant,
             request.tokenizer_id,
             request.prompt_ids,
@@ -88,13 +157,15 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         return draftcache_pb2.SnapshotResponse(path=str(path), bytes=size)
 
 
-def build(settings: DraftCacheSettings) -> tuple[DraftCacheStore, DraftCacheServicer]:
-    """A store (restored from ``settings.snapshot_path()`` when that file exists) and its servicer."""
+def build(settings: DraftCacheSettings, metrics: DraftCacheMetrics | None = None
+          ) -> tuple[DraftCacheStore, DraftCacheServicer]:
+    """A store (restored from ``settings.snapshot_path()`` when that file exists) and its servicer
+    (metered when ``metrics`` is given: ``servicer.meter``)."""
     store = DraftCacheStore(settings)
     path = settings.snapshot_path()
     if path is not None:
         store.load_snapshot(path)
-    return store, DraftCacheServicer(store)
+    return store, DraftCacheServicer(store, None if metrics is None else StoreMeter(store, metrics))
 
 
 async def save_if_changed(store: DraftCacheStore) -> bool:
@@ -125,6 +196,10 @@ class DraftCacheService:
     servicer: DraftCacheServicer
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
+    @property
+    def meter(self) -> StoreMeter | None:
+        return self.servicer.meter
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Graceful stop (health NOT_SERVING, in-flight calls finish), then a final snapshot."""
         if self._task is not None:
@@ -141,14 +216,22 @@ class DraftCacheService:
         await self.server.wait_for_termination()
 
 
-async def serve(settings: DraftCacheSettings, port: int = 0, host: str = DEFAULT_HOST) -> DraftCacheService:
-    """Build (restoring the snapshot), start the DraftCache service with health and reflection."""
-    store, servicer = await asyncio.to_thread(build, settings)
+async def serve(
+    settings: DraftCacheSettings,
+    port: int | None = None,
+    host: str | None = None,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    metrics: DraftCacheMetrics | None = None,
+) -> DraftCacheService:
+    """Build (restoring the snapshot), start the DraftCache service with health and reflection on
+    ``host``:``port`` (default: the settings'; port 0 = any free port)."""
+    store, servicer = await asyncio.to_thread(build, settings, metrics)
     server, bound = await start_server(
         [(draftcache_pb2_grpc.add_DraftCacheServicer_to_server, servicer)],
         [SERVICE_NAME],
-        port=port,
-        host=host,
+        port=settings.port if port is None else port,
+        host=settings.host if host is None else host,
+        interceptors=interceptors,
     )
     task = None
     if settings.snapshot_interval_s > 0 and settings.snapshot_path() is not None:

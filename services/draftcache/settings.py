@@ -8,10 +8,14 @@ most ``max_tenants * max_tokenizers_per_tenant`` scopes.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from lookahead_core.config import TrieConfig
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from services.common.ports import DRAFTCACHE_GRPC_PORT, DRAFTCACHE_METRICS_PORT
+from services.common.settings import ServerSettings, metrics_port_field, port_field
 
 SNAPSHOT_FILE = "draftcache.snapshot"  # file name of the snapshot inside data_dir
 
@@ -23,8 +27,12 @@ def default_data_dir() -> Path:
     return cache_dir() / "draftcache"
 
 
-class DraftCacheSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LAR_DRAFTCACHE_", extra="ignore")
+class DraftCacheSettings(ServerSettings):
+    model_config = SettingsConfigDict(env_prefix="LAR_DRAFTCACHE_")
+    section: ClassVar[str] = "draftcache"
+
+    port: int = port_field(DRAFTCACHE_GRPC_PORT)
+    metrics_port: int | None = metrics_port_field(DRAFTCACHE_METRICS_PORT)
 
     data_dir: Path | None = Field(
         default_factory=default_data_dir,
@@ -74,7 +82,6 @@ class DraftCacheSettings(BaseSettings):
     snapshot_interval_s: float = Field(
         60.0, ge=0.0, description="serve() writes the snapshot this often when something changed (0: never)"
     )
-    shutdown_grace_s: float = Field(5.0, ge=0.0, description="in-flight calls finish within this on stop")
 
     @model_validator(mode="after")
     def _consistent(self) -> DraftCacheSettings:

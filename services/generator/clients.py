@@ -1,7 +1,8 @@
 """How the generator reaches the retriever and the draft cache: in-process or over gRPC.
 
 Both kinds return the same protobuf messages, so the engine does not care which it has.
-A failure or a deadline is raised to the engine, which then answers without that part.
+A failure or a deadline is raised to the engine, which then answers without that part. gRPC calls
+carry the current request id (``x-request-id``), so the other services log under the same id.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import grpc
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 
 from services.common.errors import InvalidArgument
+from services.common.logging import outgoing_metadata
 
 # (response, notes): notes are the retriever's remarks, e.g. "tenant 'x' has no documents"
 Retrieved = tuple[retriever_pb2.RetrieveResponse, list[str]]
@@ -49,7 +51,7 @@ class GrpcRetrieverClient:
         req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
                                             max_new_tokens=max_new_tokens)
         try:
-            call = self.stub.Retrieve(req, timeout=timeout_s)
+            call = self.stub.Retrieve(req, timeout=timeout_s, metadata=outgoing_metadata())
             response = await call
             return response, notes_from_metadata(await call.trailing_metadata())
         except grpc.aio.AioRpcError as err:
@@ -65,7 +67,7 @@ class GrpcDraftClient:
                     reference_ids: Sequence[int], budget: int, timeout_s: float) -> draftcache_pb2.FetchResponse:
         req = draftcache_pb2.FetchRequest(tenant=tenant, tokenizer_id=tokenizer_id, prompt_ids=prompt_ids,
                                           reference_ids=reference_ids, budget=budget)
-        return await self.stub.Fetch(req, timeout=timeout_s)
+        return await self.stub.Fetch(req, timeout=timeout_s, metadata=outgoing_metadata())
 
 
 class LocalRetrieverClient:
@@ -91,7 +93,7 @@ class LocalRetrieverClient:
 
 
 class LocalDraftClient:
-    """Direct calls into a DraftCacheStore in this process."""
+    """Direct calls into a DraftCacheStore in this process (or its StoreMeter, which times each fetch)."""
 
     def __init__(self, store: object) -> None:
         self.store = store

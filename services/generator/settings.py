@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from lookahead_core.models import DEFAULT_MODEL
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
+from services.common.settings import ServerSettings, metrics_port_field, port_field
 
 MIB = 1 << 20
 
@@ -17,15 +19,15 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "lookahead-rag" / "generator"
 
 
-class GeneratorSettings(BaseSettings):
+class GeneratorSettings(ServerSettings):
     """How the generator decodes, what it accepts and where its dependencies are."""
 
-    model_config = SettingsConfigDict(env_prefix="LAR_GENERATOR_", extra="forbid")
+    model_config = SettingsConfigDict(env_prefix="LAR_GENERATOR_")
+    section: ClassVar[str] = "generator"
 
+    port: int = port_field(GENERATOR_GRPC_PORT)
+    metrics_port: int | None = metrics_port_field(GENERATOR_METRICS_PORT)
     model: str = Field(DEFAULT_MODEL, description="served model: built-in name, local path or hub id")
-    host: str = Field("127.0.0.1", description="address the gRPC server binds")
-    port: int = Field(GENERATOR_GRPC_PORT, description="gRPC port (0 = any free port)")
-    metrics_port: int = Field(GENERATOR_METRICS_PORT, description="Prometheus /metrics port (-1 = off)")
     data_dir: Path = Field(default_factory=default_data_dir, description="outbox and local state")
     retriever_target: str = Field("", description="retriever HOST:PORT; empty = in-process retriever")
     draftcache_target: str = Field("", description="draft cache HOST:PORT; empty = in-process draft cache")
@@ -48,7 +50,6 @@ class GeneratorSettings(BaseSettings):
     max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
     branch_length: int = Field(32, ge=2, description="trie branch length")
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
-    grace_s: float = Field(5.0, ge=0, description="graceful shutdown: in-flight streams get this long")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
 

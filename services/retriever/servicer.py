@@ -1,6 +1,6 @@
 """The Retriever gRPC service: a thin grpc.aio layer over RetrieverCore.
 
-    server, port = await serve(core, port=0)
+    server, port = await serve(core, port=0)     # default: core.settings.host / .port
     ...
     await stop_server(server, grace_s=5.0)
 
@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterable
 
 import grpc
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 from services.common.errors import grpc_errors
-from services.common.grpcutil import DEFAULT_HOST, DEFAULT_MAX_MESSAGE_BYTES, start_server
+from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, start_server
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document, ScoredChunk
 from services.retriever.sessions import ScoredSession
@@ -43,9 +44,7 @@ def chunk_to_proto(found: ScoredChunk) -> retriever_pb2.Chunk:
 
 def session_to_proto(found: ScoredSession) -> retriever_pb2.PastSession:
     s = found.session
-    return retriever_pb2.PastSession(
-        question=s.question, answer=s.answer, score=found.score, event_id=s.event_id
-    )
+    return retriever_pb2.PastSession(question=s.question, answer=s.answer, score=found.score, event_id=s.event_id)
 
 
 def document_from_proto(doc: retriever_pb2.Document) -> Document:
@@ -89,24 +88,25 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self, request: retriever_pb2.RetrieverStatsRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieverStatsResponse:
         stats = await asyncio.to_thread(self.core.stats, request.tenant)
-        return retriever_pb2.RetrieverStatsResponse(
-            chunks=stats.chunks, sessions=stats.sessions, tenants=stats.tenants
-        )
+        return retriever_pb2.RetrieverStatsResponse(chunks=stats.chunks, sessions=stats.sessions, tenants=stats.tenants)
 
 
 async def serve(
     core: RetrieverCore,
-    port: int = 0,
-    host: str = DEFAULT_HOST,
+    port: int | None = None,
+    host: str | None = None,
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
 ) -> tuple[grpc.aio.Server, int]:
-    """Start the Retriever service (with health and reflection); returns (server, bound port)."""
+    """Start the Retriever service (with health and reflection) on ``host``:``port`` (default: the
+    core's settings; port 0 = any free port); returns (server, bound port)."""
     return await start_server(
         [(retriever_pb2_grpc.add_RetrieverServicer_to_server, RetrieverServicer(core))],
         [SERVICE_NAME],
-        port=port,
-        host=host,
+        port=core.settings.port if port is None else port,
+        host=core.settings.host if host is None else host,
         max_message_bytes=max_message_bytes,
+        interceptors=interceptors,
     )
 
 

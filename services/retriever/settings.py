@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
+from services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
+from services.common.settings import ServerSettings, metrics_port_field, port_field
 from services.retriever.corpus import bundled_vectors_path
 
 DEFAULT_MODEL = "smollm2-135m-instruct"  # same name as lookahead_core.models.DEFAULT_MODEL (no torch import)
@@ -33,8 +36,12 @@ class IndexKind(StrEnum):
     HNSW = "hnsw"  # graph index (approximate, large corpora)
 
 
-class RetrieverSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_", extra="ignore")
+class RetrieverSettings(ServerSettings):
+    model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_")
+    section: ClassVar[str] = "retriever"
+
+    port: int = port_field(RETRIEVER_GRPC_PORT)
+    metrics_port: int | None = metrics_port_field(RETRIEVER_METRICS_PORT)
 
     data_dir: Path | None = Field(
         default_factory=default_data_dir,
