@@ -27,7 +27,7 @@ def _settings(root: str, max_new: int) -> AllSettings:
         None,
         generator={"data_dir": f"{root}/g", "port": 0, "default_max_new_tokens": max_new,
                    "max_new_tokens_limit": max(max_new, 512)},
-        retriever={"data_dir": f"{root}/r"}, draftcache={"data_dir": f"{root}/d"},
+        retriever={"data_dir": f"{root}/r", "port": 0}, draftcache={"data_dir": f"{root}/d", "port": 0},
         kafka={"bootstrap_servers": ""},
     )
 
