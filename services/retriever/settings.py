@@ -56,12 +56,8 @@ class RetrieverSettings(ServerSettings):
         description="precomputed text -> vector file consulted before encoding (None: always encode)",
     )
     embed_batch_size: int = Field(64, ge=1, description="texts per encoder batch")
-    progress_min_texts: int = Field(
-        256, ge=1, description="show a progress bar when encoding this many texts"
-    )
-    model: str = Field(
-        DEFAULT_MODEL, description="served model whose tokenizer and chat template build prompts"
-    )
+    progress_min_texts: int = Field(256, ge=1, description="show a progress bar when encoding this many texts")
+    model: str = Field(DEFAULT_MODEL, description="served model whose tokenizer and chat template build prompts")
     chunk_chars: int = Field(800, ge=50, description="target chunk length in characters")
     chunk_overlap: int = Field(120, ge=0, description="characters shared by consecutive chunks")
     index_kind: IndexKind = Field(IndexKind.FLAT, description="FAISS index type per tenant")
@@ -92,15 +88,11 @@ class RetrieverSettings(ServerSettings):
     max_context_tokens: int = Field(
         2048, ge=64, description="cap on the model's context window used for prompts (CPU decoding cost)"
     )
-    default_max_new_tokens: int = Field(
-        256, ge=1, description="room left for the answer when a request says 0"
-    )
+    default_max_new_tokens: int = Field(256, ge=1, description="room left for the answer when a request says 0")
     min_truncated_tokens: int = Field(
         32, ge=1, description="a document cut to fewer tokens than this is dropped instead"
     )
-    max_sessions_per_tenant: int = Field(
-        10_000, ge=1, description="past sessions kept per tenant; the oldest go first"
-    )
+    max_sessions_per_tenant: int = Field(10_000, ge=1, description="past sessions kept per tenant; the oldest go first")
     max_remembered_event_ids: int = Field(
         1_000_000, ge=1, description="applied event ids kept for deduplication (oldest forgotten first)"
     )
@@ -113,7 +105,5 @@ class RetrieverSettings(ServerSettings):
     @model_validator(mode="after")
     def _overlap_below_chunk(self) -> RetrieverSettings:
         if self.chunk_overlap >= self.chunk_chars:
-            raise ValueError(
-                f"chunk_overlap ({self.chunk_overlap}) must be below chunk_chars ({self.chunk_chars})"
-            )
+            raise ValueError(f"chunk_overlap ({self.chunk_overlap}) must be below chunk_chars ({self.chunk_chars})")
         return self
