@@ -102,3 +102,26 @@ def test_arbitrary_token_sequences(ids: list[int], seed: int) -> None:
     rng = random.Random(seed)
     deltas = stream(ids, [rng.randint(1, 4) for _ in range(8)])
     assert "".join(deltas) == tok().decode(ids, skip_special_tokens=True)
+
+
+class SentencePieceLike:
+    """Decodes like SentencePiece: '▁' is a space and the text's leading space is dropped."""
+
+    PIECES = ("▁Hello", "▁world", "!", "▁it", "'s", "▁me", "▁again")
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        return "".join(self.PIECES[i] for i in ids).replace("▁", " ").removeprefix(" ")
+
+
+@pytest.mark.parametrize("sizes", [[1], [2], [1, 3]], ids=["one", "two", "mixed"])
+def test_leading_spaces_survive_tokenizers_that_drop_them_alone(sizes: list[int]) -> None:
+    """A token decoded on its own loses its leading space there: deltas must come from a wider window."""
+    fake = SentencePieceLike()
+    ids = list(range(len(fake.PIECES)))
+    detok = IncrementalDetokenizer(fake)  # type: ignore[arg-type]
+    deltas, at, k = [], 0, 0
+    while at < len(ids):
+        deltas.append(detok.push(ids[at : at + sizes[k % len(sizes)]]))
+        at, k = at + sizes[k % len(sizes)], k + 1
+    deltas.append(detok.flush())
+    assert "".join(deltas) == fake.decode(ids) == "Hello world! it's me again"
