@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from bench.retrieval import measure_retrieval, variants
-from services.retriever import atomic
+from services.common import atomic
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document, make_chunks
 from services.retriever.embeddings import Embedder

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from services.common.atomic import write_bytes_atomic
 
 MAGIC = b"LARSTATE1\n"
 _LEN = struct.Struct(">I")
@@ -79,23 +79,7 @@ def decode(data: bytes) -> ConsumerState:
 
 def write_state(path: Path, state: ConsumerState) -> None:
     """Atomically replace ``path`` with ``state`` (durable once this returns)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}.tmp")  # unique: an abandoned write cannot collide
-    try:
-        with open(tmp, "wb") as f:
-            f.write(encode(state))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_bytes_atomic(Path(path), encode(state))
 
 
 def read_state(path: Path) -> ConsumerState | None:

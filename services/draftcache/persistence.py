@@ -6,34 +6,11 @@ rename leaves a stray ``.<name>.*.tmp`` that the next write does not collide wit
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 
-TEMP_SUFFIX = ".tmp"
+from services.common.atomic import write_bytes_atomic as write_file_atomic
 
-
-def write_file_atomic(path: Path, data: bytes) -> int:
-    """Replace ``path`` with ``data`` atomically and durably; returns the bytes written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp_name)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return len(data)
+__all__ = ["read_file", "write_file_atomic"]
 
 
 def read_file(path: Path) -> bytes | None:

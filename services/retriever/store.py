@@ -5,7 +5,7 @@ Layout under ``data_dir``::
     indexes/<slug>-<hash>.npz   one file per tenant (TenantIndex.to_bytes; the tenant name is inside)
     sessions.bin                PastSessions.snapshot()
 
-Every file is replaced atomically (services.retriever.atomic); stray temp files from a crash are
+Every file is replaced atomically (services.common.atomic); stray temp files from a crash are
 removed on load. ``data_dir=None`` keeps everything in memory.
 """
 
@@ -16,7 +16,7 @@ import logging
 import re
 from pathlib import Path
 
-from services.retriever.atomic import remove_stale_temps, write_bytes_atomic
+from services.common.atomic import remove_stale_temps, write_bytes_atomic
 from services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
 
 log = logging.getLogger(__name__)

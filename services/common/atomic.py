@@ -1,4 +1,5 @@
-"""Crash-safe file replacement: write a temp file beside the target, fsync it, rename it over, fsync the dir.
+"""Crash-safe file replacement (indexes, snapshots, consumer state): write a temp file beside the target,
+fsync it, rename it over, fsync the directory.
 
 A reader sees either the complete old file or the complete new one, never a mix; a crash before
 the rename leaves only a stray ``.<name>.*.tmp`` file, which ``remove_stale_temps`` clears.
@@ -42,8 +43,10 @@ def write_atomic(path: Path, write: Callable[[BinaryIO], None]) -> None:
     _fsync_dir(path.parent)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes) -> int:
+    """Replace ``path`` with ``data`` atomically and durably; returns the bytes written."""
     write_atomic(path, lambda fh: fh.write(data))
+    return len(data)
 
 
 def remove_stale_temps(directory: Path) -> int:
