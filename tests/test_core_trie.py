@@ -212,12 +212,6 @@ CURSOR_PRUNE_CASES: list[tuple[list[int], list[int]]] = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: trie.py maybe_prune assumes a child is never touched later than its parent, but "
-    "OutputCursor.feed stamps each step's new n-gram nodes with a new clock while their prefix nodes keep "
-    "older stamps; the parent then sorts first, is skipped (it has children) and pruning stops short",
-)
 @pytest.mark.parametrize(("tokens", "chunks"), CURSOR_PRUNE_CASES)
 def test_capacity_holds_after_a_cursor_fed_output(tokens: list[int], chunks: list[int]) -> None:
     config = TrieConfig(branch_length=3, capacity=4, prune_slack=0.0)
@@ -367,7 +361,6 @@ def test_cursor_any_chunking_equals_insert_output(
     assert fed.node_count == whole.node_count
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: see test_capacity_holds_after_a_cursor_fed_output")
 @PROPS
 @example(outputs=[[1, 2, 3, 4]], chunk=1, capacity=4)  # the minimal case: one token a step
 @given(outputs=st.lists(SEQ, min_size=1, max_size=6), chunk=st.integers(1, 4), capacity=st.integers(1, 30))

@@ -174,19 +174,36 @@ class TokenTrie:
             if self.output_node_count <= cap:
                 return 0
             excess = self.output_node_count - int(cap * (1.0 - self.config.prune_slack))
+            # Pre-order walk (parents before children); a node's recency is the latest stamp in its
+            # subtree, so a parent's key is never below a child's even when a cursor stamped only
+            # the new n-gram ends.
+            nodes: list[Node] = []
+            parent_of: list[int] = []
+            token_of: list[int] = []
+            depth_of: list[int] = []
+            walk: list[tuple[Node, int, int, int]] = [(self.root, -1, 0, 0)]
+            while walk:
+                node, parent, token, depth = walk.pop()
+                here = len(nodes)
+                nodes.append(node)
+                parent_of.append(parent)
+                token_of.append(token)
+                depth_of.append(min(depth, DEPTH_CAP))
+                walk.extend((child, here, tok, depth + 1) for tok, child in node.children.items())
+            recent = [n.seen for n in nodes]
+            for i in range(len(nodes) - 1, 0, -1):
+                if recent[i] > recent[parent_of[i]]:
+                    recent[parent_of[i]] = recent[i]
             keys: list[int] = []
             parents: list[Node] = []
             tokens: list[int] = []
-            stack: list[tuple[Node, int]] = [(self.root, 0)]
-            while stack:
-                node, depth = stack.pop()
-                for token, child in node.children.items():
-                    if child.pfreq == 0:
-                        freq = min(child.freq, FREQ_CAP)
-                        keys.append((freq << STAMP_SHIFT) | (child.seen << DEPTH_BITS) | (DEPTH_CAP - depth))
-                        parents.append(node)
-                        tokens.append(token)
-                    stack.append((child, min(depth + 1, DEPTH_CAP)))
+            for i in range(1, len(nodes)):
+                node = nodes[i]
+                if node.pfreq == 0:
+                    freq = min(node.freq, FREQ_CAP)
+                    keys.append((freq << STAMP_SHIFT) | (recent[i] << DEPTH_BITS) | (DEPTH_CAP - depth_of[i]))
+                    parents.append(nodes[parent_of[i]])
+                    tokens.append(token_of[i])
             arr = np.asarray(keys, dtype=np.int64)
             chosen = np.argpartition(arr, excess - 1)[:excess]
             removed = 0
