@@ -45,13 +45,16 @@ def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int],
     return out[0, len(prompt_ids):].tolist(), time.perf_counter() - t0
 
 
-async def _answer(pipeline: Pipeline, question: str, max_new: int) -> Any:
+async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: float | None = None) -> Any:
     from lookahead_rag.v1 import generator_pb2
 
     req = generator_pb2.AnswerRequest(tenant=TENANT, question=question,
                                       params=generator_pb2.GenerationParams(max_new_tokens=max_new))
     final = None
     async for chunk in pipeline.engine.answer(req):
+        if t_start is not None and chunk.HasField("delta") and chunk.delta.text:
+            sys.stdout.write(f"(first token {time.perf_counter() - t_start:.1f} s after the demo started) ")
+            t_start = None
         if chunk.HasField("delta"):
             sys.stdout.write(chunk.delta.text)
             sys.stdout.flush()
@@ -84,6 +87,7 @@ async def run(args: argparse.Namespace) -> int:
                 with open(sample_questions_path(), encoding="utf-8") as fh:
                     questions = [json.loads(line)["question"] for line in fh if line.strip()][: args.questions]
             model = pipeline.engine.decoder.model  # the stock model: the plain-greedy baseline
+            first: float | None = t_start  # reported once, at the very first streamed token
             for round_no in range(1, args.rounds + 1):
                 if round_no > 1:
                     await pipeline.bus.drain(timeout_s=30)
@@ -91,7 +95,8 @@ async def run(args: argparse.Namespace) -> int:
                           "tenant's draft cache and past sessions ===\n")
                 for question in questions:
                     print(f"Q: {question}\nA: ", end="", flush=True)
-                    final = await _answer(pipeline, question, args.max_new_tokens)
+                    final = await _answer(pipeline, question, args.max_new_tokens, first)
+                    first = None
                     st = final.stats
                     line = (f"   [{st.new_tokens} tokens in {st.wall_s:.2f} s: {st.forward_steps} forward steps, "
                             f"{st.mean_accepted_per_step:.2f} tokens/step")
