@@ -174,11 +174,14 @@ class GeneratorEngine:
                 f"the model's context of {self.context_tokens}"
             )
 
+    def _chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
+        """Token ids of chat messages in the model's template, ending in the assistant turn."""
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if hasattr(out, "keys") else out)  # a BatchEncoding in newer versions
+
     def _fallback_prompt(self, question: str) -> list[int]:
         """The question alone in the chat template (used when the retriever cannot answer)."""
-        messages = [{"role": "user", "content": question}]
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if hasattr(out, "keys") else out)
+        return self._chat_ids([{"role": "user", "content": question}])
 
     # ---- entry points -----------------------------------------------------------------------------
     async def answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
@@ -224,8 +227,7 @@ class GeneratorEngine:
                 raise InvalidArgument("message role must be system, user or assistant")
             if sum(len(m["content"]) for m in msgs) > s.max_prompt_chars:
                 raise InvalidArgument(f"messages are over {s.max_prompt_chars} characters")
-            out = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True)
-            prompt_ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+            prompt_ids = self._chat_ids(msgs)
         else:
             raise InvalidArgument("give a prompt or chat messages")
         self._check_fits(prompt_ids, config)
