@@ -7,7 +7,8 @@ Every question runs through every mode in turn in one process (machine noise is 
 cold (default: each question's trie holds only its prompt and its own output), --accumulate
 (outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
 the second reported). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
-generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop.
+generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop on one
+KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is the greedy baseline.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from typing import Any
 
 import torch
 from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_model
+from lookahead_core.attention import tree_attention
 from lookahead_core.config import DraftMode
+from lookahead_core.kernels import CostCurve, KernelSet
 from tqdm import tqdm
 
 from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
@@ -43,7 +46,8 @@ class ModeTotals:
     questions: int = 0
     paths: list[tuple[int, ...]] = field(default_factory=list)
 
-    def row(self, greedy: ModeTotals | None, none: ModeTotals | None) -> dict[str, Any]:
+    def row(self, baseline: ModeTotals, none: ModeTotals) -> dict[str, Any]:
+        """Totals and ratios; ``baseline`` is the faster greedy (HF generate or ``none``)."""
         steps = self.forward_steps
         return {
             "new_tokens": self.new_tokens,
@@ -51,8 +55,8 @@ class ModeTotals:
             "tokens_per_s": round(self.new_tokens / self.wall_s, 2) if self.wall_s else None,
             "forward_steps": steps,
             "mean_accepted_per_step": round(self.new_tokens / steps, 3) if steps else None,
-            "speedup_vs_greedy": round(greedy.wall_s / self.wall_s, 3) if greedy and self.wall_s else None,
-            "speedup_vs_none": round(none.wall_s / self.wall_s, 3) if none and self.wall_s else None,
+            "speedup_vs_greedy": round(baseline.wall_s / self.wall_s, 3) if self.wall_s else None,
+            "speedup_vs_none": round(none.wall_s / self.wall_s, 3) if self.wall_s else None,
             "exact_match_vs_greedy": round(self.exact / self.questions, 4) if self.questions else None,
         }
 
@@ -118,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    modes = ["greedy", *[m for m in modes if m != "greedy"]]  # greedy is the reference for exact match
+    # greedy is the reference for exact match; it and none (the engine's one-token path) are the baselines
+    modes = ["greedy", "none", *[m for m in modes if m not in ("greedy", "none")]]
     for m in modes:
         if m not in HF_MODES and m not in {d.value for d in DraftMode}:
             raise SystemExit(f"unknown mode {m!r}")
@@ -135,21 +140,22 @@ def main(argv: list[str] | None = None) -> int:
     base = DecodingConfig(max_new_tokens=args.max_new_tokens)
     if args.branch_length:
         base = base.with_(trie=replace(base.trie, branch_length=args.branch_length))
-    probe = LookaheadDecoder(model, tok, base)
+    kernels = KernelSet(model, tree_attention(model))  # every lookahead mode runs these twins
     past = int(sum(map(len, prompts)) / len(prompts)) + args.max_new_tokens // 2
-    print(f"measuring forward cost vs tree tokens (cache {past} tokens)...")
-    cost = measure_forward_cost(probe.runner, past)
-    print_table([{"q": q, "ms": ms, "rel": ms / cost[1]} for q, ms in cost.items()],
-                [("q", "tree tokens", "d"), ("ms", "ms/forward", ".1f"), ("rel", "x 1-token", ".2f")])
+    print(f"timing kernels vs tree tokens (cache {past} tokens)...")
+    curve = measure_forward_cost(kernels, past)
+    _print_cost(kernels.measured or curve, curve)
+    print(f"kernels: {kernels.describe()}")
+    probe = LookaheadDecoder(model, tok, base, kernels=kernels)
     calibration: dict[str, Any] = {}
     if args.decoding_length == "auto":
         calib_qs = pool[args.limit : args.limit + args.calibrate]
-        wide = base.with_(decoding_length=max(cost) - 1)
+        wide = base.with_(decoding_length=curve.token_counts[-1] - 1)
         paths: list[tuple[int, ...]] = []
         for q in tqdm(calib_qs, desc="calibrating tree size"):
             ids = grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"])
             paths += probe.generate(ids, config=wide).stats.accepted_paths
-        length, table = choose_decoding_length(cost, paths)
+        length, table = choose_decoding_length(curve, paths)
         calibration = {"questions": len(calib_qs), "chosen": length, "table": table}
         print(f"decoding length {length}: {table[length]['tokens_per_step']:.2f} tokens/step expected "
               f"at {table[length]['ms_per_step']:.1f} ms/step")
@@ -166,8 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             runners[m] = _hf_runner(model, counter, m, args.max_new_tokens)
             continue
         cfg = base.with_(mode=m)
-        dec = LookaheadDecoder(model, tok, cfg)
-        dec.runner = probe.runner  # one packed twin for all modes
+        dec = LookaheadDecoder(model, tok, cfg, kernels=kernels)
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
 
         def run(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
@@ -178,8 +183,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.warm:
         warm_qs = answerable(read_jsonl(args.warm))[args.warm_skip : args.warm_skip + args.warm_limit]
-        warmer = LookaheadDecoder(model, tok, base)
-        warmer.runner = probe.runner
+        warmer = LookaheadDecoder(model, tok, base, kernels=kernels)
         for q in tqdm(warm_qs, desc="warming (outputs into every mode's trie)"):
             out = warmer.generate(grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"])).output_ids
             for trie in tries.values():
@@ -211,12 +215,14 @@ def main(argv: list[str] | None = None) -> int:
                 if ref is None and m == "greedy":
                     ref = out
                 tot.exact += int(ref is None or out == ref)
-    greedy, none = totals.get("greedy"), totals.get("none")
-    rows = {m: t.row(greedy, none) for m, t in totals.items()}
+    greedy, none = totals["greedy"], totals["none"]
+    baseline = "none" if none.wall_s < greedy.wall_s else "hf"  # the faster greedy decoding
+    rows = {m: t.row(none if baseline == "none" else greedy, none) for m, t in totals.items()}
     scenario = ("repeat" if args.repeat else "warm" if args.warm
                 else "accumulate" if args.accumulate else "cold")
     print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
-          f"decoding_length={length}, threads={torch.get_num_threads()}")
+          f"decoding_length={length}, threads={torch.get_num_threads()}, kernels {kernels.describe()}")
+    print(f"greedy baseline: {baseline} (HF generate {greedy.wall_s:.2f} s, engine one-token {none.wall_s:.2f} s)")
     print_table([{"mode": m, **r} for m, r in rows.items()], [
         ("mode", "mode", "s"), ("new_tokens", "tokens", "d"), ("wall_s", "wall s", ".2f"),
         ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
@@ -231,7 +237,15 @@ def main(argv: list[str] | None = None) -> int:
         "max_new_tokens": args.max_new_tokens,
         "decoding_length": length,
         "branch_length": base.trie.branch_length,
-        "forward_cost_ms": {str(q): round(ms, 2) for q, ms in cost.items()},
+        "forward_cost_ms": {str(q): round(curve.cost(q) * 1000.0, 2) for q in curve.token_counts},
+        "kernels": {
+            "choice": kernels.describe(),
+            "kept": kernels.names,
+            "cache_tokens": past,
+            "measured_s": (kernels.measured or curve).to_dict(),
+        },
+        "greedy_baseline": baseline,
+        "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)},
         "calibration": calibration,
         "modes": rows,
     }
@@ -256,6 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         _plot(data, png)
         print(f"wrote {args.json} and {png}")
     return 0
+
+
+def _print_cost(measured: CostCurve, curve: CostCurve) -> None:
+    """ms per forward of every kernel timed, and the chosen one's cost relative to a 1-token forward."""
+    rows = [{"q": q, **{k: measured.cost(q, k) * 1000.0 for k in measured.kernels},
+             "best": curve.best(q), "rel": curve.cost(q) / curve.cost(1)} for q in measured.token_counts]
+    print_table(rows, [("q", "tree tokens", "d"), *[(k, f"{k} ms", ".1f") for k in measured.kernels],
+                       ("best", "runs", "s"), ("rel", "x 1-token", ".2f")])
 
 
 def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str], k: int,
@@ -286,11 +308,12 @@ def _plot(data: dict[str, Any], path: str) -> None:
     modes = list(data["modes"])
     a.bar(modes, [data["modes"][m]["speedup_vs_greedy"] or 0 for m in modes], color="tab:blue")
     a.axhline(1.0, color="gray", lw=0.8)
-    a.set_ylabel("speedup vs greedy (wall)")
+    a.set_ylabel(f"speedup vs greedy ({data['greedy_baseline']}, wall)")
     a.set_title(f"{data['scenario']}: {data['questions']} questions")
     a.tick_params(axis="x", rotation=30)
-    qs = [int(q) for q in data["forward_cost_ms"]]
-    b.plot(qs, list(data["forward_cost_ms"].values()), marker="o")
+    measured = data["kernels"]["measured_s"]
+    for kernel, seconds in measured["seconds"].items():
+        b.plot(measured["token_counts"], [s * 1000.0 for s in seconds], marker="o", label=kernel)
     b.axvline(data["decoding_length"] + 1, color="tab:red", ls="--", lw=0.8, label="chosen tree size")
     b.set_xlabel("tokens in the verification forward")
     b.set_ylabel("ms / forward")

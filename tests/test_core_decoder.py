@@ -203,7 +203,7 @@ def test_failed_forward_propagates_and_releases_the_request() -> None:
     """A forward raising in layer 1 (layer 0 already grew): the error surfaces, prompt branches go."""
     prompt, ids = reference(0)
     trie = TokenTrie()
-    dec = decoder(trie=trie, fast_kernels=False)
+    dec = decoder(trie=trie, kernels="stock")
     calls = 0
 
     def boom(*_: object) -> None:
@@ -212,7 +212,7 @@ def test_failed_forward_propagates_and_releases_the_request() -> None:
         if calls == 4:  # prefill, two verification forwards, then this one fails
             raise Boom
 
-    hook = text_model().model.layers[1].register_forward_pre_hook(boom)
+    hook = dec.kernels.runner(1).model.layers[1].register_forward_pre_hook(boom)
     try:
         with pytest.raises(Boom):
             dec.generate(prompt)

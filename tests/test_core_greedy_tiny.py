@@ -81,7 +81,7 @@ def run(
     model: PreTrainedModel, case: Case, config: DecodingConfig, fast: bool, **kwargs: object
 ) -> GenerationResult:
     with eos_as(model, case.eos):  # the decoder reads the model's EOS when it is built
-        decoder = LookaheadDecoder(model, StubTokenizer(), config, fast_kernels=fast)
+        decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="packed" if fast else "stock")
     return decoder.generate(case.prompt, **kwargs)
 
 

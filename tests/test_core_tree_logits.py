@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lookahead_core.packed import packed_copy
+from lookahead_core.attention import tree_attention
+from lookahead_core.kernels import make_twin
 from lookahead_core.tree_inputs import build_tree_inputs
 from transformers import DynamicCache
 
@@ -67,7 +68,7 @@ def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_tree_node_matches_its_linear_branch(family: str, attn: str, packed: bool) -> None:
     model = tiny_model(family, attn)
-    runner = packed_copy(model) if packed else model
+    runner = make_twin(model, packed=True, attn_implementation=tree_attention(model)) if packed else model
     got = tree_logits(runner, PROMPT)
     tree = tree_from(TREE)
     branches = [[], *node_paths(tree)]  # node 0 is the root itself

@@ -12,6 +12,7 @@ _EXPORTS = {
     "DecodingConfig": "config", "DraftMode": "config", "TrieConfig": "config",
     "GenerationResult": "decoder", "GenerationStats": "decoder", "LookaheadDecoder": "decoder",
     "DraftTree": "draft", "retrieve_draft": "draft",
+    "CostCurve": "kernels", "KernelSet": "kernels",
     "compact_cache": "kvcache", "rollback_cache": "kvcache",
     "DEFAULT_MODEL": "models", "load_model": "models", "load_tokenizer": "models", "tokenizer_id": "models",
     "TokenTrie": "trie",

@@ -35,3 +35,8 @@ def tree_sdpa(
 
 
 AttentionInterface.register(TREE_SDPA, tree_sdpa)
+
+
+def tree_attention(model: torch.nn.Module) -> str | None:
+    """The attention a tree-verification twin of ``model`` runs: TREE_SDPA for sdpa models, else None (its own)."""
+    return TREE_SDPA if getattr(model.config, "_attn_implementation", None) == "sdpa" else None

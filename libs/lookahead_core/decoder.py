@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from .calibration import decoder_kernels
 from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
 from .draft import DraftTree, retrieve_draft
+from .finish import trim_step
+from .kernels import KernelSet
 from .kvcache import compact_cache, rollback_cache
-from .packed import packed_copy
+from .support import check_supported
 from .tree_inputs import build_tree_inputs
 from .trie import TokenTrie
 from .verify import accept_longest
@@ -80,11 +83,13 @@ class LookaheadDecoder:
         tokenizer: PreTrainedTokenizerBase,
         config: DecodingConfig | None = None,
         trie: TokenTrie | None = None,
-        fast_kernels: bool = True,
+        kernels: KernelSet | str = "auto",
     ) -> None:
+        check_supported(model)  # refuse attention the tree mask would get wrong (support.py)
         self.model = model
-        # The model the loop runs: on CPU fp32 a twin with packed weights (see packed.py).
-        self.runner = packed_copy(model) if fast_kernels else model
+        # Twins the loop runs, one per forward size (kernels.py): "auto" times stock vs packed once per
+        # process, "stock" / "packed" force one; a KernelSet is used as given (shared, calibrated).
+        self.kernels = kernels if isinstance(kernels, KernelSet) else decoder_kernels(model, kernels)
         self.tokenizer = tokenizer
         self.config = config or DecodingConfig()
         self.trie = trie  # shared trie (outputs accumulate); None = a fresh trie per request
@@ -174,30 +179,25 @@ class DecodeRun:
 
     # ------------------------------------------------------------------------------------------
     def _forward(self, cache: DynamicCache, past_len: int, **inputs: torch.Tensor) -> torch.Tensor:
-        """One model forward; on failure every cache layer is cut back to ``past_len``."""
+        """One model forward (the kernels that win at its size); on failure the cache is cut back to ``past_len``."""
+        runner = self.d.kernels.runner(inputs["input_ids"].shape[-1])  # input_ids: [1, q]
         try:
-            return self.d.runner(past_key_values=cache, use_cache=True, **inputs).logits
+            return runner(past_key_values=cache, use_cache=True, **inputs).logits
         except BaseException:
             rollback_cache(cache, past_len)
             raise
 
     def _finish(self, new: list[int]) -> list[int]:
         """Trim a step's tokens at EOS / max_new_tokens / stop strings and set finish_reason."""
-        cfg = self.config
-        for i, tok in enumerate(new):
-            if tok in self.d.eos:
-                new, self.stats.finish_reason = new[: i + 1], "eos"
-                break
-        room = cfg.max_new_tokens - len(self.output)
-        if len(new) >= room:
-            new = new[:room]
-            self.stats.finish_reason = self.stats.finish_reason or "length"
-        if cfg.stop_strings and not self.stats.finish_reason:
-            for i in range(len(new)):
-                tail = self.d.tokenizer.decode(self.output + new[: i + 1], skip_special_tokens=True)
-                if any(s in tail[-(len(s) + 64) :] for s in cfg.stop_strings):
-                    new, self.stats.finish_reason = new[: i + 1], "stop"
-                    break
+        cfg, tok = self.config, self.d.tokenizer
+
+        def decode(ids: list[int]) -> str:
+            return tok.decode(ids, skip_special_tokens=True)
+
+        # The first event in token order wins, so the step size never changes the result (finish.py).
+        new, self.stats.finish_reason = trim_step(
+            self.output, new, self.d.eos, cfg.max_new_tokens, cfg.stop_strings, decode
+        )
         return new
 
     def _run(self) -> Iterator[list[int]]:

@@ -19,6 +19,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .support import check_supported
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -106,6 +108,7 @@ def load_model(
     """Load (model, tokenizer) in eval mode; built-in names are converted once and cached."""
     path = resolve_model_path(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
+    check_supported(model)  # refuse attention the tree mask would get wrong (support.py)
     model.to(device).eval()
     tok = AutoTokenizer.from_pretrained(path)
     return model, tok

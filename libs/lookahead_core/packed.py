@@ -2,23 +2,19 @@
 
 A verification forward multiplies every weight by a handful of rows (the draft tree). For 2..64
 rows, PyTorch's default CPU GEMM repacks the weight on every call and costs 2-5x a one-row
-product; oneDNN with the weight packed once does the same product in about the one-row time.
-``packed_copy(model)`` returns a twin of the model whose ``nn.Linear`` modules use packed weights
-(and whose sdpa attention is ``attention.tree_sdpa``) and which shares every other parameter
-(and the original weights) with ``model``: the model's
-own code is untouched and ``model`` itself keeps the stock kernels (the greedy baseline).
+product; oneDNN with the weight packed once does the same product in about the one-row time
+(on some machines only from ~8 rows: ``kernels.KernelSet`` measures which to run per forward).
+``pack_linears(twin)`` swaps a twin's ``nn.Linear`` modules for ``PackedLinear`` (see
+``kernels.make_twin``, which builds the twin so the original model keeps the stock kernels).
 Results differ from the stock kernels only by float summation order (~1e-6 relative).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 
 import torch
 from torch import nn
-
-from .attention import TREE_SDPA
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +44,16 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
 
 
-def packed_copy(model: nn.Module, batch_hint: int = PACK_BATCH_HINT) -> nn.Module:
-    """A twin of ``model`` for CPU verification forwards (see module doc); ``model`` if not applicable.
-
-    Only fp32 CPU models with oneDNN are converted; anything else is returned unchanged.
-    """
+def packable(model: nn.Module) -> bool:
+    """Whether ``pack_linears`` applies: an fp32 CPU model and a torch build with oneDNN."""
     param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype != torch.float32 or not onednn_available():
-        return model
-    # Share parameters and buffers: deepcopy duplicates only the module objects.
-    memo = {id(t): t for t in [*model.parameters(), *model.buffers()]}
-    twin = copy.deepcopy(model, memo)
-    linears = [(name, mod) for name, mod in twin.named_modules() if type(mod) is nn.Linear]
+    return param.device.type == "cpu" and param.dtype == torch.float32 and onednn_available()
+
+
+def pack_linears(module: nn.Module, batch_hint: int = PACK_BATCH_HINT) -> int:
+    """Replace every ``nn.Linear`` under ``module`` (in place) by a ``PackedLinear``; returns how many."""
+    linears = [(name, mod) for name, mod in module.named_modules() if type(mod) is nn.Linear]
     for name, mod in linears:
-        twin.set_submodule(name, PackedLinear(mod, batch_hint))
-    if getattr(twin.config, "_attn_implementation", None) == "sdpa":
-        twin.set_attn_implementation(TREE_SDPA)  # grouped K/V heads stay unexpanded under the tree mask
+        module.set_submodule(name, PackedLinear(mod, batch_hint))
     log.info("packed %d linear layers for oneDNN", len(linears))
-    return twin.eval()
+    return len(linears)

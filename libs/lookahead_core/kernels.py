@@ -1,0 +1,237 @@
+"""Which kernels run a forward of n tokens, chosen by measurement on the machine at hand.
+
+A kernel is a *twin* of the model: the same parameters (shared, not copied) under other module
+objects, so its Linear layers may be oneDNN-packed and its attention implementation swapped while
+the original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
+the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
+from ~8 on one 2-core CPU, the other way round elsewhere), so ``KernelSet.calibrate`` times every
+twin at a few sizes, keeps the curve and drops the twins that win nowhere (their packed weights go).
+
+    kernels = KernelSet(model, attn_implementation=TREE_SDPA)   # "stock" and, on fp32 CPU, "packed"
+    kernels.calibrate(probe, token_counts=(1, 2, 4, 8, 16, 32, 64), repeats=3)
+    kernels.runner(1)(input_ids=...)                            # the twin that wins at 1 token
+    kernels.curve.cost(9), kernels.curve.marginal(9)            # seconds: for draft budgets
+"""
+
+from __future__ import annotations
+
+import bisect
+import copy
+import functools
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from torch import nn
+
+from . import attention  # noqa: F401  (registers TREE_SDPA with transformers)
+from .packed import pack_linears, packable
+
+STOCK = "stock"  # the model's own Linear kernels
+PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only)
+KERNELS = (STOCK, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+
+
+def make_twin(model: nn.Module, packed: bool, attn_implementation: str | None) -> nn.Module:
+    """A copy of ``model``'s modules sharing every parameter and buffer with it (``model`` is untouched).
+
+    ``packed``: Linear layers use oneDNN pre-packed weights (fp32 CPU models only, else ValueError);
+    ``attn_implementation``: the twin's attention (e.g. ``attention.TREE_SDPA``); None keeps the model's.
+    """
+    if packed and not packable(model):
+        raise ValueError("packed kernels need an fp32 CPU model and a torch build with oneDNN")
+    memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
+    if packed:
+        pack_linears(twin)
+    if attn_implementation is not None:
+        twin.set_attn_implementation(attn_implementation)
+    return twin.eval()
+
+
+def interpolate(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
+    """y at ``x`` on the polyline through (xs, ys), xs ascending.
+
+    Flat before xs[0]; past xs[-1] the last segment goes on (its slope floored at 0, so noise
+    never makes a bigger forward cheaper). Example, xs = (1, 4, 8), ys = (1.0, 1.6, 3.0):
+    x = 2 -> 1.2 (between 1 and 4); x = 12 -> 4.4 (slope 0.35 of 4..8 continued); x = 0 -> 1.0.
+    """
+    i = bisect.bisect_left(xs, x)
+    if i < len(xs) and xs[i] == x:
+        return ys[i]
+    if i == 0:
+        return ys[0]
+    if i == len(xs):
+        slope = (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]) if len(xs) > 1 else 0.0
+        return ys[-1] + max(slope, 0.0) * (x - xs[-1])
+    lo = i - 1
+    return ys[lo] + (ys[i] - ys[lo]) * (x - xs[lo]) / (xs[i] - xs[lo])
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    """Seconds per forward against tokens per forward, for each kernel measured.
+
+    Example: token_counts (1, 8), seconds {"stock": (0.030, 0.070), "packed": (0.040, 0.050)}:
+    cost(1) = 0.030 (stock); cost(8) = 0.050 (packed); best(3) = "stock" (0.0414 vs 0.0429),
+    best(4) = "packed" (0.0443 vs 0.0471); marginal(1) = cost(2) - cost(1) = 0.0357 - 0.030;
+    describe(curve) = "stock<=3<packed".
+    """
+
+    token_counts: tuple[int, ...]  # tokens per forward measured, ascending
+    seconds: Mapping[str, tuple[float, ...]]  # kernel name -> seconds per forward at each count
+
+    def __post_init__(self) -> None:
+        counts = tuple(int(n) for n in self.token_counts)
+        if not counts or list(counts) != sorted(set(counts)):
+            raise ValueError("token_counts must be non-empty, ascending and distinct")
+        if not self.seconds:
+            raise ValueError("a cost curve needs at least one kernel")
+        seconds = {k: tuple(float(s) for s in v) for k, v in self.seconds.items()}
+        if any(len(v) != len(counts) for v in seconds.values()):
+            raise ValueError("every kernel needs one time per token count")
+        object.__setattr__(self, "token_counts", counts)
+        object.__setattr__(self, "seconds", MappingProxyType(seconds))
+
+    @property
+    def kernels(self) -> list[str]:
+        """Kernel names, in the order they were measured (ties go to the first)."""
+        return list(self.seconds)
+
+    def cost(self, n: int, kernel: str | None = None) -> float:
+        """Seconds of a forward of ``n`` tokens with ``kernel`` (None: the cheapest kernel at ``n``)."""
+        if kernel is None:
+            return min(self.cost(n, k) for k in self.seconds)
+        return interpolate(self.token_counts, self.seconds[kernel], n)
+
+    def best(self, n: int) -> str:
+        """The kernel with the cheapest forward of ``n`` tokens (the first listed on a tie)."""
+        return min(self.seconds, key=lambda k: self.cost(n, k))
+
+    def marginal(self, n: int) -> float:
+        """Seconds one more token adds to a forward of ``n``: cost(n + 1) - cost(n), cheapest kernel each."""
+        return self.cost(n + 1) - self.cost(n)
+
+    def only(self, kernels: Sequence[str]) -> CostCurve:
+        """The same curve restricted to ``kernels``."""
+        return CostCurve(self.token_counts, {k: self.seconds[k] for k in kernels})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (``from_dict`` reads it back)."""
+        return {"token_counts": list(self.token_counts), "seconds": {k: list(v) for k, v in self.seconds.items()}}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CostCurve:
+        return cls(tuple(data["token_counts"]), {k: tuple(v) for k, v in data["seconds"].items()})
+
+
+def measure(
+    probes: Mapping[str, Callable[[int], None]],
+    token_counts: Sequence[int],
+    repeats: int,
+    warmup: int,
+    clock: Callable[[], float] = time.perf_counter,
+) -> CostCurve:
+    """Median seconds of ``probes[kernel](n)`` (one forward of n tokens) for every kernel and count.
+
+    Each repetition runs every count with every kernel back to back (first kernel alternating), so
+    machine noise hits all kernels alike; the first ``warmup`` repetitions are not timed. Example:
+    probes {"a", "b"}, counts (1, 8), repeats 3, warmup 1 -> calls a1 b1 a8 b8 | b1 a1 b8 a8 | ...
+    (4 repetitions), and seconds["a"][0] is the median of a1's three timed calls.
+    """
+    if not probes or repeats < 1 or warmup < 0:
+        raise ValueError("need at least one probe, repeats >= 1 and warmup >= 0")
+    counts = sorted(set(token_counts))
+    names = list(probes)
+    samples: dict[str, list[list[float]]] = {k: [[] for _ in counts] for k in names}
+    for rep in range(warmup + repeats):
+        order = names if rep % 2 == 0 else names[::-1]
+        for i, n in enumerate(counts):
+            for name in order:
+                t0 = clock()
+                probes[name](n)
+                elapsed = clock() - t0
+                if rep >= warmup:
+                    samples[name][i].append(elapsed)
+    return CostCurve(tuple(counts), {k: tuple(statistics.median(s) for s in samples[k]) for k in names})
+
+
+def describe(curve: CostCurve) -> str:
+    """Which kernel wins where, over 1..the last count measured.
+
+    Example: stock cheapest at 1..3 tokens, packed from 4 on -> "stock<=3<packed".
+    """
+    names = [curve.best(n) for n in range(1, curve.token_counts[-1] + 1)]
+    out = names[0]
+    for n in range(1, len(names)):
+        if names[n] != names[n - 1]:
+            out += f"<={n}<{names[n]}"  # names[n] is the winner at n + 1 tokens
+    return out
+
+
+class KernelSet:
+    """Twins of one model by kernel name, and the measured choice between them.
+
+    "stock" is always there; "packed" too on an fp32 CPU model with oneDNN (GPU and half-precision
+    models: "stock" only). Before ``calibrate`` (or with one twin) ``runner`` gives "stock" (the only
+    twin when there is one). Build and calibrate before sharing across threads; ``runner`` only reads.
+    """
+
+    def __init__(
+        self, model: nn.Module, attn_implementation: str | None = None, kernels: Sequence[str] = KERNELS
+    ) -> None:
+        unknown = set(kernels) - set(KERNELS)
+        if unknown:
+            raise ValueError(f"unknown kernels {sorted(unknown)}; known: {KERNELS}")
+        wanted = [k for k in KERNELS if k in kernels and (k != PACKED or packable(model))] or [STOCK]
+        self.attn_implementation = attn_implementation
+        self._twins = {k: make_twin(model, k == PACKED, attn_implementation) for k in wanted}
+        self.measured: CostCurve | None = None  # every kernel's measurement (None until calibrated)
+        self.curve: CostCurve | None = None  # the kept kernels' curve: what ``runner`` and budgets use
+
+    @property
+    def names(self) -> list[str]:
+        """Kernels held (after ``calibrate``: those that won at some measured count)."""
+        return list(self._twins)
+
+    @property
+    def twins(self) -> Mapping[str, nn.Module]:
+        """Read-only view of the twins by kernel name."""
+        return MappingProxyType(self._twins)
+
+    def calibrate(
+        self,
+        probe: Callable[[nn.Module, int], None],
+        token_counts: Sequence[int],
+        repeats: int,
+        warmup: int = 1,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> CostCurve:
+        """Time ``probe(twin, n)`` for every twin, keep the curve, drop twins that win at no count.
+
+        ``probe`` runs one forward of n tokens through the module it is given (the decoder's is a
+        tree over a cache; a serving scheduler may pass a batched one). Returns the kept curve.
+        """
+        probes = {k: functools.partial(probe, twin) for k, twin in self._twins.items()}
+        self.measured = measure(probes, token_counts, repeats, warmup, clock)
+        winners = {self.measured.best(n) for n in self.measured.token_counts}
+        self._twins = {k: t for k, t in self._twins.items() if k in winners}
+        self.curve = self.measured.only(list(self._twins))
+        return self.curve
+
+    def runner(self, n_tokens: int) -> nn.Module:
+        """The twin to run a forward of ``n_tokens`` tokens with."""
+        if len(self._twins) == 1:
+            return next(iter(self._twins.values()))
+        if self.curve is None:
+            return self._twins[STOCK]
+        return self._twins[self.curve.best(n_tokens)]
+
+    def describe(self) -> str:
+        """E.g. "stock<=3<packed" (calibrated), "packed" (one kernel), "stock|packed" (not calibrated)."""
+        if self.curve is None:
+            return "|".join(self._twins)
+        return describe(self.curve)
