@@ -22,11 +22,14 @@ import re
 import shutil
 import statistics
 import textwrap
+import threading
 from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, load_model
 from lookahead_core.detok import REPLACEMENT
+from lookahead_core.scheduler import SchedulerConfig, StepScheduler
+from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.core_helpers import MODES, greedy
@@ -151,7 +154,7 @@ def test_real_model_stock_kernels_equal_greedy(
     reference: Callable[[int], list[int]],
 ) -> None:
     model, tok = smollm
-    stock = LookaheadDecoder(model, tok, DecodingConfig(max_new_tokens=MAX_NEW), fast_kernels=False)
+    stock = LookaheadDecoder(model, tok, DecodingConfig(max_new_tokens=MAX_NEW), kernels="stock")
     assert stock.generate(prompts[idx]).output_ids == reference(idx)
 
 
@@ -183,3 +186,34 @@ def test_real_model_stream(
     assert text.strip()
     assert REPLACEMENT not in text
     assert all(REPLACEMENT not in c for c in chunks)
+
+
+def test_real_model_batched_scheduler_equals_greedy(
+    smollm: tuple[PreTrainedModel, PreTrainedTokenizerBase],
+    prompts: list[list[int]],
+    reference: Callable[[int], list[int]],
+) -> None:
+    # all 20 prompts at once through the step scheduler (every mode, 8 running, chunked prefill, some
+    # repeated so the prefix cache serves them): each answer is its own batch-1 greedy run
+    model, tok = smollm
+    sched = StepScheduler(model, tok, SchedulerConfig(max_running=8, prefill_chunk=96,
+                                                      calibration_counts=(1, 8, 64), calibration_repeats=1))
+    sched.start()
+    order = [*range(len(prompts)), 3, 7]  # two repeats: prefix-cache hits
+    done = threading.Semaphore(0)
+    reqs = [ServeRequest(prompts[i], DecodingConfig(mode=DraftMode(MODES[j % len(MODES)]), max_new_tokens=MAX_NEW),
+                         tenant="t", on_done=lambda _r, _e: done.release()) for j, i in enumerate(order)]
+    try:
+        for req in reqs:
+            sched.submit(req)
+        for _ in reqs:
+            assert done.acquire(timeout=600)
+    finally:
+        sched.close()
+    for i, req in zip(order, reqs, strict=True):
+        assert req.error is None
+        assert req.output == reference(i), f"prompt {i} in mode {req.config.mode}"
+    assert max(max(r.stats.batch_sizes) for r in reqs) > 1
+    assert reqs[-1].stats.prefix_hit_tokens == len(prompts[7]) - 1
+    state = sched.state()
+    assert (state.waiting, state.running, state.kv_bytes) == (0, 0, 0)

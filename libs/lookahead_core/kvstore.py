@@ -1,0 +1,103 @@
+"""One request's KV cache in the serving engine: preallocated per-layer buffers written in place.
+
+The batched forward packs many requests into one row; the ragged attention (ragged.py) writes each
+request's new keys/values straight into its own buffers at explicit offsets and attends over a
+view of them. Nothing is concatenated per step (DynamicCache's ``torch.cat`` would copy every
+request's whole cache every step), and entries beyond ``length`` are garbage that no mask ever
+shows. Every edit of the cache outside the model is one of the explicit functions below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+# per layer (keys, values): [1, kv_heads, n, head_dim] (the prefix cache's exchange format)
+KV = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """What one cache entry looks like for a model."""
+
+    layers: int  # decoder layers
+    kv_heads: int  # key/value heads per layer
+    head_dim: int  # size of one head
+    dtype: torch.dtype  # cache dtype (the model's)
+    device: torch.device  # where the buffers live
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Keys and values of one token over all layers."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> KVShape:
+        """The cache shape of a Hugging Face decoder-only model."""
+        cfg = model.config
+        heads = cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+        kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+        param = next(model.parameters())
+        return cls(cfg.num_hidden_layers, kv_heads, head_dim, param.dtype, param.device)
+
+
+class RequestKV:
+    """Keys/values of one request: ``length`` valid entries per layer, room for ``capacity``."""
+
+    def __init__(self, shape: KVShape, capacity: int) -> None:
+        self.shape = shape
+        self.capacity = capacity
+        self.length = 0  # valid entries (same in every layer between forwards)
+        size = (1, shape.kv_heads, capacity, shape.head_dim)
+        self.keys = [torch.empty(size, dtype=shape.dtype, device=shape.device) for _ in range(shape.layers)]
+        self.values = [torch.empty(size, dtype=shape.dtype, device=shape.device) for _ in range(shape.layers)]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (capacity, not length)."""
+        return self.capacity * self.shape.bytes_per_token
+
+    def write(self, layer: int, start: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put ``q`` new entries at ``start`` (keys/values: [1, kv_heads, q, head_dim])."""
+        end = start + keys.shape[-2]
+        if end > self.capacity:
+            raise ValueError(f"KV overflow: {end} entries > capacity {self.capacity}")
+        self.keys[layer][:, :, start:end] = keys
+        self.values[layer][:, :, start:end] = values
+
+    def view(self, layer: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``n`` entries of a layer (no copy): two [1, kv_heads, n, head_dim] views."""
+        return self.keys[layer][:, :, :n], self.values[layer][:, :, :n]
+
+
+def compact(kv: RequestKV, past_len: int, keep: Sequence[int]) -> None:
+    """After a tree forward at ``past_len``: keep the accepted entries (tree indices, ascending).
+
+    The tree's entries sit at ``past_len + i``; the accepted path's are not contiguous, so they
+    are gathered into ``[past_len, past_len + len(keep))``. ``length`` becomes that end.
+    """
+    n = len(keep)
+    if list(keep) != list(range(n)):
+        idx = torch.tensor([past_len + i for i in keep], dtype=torch.long, device=kv.shape.device)  # [n]
+        for layer in range(kv.shape.layers):
+            for buf in (kv.keys[layer], kv.values[layer]):
+                buf[:, :, past_len : past_len + n] = buf.index_select(2, idx)  # [1, kv_heads, n, head_dim]
+    kv.length = past_len + n
+
+
+def load_prefix(kv: RequestKV, prefix: KV, n: int) -> None:
+    """Copy the first ``n`` entries of a cached prefix into an empty request cache."""
+    if n > kv.capacity:
+        raise ValueError(f"prefix of {n} entries > capacity {kv.capacity}")
+    for layer, (keys, values) in enumerate(prefix):
+        kv.keys[layer][:, :, :n] = keys[:, :, :n]
+        kv.values[layer][:, :, :n] = values[:, :, :n]
+    kv.length = n
+
+
+def export_prefix(kv: RequestKV, n: int) -> KV:
+    """A copy of the first ``n`` entries (for the prefix cache, which keeps what it is given)."""
+    return [(k[:, :, :n].clone(), v[:, :, :n].clone()) for k, v in zip(kv.keys, kv.values, strict=True)]

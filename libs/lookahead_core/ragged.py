@@ -1,0 +1,101 @@
+"""Ragged batched attention: several requests' tokens in one row, each attending to its own KV.
+
+Why one ragged row rather than padded batch rows (bench/README.md, "Packing"): the Linear layers,
+most of a forward's cost on CPU, then see exactly the tokens that are drafted (no padding to the
+largest tree), and attention is computed per request over that request's own cache (a block-
+diagonal mask over one shared pool would make every token attend over every request's entries).
+
+``ragged_attention`` is registered with transformers' ``AttentionInterface`` (its extension
+point; nothing is patched). The model runs with ``use_cache=False`` and receives a ``RaggedPlan``
+as the keyword argument ``lookahead_plan``; transformers passes it through to every attention
+call. For each segment the attention writes the new keys/values into the request's ``RequestKV``
+at the segment's offset and runs sdpa over the request's entries with the segment's mask.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface
+
+from .kvstore import RequestKV
+
+RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
+PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention
+
+
+@dataclass
+class Segment:
+    """One request's tokens in the packed row."""
+
+    kv: RequestKV  # the request's cache; the segment's entries go to [past, past + q)
+    start: int  # first token of the segment in the packed row
+    past: int  # valid cache entries before this segment
+    visible: np.ndarray  # [q, q] bool: token i sees segment token j (tree ancestors, or causal)
+
+    @property
+    def q(self) -> int:
+        return self.visible.shape[0]
+
+
+@dataclass
+class RaggedPlan:
+    """Where each request's tokens sit in one forward, and their masks (built once per forward)."""
+
+    segments: list[Segment] = field(default_factory=list)
+    masks: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [1, 1, q, past+q] or None
+
+    def finalize(self, dtype: torch.dtype, device: torch.device) -> None:
+        """Additive float masks (0 attend / dtype min) for every segment that needs one."""
+        self.masks = [segment_mask(s, dtype, device) for s in self.segments]
+
+
+def segment_mask(seg: Segment, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """[1, 1, q, past+q] additive mask of a segment; None when every token sees everything before it.
+
+    A single token sees the whole cache, so it needs no mask (sdpa's fastest path).
+    """
+    if seg.q == 1:
+        return None
+    mask = torch.zeros(seg.q, seg.past + seg.q, dtype=dtype, device=device)  # [q, past+q]
+    hidden = torch.from_numpy(~seg.visible).to(device)  # [q, q] bool
+    mask[:, seg.past :].masked_fill_(hidden, torch.finfo(dtype).min)
+    return mask[None, None]  # [1, 1, q, past+q]
+
+
+def causal_visible(q: int) -> np.ndarray:
+    """[q, q] lower-triangular visibility of a prefill chunk."""
+    return np.tril(np.ones((q, q), dtype=bool))
+
+
+def ragged_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,  # [1, heads, T, head_dim]
+    key: torch.Tensor,  # [1, kv_heads, T, head_dim] (this forward's new entries only)
+    value: torch.Tensor,  # [1, kv_heads, T, head_dim]
+    attention_mask: torch.Tensor | None,  # unused: masks come from the plan
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    """Attention of a packed row, request by request; output [1, T, heads, head_dim]."""
+    plan = kwargs.get(PLAN_KWARG)
+    if not isinstance(plan, RaggedPlan):
+        raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
+    layer = int(module.layer_idx)  # type: ignore[arg-type]
+    gqa = query.shape[1] != key.shape[1]
+    out = torch.empty_like(query)  # [1, heads, T, head_dim]
+    for seg, mask in zip(plan.segments, plan.masks, strict=True):
+        end = seg.start + seg.q
+        seg.kv.write(layer, seg.past, key[:, :, seg.start : end], value[:, :, seg.start : end])
+        k, v = seg.kv.view(layer, seg.past + seg.q)  # [1, kv_heads, past+q, head_dim]
+        out[:, :, seg.start : end] = F.scaled_dot_product_attention(
+            query[:, :, seg.start : end], k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa
+        )  # [1, heads, q, head_dim]
+    return out.transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(RAGGED_ATTENTION, ragged_attention)

@@ -1,0 +1,421 @@
+"""The serving engine's step scheduler: one thread owns the model and runs every request's step.
+
+Each step packs, into ONE forward, the draft tree of every decoding request and a chunk of the
+prompt of requests still prefilling (continuous batching: requests join and leave between
+steps). The forward returns the model's choice after every tree node; each request accepts its
+longest agreeing path, gathers those KV entries into place, and gets its verified tokens through
+its ``on_tokens`` callback. Waiting requests sit in a bounded queue with fair share by tenant.
+
+Draft budgets adapt to load: each request's expected tokens per step for every budget comes from
+its own recent accepted paths, the cost of a forward of n tokens comes from a measurement on this
+machine at start-up, and ``split_budget`` picks the budgets that maximize tokens per second.
+
+The per-request ``DecodeRun`` (decoder.py) stays the batch-1 path and the tests' oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from .admission import FairQueue
+from .budget import split_budget
+from .decoder import _eos_ids
+from .gains import GainsModel
+from .kernels import KernelSet
+from .kvstore import KVShape, RequestKV, compact, export_prefix, load_prefix
+from .prefix_cache import PrefixCacheConfig, PrefixKVCache
+from .ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from .serve_request import Phase, RequestExpired, ServeRequest
+from .support import check_supported
+from .tree_inputs import ancestor_matrix
+from .verify import accept_longest
+
+log = logging.getLogger(__name__)
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the engine batches, queues, caches and measures."""
+
+    max_running: int = 16  # requests decoding at once (all verified in each step's one forward)
+    max_waiting: int = 64  # requests queued beyond those; one more is refused at once (QueueFull)
+    max_tokens_per_forward: int = 512  # tokens in one forward: drafts, roots and prefill chunks together
+    prefill_chunk: int = 256  # prompt tokens prefilled per forward, so running streams keep streaming
+    prefix_cache_bytes: int = 256 * MIB  # KV of shared prompt prefixes kept per engine (LRU past it)
+    prefix_min_tokens: int = 16  # shorter prefix matches are not worth copying
+    adaptive: bool = True  # split each step's draft budget by measured acceptance and cost
+    calibrate: bool = True  # measure kernels and the forward cost curve at start-up
+    calibration_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # forward sizes timed
+    calibration_past: int = 256  # cache entries behind the timed forwards (a typical RAG prompt)
+    calibration_repeats: int = 3  # timings per size and kernel (the median is kept)
+    idle_poll_s: float = 0.05  # an idle loop wakes this often to expire waiting deadlines
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.max_waiting < 0:
+            raise ValueError("need max_running >= 1 and max_waiting >= 0")
+        if self.max_tokens_per_forward < self.max_running + 1:
+            raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
+        if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward:
+            raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward")
+
+
+@dataclass
+class SchedulerState:
+    """A snapshot for metrics and tests."""
+
+    waiting: int  # requests in the queue
+    running: int  # requests admitted (prefilling or decoding)
+    kv_bytes: int  # bytes of KV buffers held by running requests
+    forwards: int  # forwards run since start
+    prefix_hit_tokens: int  # prompt tokens served from the prefix cache since start
+
+
+class SchedulerClosed(RuntimeError):
+    """The engine is shutting down and takes no new requests."""
+
+
+_SHARED: weakref.WeakKeyDictionary[torch.nn.Module, KernelSet] = weakref.WeakKeyDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_kernels(model: torch.nn.Module) -> KernelSet:
+    """The process's one ragged-attention KernelSet of ``model``: engines on one model share its twins
+    (and the packed weights) and its calibration, which the first engine to start measures."""
+    with _SHARED_LOCK:
+        kernels = _SHARED.get(model)
+        if kernels is None:
+            kernels = _SHARED[model] = KernelSet(model, RAGGED_ATTENTION)
+        return kernels
+
+
+# Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
+OnForward = Callable[[int, int], None]
+
+
+class StepScheduler:
+    """Continuous batching over one model; thread-safe ``submit`` / ``cancel`` / ``state``."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        config: SchedulerConfig | None = None,
+        kernels: KernelSet | None = None,
+        prefix_cache: PrefixKVCache | None = None,
+        on_forward: OnForward | None = None,
+    ) -> None:
+        check_supported(model)
+        self.config = cfg = config or SchedulerConfig()
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION)
+        self.shape = KVShape.of(model)
+        self.device = self.shape.device
+        self.eos = _eos_ids(model, tokenizer)
+        self.prefix_cache = prefix_cache or PrefixKVCache(
+            PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
+        )
+        self.gains = GainsModel()
+        self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting)
+        self.running: list[ServeRequest] = []
+        self.forwards = 0
+        self.prefix_hit_tokens = 0
+        self.forward_sizes: Counter[int] = Counter()  # tokens per forward -> forwards
+        self.on_forward = on_forward
+        self._cv = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    # ---- public (any thread) --------------------------------------------------------------------
+    def start(self) -> StepScheduler:
+        """Measure kernels (once) and start the scheduler thread."""
+        with _SHARED_LOCK:  # engines sharing a KernelSet calibrate it once
+            if self.config.calibrate and self.kernels.curve is None:
+                counts = [n for n in self.config.calibration_counts if n <= self.config.max_tokens_per_forward]
+                self.kernels.calibrate(self._probe, counts, self.config.calibration_repeats)
+                log.info("kernels by forward size: %s", self.kernels.describe())
+        self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
+        self._thread.start()
+        return self
+
+    def submit(self, req: ServeRequest) -> None:
+        """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing."""
+        with self._cv:
+            if self._closed:
+                raise SchedulerClosed("the engine is shutting down")
+            self.queue.push(req.tenant, req, req.deadline)
+            self._cv.notify()
+
+    def cancel(self, req: ServeRequest) -> None:
+        """Stop a request: a waiting one leaves the queue now, a running one within one step."""
+        req.cancel()
+        with self._cv:
+            removed = self.queue.remove(req)
+            self._cv.notify()
+        if removed:
+            req.stats.finish_reason = "cancelled"
+            self._end(req)
+
+    def state(self) -> SchedulerState:
+        with self._cv:
+            running = list(self.running)
+            waiting = len(self.queue)
+        kv = sum(r.kv.nbytes for r in running if r.kv is not None)
+        return SchedulerState(waiting, len(running), kv, self.forwards, self.prefix_hit_tokens)
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop taking requests, cancel what is queued or running, and join the thread."""
+        with self._cv:
+            self._closed = True
+            waiting: list[ServeRequest] = []
+            while (req := self.queue.pop({})) is not None:
+                waiting.append(req)
+            self._cv.notify()
+        for req in waiting:
+            req.stats.finish_reason = "cancelled"
+            self._end(req)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    # ---- the loop (scheduler thread) ------------------------------------------------------------
+    def _loop(self) -> None:
+        doomed: list[ServeRequest] = []
+        while True:
+            admitted: list[ServeRequest] = []
+            with self._cv:
+                while True:
+                    self._expire_waiting()
+                    admitted = self._pop_admissible()
+                    if self._closed or self.running or admitted:
+                        break
+                    self._cv.wait(self.config.idle_poll_s)
+                if self._closed:
+                    doomed = list(self.running)
+                    self.running.clear()
+                    break
+            for req in admitted:
+                self._start(req)
+            try:
+                self._step()
+            except Exception as exc:  # a failed forward fails its requests, never the engine
+                log.exception("step failed; failing the requests in it")
+                for req in self._take_running():
+                    req.error = exc
+                    self._end(req)
+        for req in [*doomed, *admitted]:
+            req.stats.finish_reason = req.stats.finish_reason or "cancelled"
+            self._end(req)
+
+    def _expire_waiting(self) -> None:
+        for req in self.queue.expire(time.monotonic()):
+            req.error = RequestExpired("the deadline passed while the request waited in the queue")
+            self._end(req)
+
+    def _pop_admissible(self) -> list[ServeRequest]:
+        out: list[ServeRequest] = []
+        while len(self.running) < self.config.max_running:
+            per_tenant = Counter(r.tenant for r in self.running)
+            req = self.queue.pop(per_tenant)
+            if req is None:
+                break
+            self.running.append(req)
+            out.append(req)
+        return out
+
+    def _take_running(self) -> list[ServeRequest]:
+        with self._cv:
+            taken = list(self.running)
+            self.running.clear()
+        return taken
+
+    def _start(self, req: ServeRequest) -> None:
+        """Give an admitted request its cache, reusing a cached prefix of its prompt."""
+        kv = RequestKV(self.shape, req.capacity)
+        req.start(kv, self.eos, self._decode)
+        # Leave at least one prompt token to run: its logits give the first output token.
+        hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
+        if prefix is not None and hit:
+            load_prefix(kv, prefix, hit)
+            req.prefilled = hit
+            req.stats.prefix_hit_tokens = hit
+            self.prefix_hit_tokens += hit
+
+    def _end(self, req: ServeRequest) -> None:
+        """Free a request's place and cache, and tell its caller (exactly once)."""
+        if req.phase is Phase.DONE:
+            return
+        with self._cv:
+            if req in self.running:
+                self.running.remove(req)
+        req.release()
+        if req.on_done is not None:
+            req.on_done(req, req.error)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    # ---- one step ---------------------------------------------------------------------------------
+    def _step(self) -> None:
+        cfg = self.config
+        now = time.monotonic()
+        live: list[ServeRequest] = []
+        for req in list(self.running):
+            if req.cancelled.is_set() or req.expired(now):
+                req.stats.finish_reason = "cancelled"
+                self._end(req)
+            else:
+                live.append(req)
+        decoding = [r for r in live if r.phase is Phase.DECODE]
+        chunks: list[tuple[ServeRequest, int, int]] = []  # (request, first, end) prompt positions
+        room = min(cfg.prefill_chunk, cfg.max_tokens_per_forward - len(decoding))
+        for req in (r for r in live if r.phase is Phase.PREFILL):
+            if room <= 0:
+                break
+            end = min(len(req.prompt_ids), req.prefilled + room)
+            chunks.append((req, req.prefilled, end))
+            room -= end - req.prefilled
+        if not decoding and not chunks:
+            return
+        base = sum(end - first for _, first, end in chunks)
+        budgets = self._budgets(decoding, base)
+        spare = cfg.max_tokens_per_forward - base - sum(1 + q for q in budgets)
+        trees = []
+        for req, q in zip(decoding, budgets, strict=True):
+            # A full budget may grow by confident copies, within the tokens left in this forward.
+            extend = min(req.config.max_decoding_length, q + max(0, spare)) if q == req.max_budget() else q
+            tree = req.draft(q, extend)
+            spare -= max(0, len(tree) - q)
+            trees.append(tree)
+        self._forward_and_accept(decoding, trees, budgets, chunks)
+
+    def _budgets(self, decoding: Sequence[ServeRequest], base: int) -> list[int]:
+        caps = [r.max_budget() for r in decoding]
+        curve = self.kernels.curve
+        if not self.config.adaptive or curve is None or not decoding:
+            return caps
+        gains = [self.gains.expected(r.history, cap) for r, cap in zip(decoding, caps, strict=True)]
+        return split_budget(gains, curve.cost, base, self.config.max_tokens_per_forward)
+
+    def _forward_and_accept(
+        self,
+        decoding: list[ServeRequest],
+        trees: list,
+        budgets: list[int],
+        chunks: list[tuple[ServeRequest, int, int]],
+    ) -> None:
+        plan = RaggedPlan()
+        ids: list[int] = []
+        positions: list[int] = []
+        keep: list[int] = []  # packed positions whose logits are needed
+        for req, tree in zip(decoding, trees, strict=True):
+            assert req.kv is not None
+            start = len(ids)
+            ids += [req.root(), *tree.tokens]
+            positions += [req.kv.length + d for d in (0, *tree.depths)]
+            plan.segments.append(Segment(req.kv, start, req.kv.length, ancestor_matrix(tree.parents)))
+            keep += range(start, len(ids))
+        for req, first, end in chunks:
+            assert req.kv is not None
+            start = len(ids)
+            ids += req.prompt_ids[first:end]
+            positions += range(first, end)
+            plan.segments.append(Segment(req.kv, start, first, causal_visible(end - first)))
+            if end == len(req.prompt_ids):
+                keep.append(len(ids) - 1)  # the last prompt token's logits give the first output token
+        total = len(ids)
+        plan.finalize(self.shape.dtype, self.device)
+        runner = self.kernels.runner(total)
+        kernel = self._kernel_name(total)
+        with torch.inference_mode():
+            input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, T]
+            position_ids = torch.tensor([positions], dtype=torch.long, device=self.device)  # [1, T]
+            keep_idx = torch.tensor(keep, dtype=torch.long, device=self.device)  # [K]
+            logits = runner(
+                input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep_idx,
+                **{PLAN_KWARG: plan},
+            ).logits  # logits: [1, K, vocab]
+            predicted = logits[0].argmax(-1).tolist()  # [K]
+        self.forwards += 1
+        self.forward_sizes[total] += 1
+        batch = len(decoding) + len(chunks)
+        if self.on_forward is not None:
+            self.on_forward(total, batch)
+        at = 0
+        for req, tree, q in zip(decoding, trees, budgets, strict=True):
+            n = len(tree) + 1
+            self._accept(req, tree, predicted[at : at + n], q)
+            at += n
+            self._ride(req, batch, total, kernel)
+        for req, _first, end in chunks:
+            req.prefilled = end
+            assert req.kv is not None
+            req.kv.length = end
+            self._ride(req, batch, total, kernel)
+            if end == len(req.prompt_ids):
+                self._prefilled(req, predicted[at])
+                at += 1
+        for req in [*decoding, *(r for r, _, _ in chunks)]:
+            if req.finished:
+                self._end(req)
+
+    def _accept(self, req: ServeRequest, tree: object, predicted: list[int], budget: int) -> None:
+        assert req.kv is not None
+        path = accept_longest(tree.tokens, tree.parents, predicted)  # type: ignore[attr-defined]
+        past = req.kv.length
+        compact(req.kv, past, path)
+        accepted = tuple(path[1:])
+        req.history.append((accepted, len(tree)))  # type: ignore[arg-type]
+        self.gains.observe(accepted, len(tree))  # type: ignore[arg-type]
+        st = req.stats
+        st.forward_steps += 1
+        st.draft_tokens += len(tree)  # type: ignore[arg-type]
+        st.budgets.append(budget)
+        st.accepted_paths.append(accepted)
+        new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]  # type: ignore[attr-defined]
+        kept = req.emit(new)
+        st.accepted_per_step.append(len(kept))
+
+    def _prefilled(self, req: ServeRequest, first: int) -> None:
+        """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
+        assert req.kv is not None
+        n = len(req.prompt_ids)
+        if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
+            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(req.kv, n))
+        req.phase = Phase.DECODE
+        req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
+        req.emit([first])
+
+    def _kernel_name(self, n: int) -> str:
+        curve, names = self.kernels.curve, self.kernels.names
+        return curve.best(n) if curve is not None and len(names) > 1 else names[0]
+
+    @staticmethod
+    def _ride(req: ServeRequest, batch: int, total: int, kernel: str) -> None:
+        req.stats.batch_sizes.append(batch)
+        req.stats.forward_tokens.append(total)
+        req.stats.kernels.add(kernel)
+
+    # ---- calibration ------------------------------------------------------------------------------
+    def _probe(self, runner: torch.nn.Module, n: int) -> None:
+        """One forward of ``n`` prompt-like tokens over ``calibration_past`` cached entries."""
+        past = self.config.calibration_past
+        kv = RequestKV(self.shape, past + n)
+        kv.length = past
+        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+        plan.finalize(self.shape.dtype, self.device)
+        with torch.inference_mode():
+            ids = torch.zeros(1, n, dtype=torch.long, device=self.device)  # [1, n]
+            pos = torch.arange(past, past + n, device=self.device)[None]  # [1, n]
+            keep = torch.arange(n, device=self.device)  # [n]: every position, like a tree
+            runner(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{PLAN_KWARG: plan})

@@ -1,0 +1,190 @@
+"""One request inside the serving engine: its trie, drafts, output, cache and stats.
+
+The scheduler (scheduler.py) owns the model and calls these methods from its one thread: the
+request never runs a forward itself. Phases: ``WAITING`` (queued) -> ``PREFILL`` (prompt chunks
+ride in the step forwards) -> ``DECODE`` (a draft tree per step) -> ``DONE``.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .config import DecodingConfig, DraftMode
+from .decoder import Drafter, GenerationStats
+from .draft import DraftTree, retrieve_draft
+from .finish import trim_step
+from .kvstore import RequestKV
+from .trie import TokenTrie
+
+
+class Phase(enum.Enum):
+    """Where a request is in its life."""
+
+    WAITING = "waiting"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    DONE = "done"
+
+
+@dataclass
+class ServeStats(GenerationStats):
+    """Decoding stats plus what the engine did for this request."""
+
+    queue_wait_s: float = 0.0  # submitted -> admitted to run
+    first_token_s: float = 0.0  # submitted -> first token verified
+    prefix_hit_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    batch_sizes: list[int] = field(default_factory=list)  # requests in each forward this request rode in
+    forward_tokens: list[int] = field(default_factory=list)  # tokens in each of those forwards
+    budgets: list[int] = field(default_factory=list)  # draft budget granted at each decode step
+    kernels: set[str] = field(default_factory=set)  # kernels the engine's measurement chose for them
+
+    @property
+    def mean_batch_size(self) -> float:
+        return sum(self.batch_sizes) / len(self.batch_sizes) if self.batch_sizes else 0.0
+
+    @property
+    def mean_tokens_per_forward(self) -> float:
+        return sum(self.forward_tokens) / len(self.forward_tokens) if self.forward_tokens else 0.0
+
+    @property
+    def mean_budget(self) -> float:
+        return sum(self.budgets) / len(self.budgets) if self.budgets else 0.0
+
+
+# Called from the scheduler thread: (request, verified token ids). Must not block.
+OnTokens = Callable[["ServeRequest", list[int]], None]
+# Called once from the scheduler thread when the request ends: (request, error or None).
+OnDone = Callable[["ServeRequest", BaseException | None], None]
+
+
+class RequestExpired(Exception):
+    """The request's deadline passed while it waited in the queue: it never ran."""
+
+
+class ServeRequest:
+    """A request's state; built by the caller, driven by the scheduler."""
+
+    def __init__(
+        self,
+        prompt_ids: Sequence[int],
+        config: DecodingConfig,
+        *,
+        tenant: str = "",
+        trie: TokenTrie | None = None,
+        references: Sequence[Sequence[int]] = (),
+        deadline: float | None = None,
+        on_tokens: OnTokens | None = None,
+        on_done: OnDone | None = None,
+        drafter: Drafter | None = None,
+    ) -> None:
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        self.prompt_ids = list(prompt_ids)
+        self.config = config
+        self.tenant = tenant
+        self.trie = trie or TokenTrie(config.trie)
+        self.references = [list(r) for r in references]
+        self.deadline = deadline  # time.monotonic() value; past it the request ends
+        self.on_tokens = on_tokens
+        self.on_done = on_done
+        self.drafter = drafter
+        self.id = uuid.uuid4().hex
+        self.phase = Phase.WAITING
+        self.output: list[int] = []
+        self.stats = ServeStats()
+        self.kv: RequestKV | None = None
+        self.prefilled = 0  # prompt tokens whose KV is in the cache
+        self.history: list[tuple[int, ...]] = []  # accepted path indices of recent steps
+        self.cancelled = threading.Event()
+        self.error: BaseException | None = None
+        self.submitted = time.perf_counter()
+        self._cursor: object | None = None
+        self._owner = f"req-{self.id}"
+        self._eos: frozenset[int] = frozenset()
+        self._decode: Callable[[list[int]], str] = lambda ids: ""
+
+    # ---- lifecycle (scheduler thread) -----------------------------------------------------------
+    def start(self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str]) -> None:
+        """Admitted: take a cache, fill the trie with the prompt and references."""
+        self.kv, self._eos, self._decode = kv, eos, decode
+        self.phase = Phase.PREFILL
+        self.stats.queue_wait_s = time.perf_counter() - self.submitted
+        self.trie.insert_prompt(self.prompt_ids, self._owner)
+        for ref in self.references:
+            self.trie.insert_prompt(ref, self._owner)
+        if self.config.insert_output:
+            self._cursor = self.trie.output_cursor()
+
+    def release(self) -> None:
+        """Drop the cache and the request's prompt branches (idempotent)."""
+        self.kv = None
+        if self.phase is not Phase.WAITING:
+            self.trie.remove_owner(self._owner)
+        if self._cursor is not None:
+            self._cursor.close()  # type: ignore[attr-defined]
+            self._cursor = None
+        self.phase = Phase.DONE
+        self.stats.new_tokens = len(self.output)
+        self.stats.wall_s = time.perf_counter() - self.submitted
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.stats.finish_reason)
+
+    @property
+    def capacity(self) -> int:
+        """Cache entries this request can ever need: prompt, output and one tree beyond it."""
+        cfg = self.config
+        return len(self.prompt_ids) + cfg.max_new_tokens + max(cfg.decoding_length, cfg.max_decoding_length) + 1
+
+    # ---- steps ----------------------------------------------------------------------------------
+    def root(self) -> int:
+        """The last emitted token: verified, not yet in the cache; every tree hangs below it."""
+        return self.output[-1]
+
+    def max_budget(self) -> int:
+        """Most draft tokens worth asking for now (never past max_new_tokens)."""
+        cfg = self.config
+        if cfg.mode is DraftMode.NONE:
+            return 0
+        return max(0, min(cfg.decoding_length, cfg.max_new_tokens - len(self.output) - 1))
+
+    def draft(self, budget: int, extend_to: int) -> DraftTree:
+        """This step's tree: ``budget`` best nodes, confident copies may grow it to ``extend_to``."""
+        cfg = self.config
+        room = cfg.max_new_tokens - len(self.output) - 1
+        if budget <= 0 or room <= 0:
+            return DraftTree()
+        if self.drafter is not None:
+            return self.drafter(self.prompt_ids + self.output, budget, room)
+        step_cfg = cfg if extend_to == cfg.max_decoding_length else cfg.with_(max_decoding_length=extend_to)
+        context = self.prompt_ids[-cfg.max_match :] + self.output
+        return retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
+
+    def emit(self, new: list[int]) -> list[int]:
+        """Trim a step's verified tokens (EOS, length, stop strings), append and announce them."""
+        kept, reason = trim_step(
+            self.output, new, self._eos, self.config.max_new_tokens, self.config.stop_strings, self._decode
+        )
+        if reason:
+            self.stats.finish_reason = reason
+        self.output.extend(kept)
+        if self._cursor is not None and kept:
+            self._cursor.feed(kept)  # type: ignore[attr-defined]
+        if kept and not self.stats.first_token_s:
+            self.stats.first_token_s = time.perf_counter() - self.submitted
+        if kept and self.on_tokens is not None:
+            self.on_tokens(self, kept)
+        return kept
+
+    def cancel(self) -> None:
+        """Ask the scheduler to stop this request (thread-safe; effective within one step)."""
+        self.cancelled.set()
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline
