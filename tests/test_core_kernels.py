@@ -137,7 +137,7 @@ def test_cost_curve_rejects_malformed_measurements(counts: tuple[int, ...], seco
 
 
 # ---- measure ----------------------------------------------------------------------------------------
-def test_measure_interleaves_kernels_skips_warmup_and_keeps_medians() -> None:
+def test_measure_interleaves_kernels_skips_warmup_and_keeps_minimums() -> None:
     clock = FakeClock()
     calls: list[str] = []
     # per call, in order: the warm-up repetition first, then 3 timed ones
@@ -153,7 +153,7 @@ def test_measure_interleaves_kernels_skips_warmup_and_keeps_medians() -> None:
 
     curve = measure({"a": probe("a"), "b": probe("b")}, (2, 1), repeats=3, warmup=1, clock=clock)
     assert curve.token_counts == (1, 2)  # sorted
-    assert curve.seconds == {"a": (2.0, 3.0), "b": (4.0, 6.0)}  # medians; the 100s / 50s warm-up ignored
+    assert curve.seconds == {"a": (1.0, 3.0), "b": (4.0, 5.0)}  # fastest timed call; the 100s / 50s warm-up ignored
     # each repetition runs every kernel at a size back to back, the first kernel alternating
     assert calls == ["a1", "b1", "a2", "b2", "b1", "a1", "b2", "a2"] * 2
 

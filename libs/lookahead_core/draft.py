@@ -54,6 +54,15 @@ class DraftTree:
         for token in chain:
             parent = self.add(parent, token, merge=merge)
 
+    def prefix(self, n: int) -> DraftTree:
+        """The first ``n`` nodes: parents come before children, so it is a tree; built best-first,
+        it is the tree a budget of ``n`` would have drafted."""
+        if n >= len(self.tokens):
+            return self
+        out = DraftTree(self.tokens[:n], self.parents[:n], self.depths[:n], self.probs[:n])
+        out._index = {key: node for key, node in self._index.items() if node <= n}
+        return out
+
     def depth(self) -> int:
         """Deepest node's depth (0 for an empty tree)."""
         return max(self.depths, default=0)

@@ -5,12 +5,15 @@ drafted ``size`` nodes tells what any budget q <= size would have accepted (the 
 nodes with index <= q; ``budget.accepted_within``). A step that drafted fewer than q nodes says
 nothing about q. So the estimate for q averages only the steps that drafted at least q nodes:
 the request's own recent steps first, the engine's recent steps of all requests where the
-request has too few, and a geometric prior where nobody has drafted that many yet (so budgets
-that shrank under load can grow back).
+request has too few, and where nobody has drafted that many nodes yet, this step's tree itself:
+node q adds its trie path probability times ``prior_scale`` (so budgets that shrank under load,
+or never grew past what was tried, can grow where the trie is confident: a copy in progress).
 
-Example: a request whose last two steps drafted 4 nodes and accepted paths (1, 2) and (1,):
-``GainsModel(GainsConfig(min_steps=1)).expected([((1, 2), 4), ((1,), 4)], cap=4)`` is
-[1.0, 2.0, 2.5, 2.5, 2.5] (tokens per step for q = 0..4; nothing was seen past 2 accepted).
+Example: a request whose last two steps drafted 4 nodes and accepted paths (1, 2) and (1,), and
+whose tree now has 6 nodes of probability 1.0, 0.9, 0.9, 0.8, 0.8, 0.8:
+``GainsModel(GainsConfig(min_steps=1, prior_scale=0.5)).expected(history, probs)`` is
+[1.0, 2.0, 2.5, 2.5, 2.5, 2.9, 3.3] (tokens per step for q = 0..6; past 4, the tree's own
+confidence at half weight).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ class GainsConfig:
     window: int = 16  # a request's most recent steps that count
     pool_window: int = 512  # the engine's most recent steps (all requests) that count
     min_steps: int = 4  # below this many informative own steps, the engine's steps fill in
-    prior_accept: float = 0.5  # prior chance that the i-th best-first node is accepted, decaying as p**i
+    prior_scale: float = 0.5  # unobserved budgets: a node adds this times its trie path probability
 
 
 def mean_gain(steps: Sequence[Step], q: int) -> tuple[float, int]:
@@ -77,20 +80,22 @@ class GainsModel:
             return 0.0, 0
         return self._sums[q] / self._counts[q], self._counts[q]
 
-    def expected(self, history: Sequence[Step], cap: int) -> list[float]:
-        """Tokens a step emits for budgets 0..cap (1 for q = 0), non-decreasing."""
+    def expected(self, history: Sequence[Step], probs: Sequence[float]) -> list[float]:
+        """Tokens a step emits for budgets 0..len(probs) (1 for q = 0), non-decreasing.
+
+        ``probs``: this step's best-first tree, node by node (trie path probabilities).
+        """
         cfg = self.config
         own = list(history[-cfg.window :])
         out = [1.0]
-        prior = 0.0
-        for q in range(1, cap + 1):
-            prior += cfg.prior_accept**q
+        for q in range(1, len(probs) + 1):
             gain, n = mean_gain(own, q)
             if n < cfg.min_steps:
                 pooled, m = self.pooled(q)
                 if m:
                     gain = (gain * n + pooled * (cfg.min_steps - n)) / cfg.min_steps
-                elif not n:
-                    gain = prior
+                elif not n:  # nobody drafted this far yet: the tree's own confidence
+                    out.append(out[-1] + cfg.prior_scale * probs[q - 1])
+                    continue
             out.append(max(out[-1], 1.0 + gain))
         return out

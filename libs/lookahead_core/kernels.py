@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import copy
 import functools
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -135,12 +134,13 @@ def measure(
     warmup: int,
     clock: Callable[[], float] = time.perf_counter,
 ) -> CostCurve:
-    """Median seconds of ``probes[kernel](n)`` (one forward of n tokens) for every kernel and count.
+    """Fastest seconds of ``probes[kernel](n)`` (one forward of n tokens) for every kernel and count.
 
     Each repetition runs every count with every kernel back to back (first kernel alternating), so
     machine noise hits all kernels alike; the first ``warmup`` repetitions are not timed. Example:
     probes {"a", "b"}, counts (1, 8), repeats 3, warmup 1 -> calls a1 b1 a8 b8 | b1 a1 b8 a8 | ...
-    (4 repetitions), and seconds["a"][0] is the median of a1's three timed calls.
+    (4 repetitions), and seconds["a"][0] is the fastest of a1's three timed calls: on a shared machine
+    other work only ever adds time, so the minimum is the least noisy estimate of a kernel's own cost.
     """
     if not probes or repeats < 1 or warmup < 0:
         raise ValueError("need at least one probe, repeats >= 1 and warmup >= 0")
@@ -156,7 +156,7 @@ def measure(
                 elapsed = clock() - t0
                 if rep >= warmup:
                     samples[name][i].append(elapsed)
-    return CostCurve(tuple(counts), {k: tuple(statistics.median(s) for s in samples[k]) for k in names})
+    return CostCurve(tuple(counts), {k: tuple(min(s) for s in samples[k]) for k in names})
 
 
 def describe(curve: CostCurve) -> str:

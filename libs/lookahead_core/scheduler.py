@@ -29,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from .admission import FairQueue
 from .budget import split_budget
 from .decoder import _eos_ids
+from .draft import DraftTree
 from .gains import GainsModel
 from .kernels import KernelSet
 from .kvstore import KVShape, RequestKV, compact, export_prefix, load_prefix
@@ -288,29 +289,32 @@ class StepScheduler:
         if not decoding and not chunks:
             return
         base = sum(end - first for _, first, end in chunks)
-        budgets = self._budgets(decoding, base)
-        spare = cfg.max_tokens_per_forward - base - sum(1 + q for q in budgets)
-        trees = []
-        for req, q in zip(decoding, budgets, strict=True):
-            # A full budget may grow by confident copies, within the tokens left in this forward.
-            extend = min(req.config.max_decoding_length, q + max(0, spare)) if q == req.max_budget() else q
-            tree = req.draft(q, extend)
-            spare -= max(0, len(tree) - q)
-            trees.append(tree)
+        # Draft every request's full tree first (best-first, so a budget of q keeps its first q
+        # nodes), then split the forward's tokens by expected gain against measured cost.
+        spare = cfg.max_tokens_per_forward - base - len(decoding)
+        full = []
+        for req in decoding:
+            cap = min(req.max_budget(), max(0, spare))
+            extend = min(req.config.max_decoding_length, max(cap, spare)) if cap == req.max_budget() else cap
+            tree = req.draft(cap, extend)
+            spare -= len(tree)
+            full.append(tree)
+        budgets = self._budgets(decoding, full, base)
+        trees = [tree.prefix(q) for tree, q in zip(full, budgets, strict=True)]
         self._forward_and_accept(decoding, trees, budgets, chunks)
 
-    def _budgets(self, decoding: Sequence[ServeRequest], base: int) -> list[int]:
-        caps = [r.max_budget() for r in decoding]
+    def _budgets(self, decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], base: int) -> list[int]:
+        sizes = [len(t) for t in trees]
         curve = self.kernels.curve
         if not self.config.adaptive or curve is None or not decoding:
-            return caps
-        gains = [self.gains.expected(r.history, cap) for r, cap in zip(decoding, caps, strict=True)]
+            return sizes
+        gains = [self.gains.expected(r.history, t.probs) for r, t in zip(decoding, trees, strict=True)]
         return split_budget(gains, curve.cost, base, self.config.max_tokens_per_forward)
 
     def _forward_and_accept(
         self,
         decoding: list[ServeRequest],
-        trees: list,
+        trees: list[DraftTree],
         budgets: list[int],
         chunks: list[tuple[ServeRequest, int, int]],
     ) -> None:
@@ -369,20 +373,20 @@ class StepScheduler:
             if req.finished:
                 self._end(req)
 
-    def _accept(self, req: ServeRequest, tree: object, predicted: list[int], budget: int) -> None:
+    def _accept(self, req: ServeRequest, tree: DraftTree, predicted: list[int], budget: int) -> None:
         assert req.kv is not None
-        path = accept_longest(tree.tokens, tree.parents, predicted)  # type: ignore[attr-defined]
+        path = accept_longest(tree.tokens, tree.parents, predicted)
         past = req.kv.length
         compact(req.kv, past, path)
         accepted = tuple(path[1:])
-        req.history.append((accepted, len(tree)))  # type: ignore[arg-type]
-        self.gains.observe(accepted, len(tree))  # type: ignore[arg-type]
+        req.history.append((accepted, len(tree)))
+        self.gains.observe(accepted, len(tree))
         st = req.stats
         st.forward_steps += 1
-        st.draft_tokens += len(tree)  # type: ignore[arg-type]
+        st.draft_tokens += len(tree)
         st.budgets.append(budget)
         st.accepted_paths.append(accepted)
-        new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]  # type: ignore[attr-defined]
+        new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]
         kept = req.emit(new)
         st.accepted_per_step.append(len(kept))
 
