@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("services.retriever.ingest_cli", "ingest JSONL / text / markdown files for a tenant"),
     "ask": ("services.generator.ask", "ask a running generator; the answer streams to the terminal"),
     "broker": ("services.common.broker", "start the bundled tansu Kafka-compatible broker (memory storage)"),
+    "bench-serve": ("bench.serve", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
     "bench-events": ("bench.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
     "config": ("services.common.config_cli", "show the effective configuration"),
 }

@@ -1,0 +1,266 @@
+"""Serving benchmark: closed-loop clients against the three gRPC services, speculation on vs off vs serial HF.
+
+    lookahead-rag bench-serve --corpus C.jsonl --questions Q.jsonl --pool 100 --requests 200 --zipf 1.1 \\
+        --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
+        [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf]
+
+The three services run in this process on loopback gRPC. At each concurrency level c, c closed-loop
+clients send the same Zipf-popular request sequence (bench/serve_load.py) three ways, each on fresh
+services (cold caches) sharing one loaded model:
+
+- ``on``: speculation on (the server's default mode);
+- ``off``: GenerationParams.mode="none": same engine, scheduler and batching, one token per step;
+- ``serial_hf``: transformers' generate(do_sample=False) on the stock model, one request at a time,
+  over the prompt ids the ``on`` way assembled (no retrieval); its TTFT is re-timed as if the c
+  clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue).
+
+Exact match compares every answer with batch-1 greedy of its own prompt ids (serial_hf's outputs,
+computed untimed for prompts it did not cover). Metric definitions: bench/serve_stats.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.common import print_table, write_json
+from bench.serve_client import closed_loop
+from bench.serve_hf import fill_greedy, run_serial
+from bench.serve_load import Question, Workload, draw_sequence, load_workload
+from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
+from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
+
+WAYS = ("on", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
+MODE_OF = {"on": "", "off": "none"}  # GenerationParams.mode of the engine ways ("" = server default)
+Raw = tuple[list[RequestRecord], float, float]  # (records, wall seconds, peak RSS MB) of one way
+
+
+@dataclass
+class RunConfig:
+    """What the levels loop needs besides the services."""
+
+    levels: list[int]  # concurrency levels, ascending
+    ways: list[str]  # subset of WAYS, in WAYS order
+    max_new_tokens: int  # tokens each request asks for
+    deadline_s: float  # gRPC deadline of one request (generous)
+    threads: int  # torch threads for the serial baseline's worker thread (0 = default)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="lookahead-rag bench-serve", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
+    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
+    p.add_argument("--requests", type=int, default=200, help="requests per level and way")
+    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated closed-loop client counts")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--ways", default=",".join(WAYS), help="comma-separated subset of on,off,serial_hf")
+    p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title")
+    p.add_argument("--kafka", default="", help="HOST:PORT of a Kafka broker (default: the in-process bus)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--seed", type=int, default=0, help="fixes the request sequence")
+    p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
+    p.add_argument("--dependency-timeout-s", type=float, default=60.0,
+                   help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
+    p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra generator setting (a GeneratorSettings field), repeatable")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    args = p.parse_args(argv)
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    if not ways or any(w not in WAYS for w in ways):
+        p.error(f"--ways must name some of {','.join(WAYS)}")
+    if "serial_hf" in ways and not {"on", "off"} & set(ways):
+        p.error("serial_hf replays the prompts of on (or off): name one of them too")
+    args.ways = [w for w in WAYS if w in ways]
+    args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
+    if not args.levels or args.levels[0] < 1:
+        p.error("--concurrency needs positive integers")
+    return args
+
+
+async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
+                      seq: list[Question], c: int, way: str) -> Raw:
+    async with serving(stack, f"c{c}-{way}", model, tok, wl.docs) as stub, RssSampler() as rss:
+        records, wall = await closed_loop(stub, seq, c, MODE_OF[way], run.max_new_tokens, run.deadline_s,
+                                          f"c={c} {way}")
+    return records, wall, rss.peak_mb
+
+
+def _serial(model: Any, prompts: list[tuple[int, list[int]]], run: RunConfig, stop: threading.Event,
+            desc: str) -> list[RequestRecord]:
+    if run.threads:
+        torch.set_num_threads(run.threads)  # this worker thread's intra-op threads
+    return run_serial(model, prompts, run.max_new_tokens, stop, desc)
+
+
+async def _serial_way(model: Any, raw: dict[str, Raw], run: RunConfig, c: int,
+                      greedy: dict[PromptKey, list[int]], stop: threading.Event) -> Raw:
+    source = raw["on"][0] if "on" in raw else raw["off"][0]
+    prompts = [(r.index, r.prompt_ids) for r in source if r.completed]
+    async with RssSampler() as rss:
+        records = await asyncio.to_thread(_serial, model, prompts, run, stop, f"c={c} serial_hf")
+    for r in records:
+        greedy.setdefault(tuple(r.prompt_ids), r.output_ids)
+    timed = serial_queue(records, c)
+    wall = max((r.end_s or r.sent_s for r in timed), default=0.0) - min((r.sent_s for r in timed), default=0.0)
+    return timed, wall, rss.peak_mb
+
+
+async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
+                     seq: list[Question]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+    """{level: {way: W}} and {level: peak RSS MB}."""
+    greedy: dict[PromptKey, list[int]] = {}
+    stop = threading.Event()
+    levels: dict[str, dict[str, Any]] = {}
+    rss: dict[str, float] = {}
+    try:
+        for c in run.levels:
+            raw: dict[str, Raw] = {}
+            for way in run.ways:
+                if way == "serial_hf":
+                    raw[way] = await _serial_way(model, raw, run, c, greedy, stop)
+                else:
+                    raw[way] = await _engine_way(stack, run, model, tok, wl, seq, c, way)
+            keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed]
+            await asyncio.to_thread(fill_greedy, model, keys, run.max_new_tokens, greedy, stop)
+            levels[str(c)] = {w: {**summarize(recs, wall, greedy), "rss_mb": round(mb, 1)}
+                              for w, (recs, wall, mb) in raw.items()}
+            rss[str(c)] = round(max(mb for _, _, mb in raw.values()), 1)
+            _print_level(c, levels[str(c)])
+    finally:
+        stop.set()  # a baseline thread still running (Ctrl-C) ends within one token
+    return levels, rss
+
+
+COLUMNS = [
+    ("c", "c", "d"), ("way", "way", "s"), ("completed", "done", "d"), ("errs", "errors", "s"),
+    ("goodput_tokens_per_s", "tok/s", ".2f"), ("ttft_p50_s", "TTFT p50", ".3f"), ("ttft_p99_s", "p99", ".3f"),
+    ("itl_p50_s", "ITL p50", ".4f"), ("itl_p99_s", "p99", ".4f"), ("mean_accepted_per_step", "tok/step", ".2f"),
+    ("mean_tokens_per_forward", "tok/fwd", ".2f"), ("prefix_hit_tokens", "prefix hits", "d"),
+    ("exact_match", "exact", ".3f"), ("rss_mb", "RSS MB", ".0f"),
+]
+
+
+def _rows(c: int, ways: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"c": c, "way": w, **r, "errs": ",".join(f"{k}:{n}" for k, n in r["errors"].items()) or "-"}
+            for w, r in ways.items()]
+
+
+def _print_level(c: int, ways: dict[str, Any]) -> None:
+    print()
+    print_table(_rows(c, ways), COLUMNS)
+
+
+def _ratios(levels: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    out = {}
+    for c, ways in levels.items():
+        on, off, hf = (ways.get(w, {}) for w in WAYS)
+        out[c] = {
+            "goodput_on_over_off": ratio(on.get("goodput_tokens_per_s"), off.get("goodput_tokens_per_s")),
+            "goodput_on_over_serial_hf": ratio(on.get("goodput_tokens_per_s"), hf.get("goodput_tokens_per_s")),
+            "ttft_p99_off_over_on": ratio(off.get("ttft_p99_s"), on.get("ttft_p99_s")),
+            "ttft_p99_serial_hf_over_on": ratio(hf.get("ttft_p99_s"), on.get("ttft_p99_s")),
+        }
+    return out
+
+
+def cpu_name() -> str:
+    """The CPU model (from /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _device(name: str) -> str:
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return name
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from lookahead_core import load_model
+
+    device = _device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    wl = load_workload(args.corpus, args.questions, args.pool, args.tenants_by_title)
+    drawn = draw_sequence(len(wl.pool), args.requests, args.zipf, args.seed)
+    seq = [wl.pool[i] for i in drawn]
+    print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
+          f"{len(wl.docs)} tenant(s)")
+    model, tok = await asyncio.to_thread(load_model, args.model, device=device)
+    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads)
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
+        stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
+                            args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
+        chunks = await asyncio.to_thread(build_vector_cache, stack, wl.docs)
+        print(f"corpus embedded once: {chunks} chunks")
+        levels, rss = await run_levels(stack, run, model, tok, wl, seq)
+    return {
+        "model": args.model,
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "threads": torch.get_num_threads(),
+        "requests": args.requests,
+        "zipf": args.zipf,
+        "levels": levels,
+        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "cpu": cpu_name(),
+        "seed": args.seed,
+        "pool": len(wl.pool),
+        "distinct_questions": len(set(drawn)),
+        "max_new_tokens": args.max_new_tokens,
+        "tenants": len(wl.docs),
+        "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
+        "ratios": _ratios(levels),
+        "rss_mb": rss,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv or [])
+    try:
+        data = asyncio.run(_run(args))
+    except KeyboardInterrupt:
+        print("\ninterrupted: servers stopped", flush=True)
+        return 130
+    print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, "
+          f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens")
+    print_table([row for c, ways in data["levels"].items() for row in _rows(int(c), ways)], COLUMNS)
+    print_table([{"c": int(c), **r} for c, r in data["ratios"].items()], [
+        ("c", "c", "d"), ("goodput_on_over_off", "goodput on/off", ".2f"),
+        ("goodput_on_over_serial_hf", "on/serial_hf", ".2f"), ("ttft_p99_off_over_on", "TTFT p99 off/on", ".2f"),
+        ("ttft_p99_serial_hf_over_on", "serial_hf/on", ".2f")])
+    if args.json:
+        write_json(args.json, data)
+        print(f"wrote {args.json}")
+    png = args.png or (str(args.json).removesuffix(".json") + ".png" if args.json else None)
+    if png:
+        from bench.serve_plot import plot
+
+        plot(data, png)
+        print(f"wrote {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,75 @@
+"""bench-serve's closed-loop clients: c coroutines share one request sequence over one gRPC channel.
+
+Each client takes the next request of the sequence as soon as its previous one ended (answered or
+failed: a failure is recorded by its gRPC status name and the client goes on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+from lookahead_rag.v1 import generator_pb2
+from tqdm import tqdm
+
+from bench.serve_load import Question
+from bench.serve_stats import EngineStats, RequestRecord
+
+
+def engine_stats(stats: Any) -> EngineStats:
+    """FinalInfo.stats -> EngineStats; fields the generated code lacks read as 0."""
+    return EngineStats(
+        new_tokens=stats.new_tokens, forward_steps=stats.forward_steps,
+        tokens_per_forward=float(getattr(stats, "mean_tokens_per_forward", 0.0)),
+        prefix_hit_tokens=int(getattr(stats, "prefix_hit_tokens", 0)),
+        queue_wait_s=float(getattr(stats, "queue_wait_s", 0.0)),
+        mean_batch_size=float(getattr(stats, "mean_batch_size", 0.0)),
+    )
+
+
+async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: int,
+                      deadline_s: float) -> RequestRecord:
+    """Send one Answer and time its stream."""
+    params = generator_pb2.GenerationParams(max_new_tokens=max_new, mode=mode)
+    req = generator_pb2.AnswerRequest(tenant=q.tenant, question=q.question, params=params)
+    rec = RequestRecord(index, time.perf_counter())
+    try:
+        async for chunk in stub.Answer(req, timeout=deadline_s):
+            now = time.perf_counter()
+            if chunk.HasField("delta") and chunk.delta.token_ids:
+                rec.deltas.append((now, len(chunk.delta.token_ids)))
+            elif chunk.HasField("final"):
+                final = chunk.final
+                rec.prompt_ids, rec.output_ids = list(final.prompt_ids), list(final.output_ids)
+                rec.stats = engine_stats(final.stats)
+    except grpc.aio.AioRpcError as exc:
+        rec.error = exc.code().name
+    except (grpc.RpcError, OSError, ValueError) as exc:
+        rec.error = type(exc).__name__
+    rec.end_s = time.perf_counter()
+    if rec.error is None and rec.stats is None:
+        rec.error = "NO_FINAL"
+    return rec
+
+
+async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mode: str, max_new: int,
+                      deadline_s: float, desc: str) -> tuple[list[RequestRecord], float]:
+    """All requests of the sequence through ``concurrency`` clients; (records, wall seconds)."""
+    todo: Iterator[tuple[int, Question]] = iter(enumerate(sequence))  # shared: one event loop, no lock
+    records: list[RequestRecord] = []
+    bar = tqdm(total=len(sequence), desc=desc, leave=False)
+
+    async def client() -> None:
+        for index, q in todo:
+            records.append(await one_request(stub, index, q, mode, max_new, deadline_s))
+            bar.update(1)
+
+    t0 = time.perf_counter()
+    try:
+        await asyncio.gather(*(client() for _ in range(concurrency)))
+    finally:
+        bar.close()
+    return sorted(records, key=lambda r: r.index), time.perf_counter() - t0

@@ -1,0 +1,90 @@
+"""bench-serve's pure parts: the seeded Zipf sequence, percentiles, aggregation and the JSON shape."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bench.serve_load import draw_sequence, load_workload, zipf_weights
+from bench.serve_stats import EngineStats, RequestRecord, percentile, serial_queue, summarize
+
+W_KEYS = {"completed", "errors", "goodput_tokens_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
+          "mean_accepted_per_step", "mean_tokens_per_forward", "prefix_hit_tokens", "exact_match"}
+
+
+def test_sequence_is_fixed_by_the_seed() -> None:
+    a = draw_sequence(50, 200, 1.1, seed=7)
+    assert a == draw_sequence(50, 200, 1.1, seed=7)
+    assert a != draw_sequence(50, 200, 1.1, seed=8)
+    assert len(a) == 200 and all(0 <= i < 50 for i in a)
+    assert draw_sequence(50, 20, 1.1, seed=7) == a[:20]  # more requests extend the same sequence
+
+
+def test_popularity_follows_zipf_over_a_shuffled_pool() -> None:
+    counts = Counter(draw_sequence(20, 5000, 1.2, seed=1))
+    w = zipf_weights(20, 1.2)
+    top = counts.most_common(1)[0][1] / 5000
+    assert top == pytest.approx(w[0] / sum(w), abs=0.03)
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    assert percentile([], 50) is None
+    assert percentile([3.0], 99) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == pytest.approx(2.5)
+    assert percentile(list(map(float, range(101))), 99) == pytest.approx(99.0)
+
+
+def _rec(index: int, sent: float, deltas: list[tuple[float, int]], prompt: list[int], out: list[int],
+         steps: int = 2, error: str | None = None) -> RequestRecord:
+    stats = None if error else EngineStats(new_tokens=len(out), forward_steps=steps, tokens_per_forward=4.0,
+                                           prefix_hit_tokens=10)
+    return RequestRecord(index, sent, deltas, deltas[-1][0] if deltas else sent + 1, error, prompt, out, stats)
+
+
+def test_summary_definitions_and_shape() -> None:
+    recs = [
+        _rec(0, 0.0, [(1.0, 1), (1.5, 2), (2.5, 1)], [1, 2], [5, 6, 7, 8]),  # itl: .25, .25, 1.0
+        _rec(1, 0.5, [(2.5, 2)], [1, 3], [9, 9], steps=1),
+        _rec(2, 1.0, [], [], [], error="RESOURCE_EXHAUSTED"),
+    ]
+    greedy = {(1, 2): [5, 6, 7, 8], (1, 3): [9, 0]}
+    w = summarize(recs, 4.0, greedy)
+    assert set(w) >= W_KEYS
+    assert w["completed"] == 2 and w["errors"] == {"RESOURCE_EXHAUSTED": 1}
+    assert w["goodput_tokens_per_s"] == pytest.approx(6 / 4.0)
+    assert w["ttft_p50_s"] == pytest.approx(1.5)  # TTFTs 1.0 and 2.0
+    assert w["itl_p50_s"] == pytest.approx(0.25)
+    assert w["mean_accepted_per_step"] == pytest.approx(6 / 3)
+    assert w["mean_tokens_per_forward"] == pytest.approx(4.0)
+    assert w["prefix_hit_tokens"] == 20
+    assert w["exact_match"] == pytest.approx(0.5)
+    json.dumps(w)  # plain JSON types only
+
+
+def test_serial_queue_charges_the_wait_behind_other_clients() -> None:
+    # back-to-back serial runs of 1 s each; the first token 0.2 s into each
+    recs = [_rec(i, float(i), [(i + 0.2, 1), (i + 1.0, 1)], [i], [1, 2]) for i in range(4)]
+    one = serial_queue(recs, 1)
+    assert [r.ttft_s for r in one] == pytest.approx([0.2] * 4)
+    two = serial_queue(recs, 2)  # request i is sent when request i-2 ended
+    assert [r.ttft_s for r in two] == pytest.approx([0.2, 1.2, 1.2, 1.2])
+
+
+def test_tenants_by_title(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "Normans#0", "title": "Normans", "text": "a"}, {"id": "Normans#1", "title": "Normans", "text": "b"},
+        {"id": "Oxygen#0", "title": "Oxygen", "text": "c"}]))
+    qs = tmp_path / "q.jsonl"
+    qs.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "1", "question": "x?", "doc_id": "Oxygen#0"}, {"id": "2", "question": "y?", "doc_id": "Normans#1",
+                                                               "answerable": False},
+        {"id": "3", "question": "z?", "doc_id": "Normans#1"}]))
+    wl = load_workload(str(corpus), str(qs), pool=10, by_title=True)
+    assert {t: len(d) for t, d in wl.docs.items()} == {"Normans": 2, "Oxygen": 1}
+    assert [(q.qid, q.tenant) for q in wl.pool] == [("1", "Oxygen"), ("3", "Normans")]
+    one = load_workload(str(corpus), str(qs), pool=1, by_title=False)
+    assert list(one.docs) == ["bench"] and [q.tenant for q in one.pool] == ["bench"]
