@@ -25,9 +25,11 @@ from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_mod
 from lookahead_core.attention import tree_attention
 from lookahead_core.config import DraftMode
 from lookahead_core.kernels import CostCurve, KernelSet
+from lookahead_core.scheduler import shared_kernels
 from tqdm import tqdm
 
 from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
+from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 
 HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
@@ -83,7 +85,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--decoding-length", default="auto",
-                   help="draft tokens per forward, or 'auto' (calibrated on --calibrate questions)")
+                   help="draft tokens per forward, or 'auto': the library default as a cap under --engine "
+                        "scheduler (budgets adapt per step), calibrated on --calibrate questions under decoder")
     p.add_argument("--branch-length", type=int, default=0, help="trie branch length (0 = library default)")
     p.add_argument("--calibrate", type=int, default=4,
                    help="with --decoding-length auto: answerable questions AFTER the benchmarked ones used "
@@ -98,6 +101,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="K: prompts hold the top-K retrieved chunks of the corpus instead of doc_id's paragraph")
     p.add_argument("--via-grpc", action="store_true",
                    help="also answer the questions through the three services, in-process and over loopback gRPC")
+    p.add_argument("--engine", choices=("scheduler", "decoder"), default="scheduler",
+                   help="lookahead modes through the serving engine's step scheduler (prefix-KV reuse, kernels "
+                        "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     return p.parse_args(argv)
@@ -148,7 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"kernels: {kernels.describe()}")
     probe = LookaheadDecoder(model, tok, base, kernels=kernels)
     calibration: dict[str, Any] = {}
-    if args.decoding_length == "auto":
+    if args.decoding_length == "auto" and args.engine == "scheduler":
+        length = base.decoding_length  # a cap: the scheduler sizes every step's tree by measured gain and cost
+    elif args.decoding_length == "auto":
         calib_qs = pool[args.limit : args.limit + args.calibrate]
         wide = base.with_(decoding_length=curve.token_counts[-1] - 1)
         paths: list[tuple[int, ...]] = []
@@ -172,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
             runners[m] = _hf_runner(model, counter, m, args.max_new_tokens)
             continue
         cfg = base.with_(mode=m)
-        dec = LookaheadDecoder(model, tok, cfg, kernels=kernels)
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
+        if args.engine == "scheduler":
+            runners[m] = SchedulerRunner(model, tok, cfg, tries[m])
+            continue
+        dec = LookaheadDecoder(model, tok, cfg, kernels=kernels)
 
         def run(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
             res = dec.generate(ids, trie=tries[m])
@@ -215,13 +226,18 @@ def main(argv: list[str] | None = None) -> int:
                 if ref is None and m == "greedy":
                     ref = out
                 tot.exact += int(ref is None or out == ref)
+    for runner in runners.values():
+        if isinstance(runner, SchedulerRunner):
+            runner.close()
     greedy, none = totals["greedy"], totals["none"]
     baseline = "none" if none.wall_s < greedy.wall_s else "hf"  # the faster greedy decoding
     rows = {m: t.row(none if baseline == "none" else greedy, none) for m, t in totals.items()}
     scenario = ("repeat" if args.repeat else "warm" if args.warm
                 else "accumulate" if args.accumulate else "cold")
+    engine_kernels = shared_kernels(model).describe() if args.engine == "scheduler" else kernels.describe()
     print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
-          f"decoding_length={length}, threads={torch.get_num_threads()}, kernels {kernels.describe()}")
+          f"decoding_length={length}, threads={torch.get_num_threads()}, engine {args.engine}, "
+          f"kernels {engine_kernels}")
     print(f"greedy baseline: {baseline} (HF generate {greedy.wall_s:.2f} s, engine one-token {none.wall_s:.2f} s)")
     print_table([{"mode": m, **r} for m, r in rows.items()], [
         ("mode", "mode", "s"), ("new_tokens", "tokens", "d"), ("wall_s", "wall s", ".2f"),
@@ -244,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             "cache_tokens": past,
             "measured_s": (kernels.measured or curve).to_dict(),
         },
+        "engine": args.engine,
+        "engine_kernels": _kernel_record(shared_kernels(model)) if args.engine == "scheduler" else None,
         "greedy_baseline": baseline,
         "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)},
         "calibration": calibration,
@@ -270,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         _plot(data, png)
         print(f"wrote {args.json} and {png}")
     return 0
+
+
+def _kernel_record(kernels: KernelSet) -> dict[str, Any]:
+    """What the serving engine's start-up measurement chose (ragged forwards of n tokens)."""
+    measured = kernels.measured
+    return {"choice": kernels.describe(), "kept": kernels.names,
+            "measured_s": measured.to_dict() if measured is not None else None}
 
 
 def _print_cost(measured: CostCurve, curve: CostCurve) -> None:
