@@ -42,7 +42,7 @@ class StackConfig:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # keeps Kafka topics apart between runs
 
     def generator_settings(self, data_dir: Path) -> dict[str, Any]:
-        """Generous generator settings; only fields GeneratorSettings has (the engine is being rewritten)."""
+        """Generous generator settings (deadlines, capacity at least the highest concurrency level)."""
         known = GeneratorSettings.model_fields
         wanted: dict[str, Any] = {
             "data_dir": data_dir, "port": 0, "model": self.model, "threads": self.threads,
@@ -51,15 +51,13 @@ class StackConfig:
         }
         at_least = {  # capacity settings: the field's default, raised to what the run needs
             "max_new_tokens_limit": self.max_new_tokens,
-            "max_concurrent": self.max_concurrency,  # today's engine: more are rejected
             "max_running": self.max_concurrency,  # the serving engine: batched together
             "max_waiting": self.max_concurrency,  # ... queued past max_running
         }
         for name, need in at_least.items():
-            if name in known:
-                default = known[name].default
-                wanted[name] = max(need, default) if isinstance(default, int) else need
-        return {k: v for k, v in wanted.items() if k in known} | self.generator
+            default = known[name].default
+            wanted[name] = max(need, default) if isinstance(default, int) else need
+        return wanted | self.generator
 
     def settings(self, name: str) -> AllSettings:
         base = self.root / name

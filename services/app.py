@@ -148,6 +148,7 @@ class Pipeline:
             refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
         await bus.start()
         engine = GeneratorEngine(gs, model, tokenizer, rclient, dclient, bus, metrics=GeneratorMetrics.of(registry))
+        refresher.add(engine.observe_metrics)
         pipeline = cls(settings, engine, core, store, bus, registry, refresher, servers, graces, channels, service,
                        ports)
         if grpc_servers:

@@ -86,7 +86,7 @@ async def run(args: argparse.Namespace) -> int:
             else:
                 with open(sample_questions_path(), encoding="utf-8") as fh:
                     questions = [json.loads(line)["question"] for line in fh if line.strip()][: args.questions]
-            model = pipeline.engine.decoder.model  # the stock model: the plain-greedy baseline
+            model = pipeline.engine.scheduler.model  # the stock model: the plain-greedy baseline
             first: float | None = t_start  # reported once, at the very first streamed token
             for round_no in range(1, args.rounds + 1):
                 if round_no > 1:

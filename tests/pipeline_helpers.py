@@ -2,7 +2,7 @@
 from synchronous test code.
 
     loop = LoopThread()                                   # one asyncio loop in a background thread
-    p = RunningPipeline.start(loop, pipeline_settings(tmp_dir, generator={"max_concurrent": 1}))
+    p = RunningPipeline.start(loop, pipeline_settings(tmp_dir, generator={"max_running": 1}))
     p.ingest("acme", DOCS)
     got = p.answer("acme", "How do I pretty-print JSON?", max_new_tokens=32)
     assert got.final.output_ids == greedy(p.model, got.final.prompt_ids, 32)
@@ -10,9 +10,9 @@ from synchronous test code.
 
 The pipeline (grpc.aio servers, in-process bus) lives on the loop thread; tests call it through a
 grpc sync channel, and run coroutines on that loop with ``loop.run``. The model is loaded once per
-process and shared by every pipeline (each engine builds its own packed twin for decoding; the
-stock model is the greedy baseline). ``RecordingPublisher``, ``ForwardGate`` and ``StepsSpy`` are
-test instruments attached to one pipeline's engine.
+process and shared by every pipeline (engines share the scheduler's kernel twins, built once per
+process; the stock model is the greedy baseline). ``RecordingPublisher``, ``ForwardGate`` and
+``SubmitSpy`` are test instruments attached to one pipeline's engine.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import grpc
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from lookahead_core.kernels import KernelSet
+from lookahead_core.serve_request import Phase, ServeRequest
 from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
 from services.app import AllSettings, Pipeline
@@ -95,12 +97,15 @@ def unique_tenant(hint: str) -> str:
 
 # Timeouts far above what a loaded 2-core machine needs: only the fault tests shorten them.
 ROBUST_GENERATOR = {"retrieve_timeout_s": 120.0, "fetch_timeout_s": 120.0, "shutdown_grace_s": 120.0}
+# Draft budgets and kernel choice that do not depend on timings taken on a loaded machine (adaptive
+# budgets are covered by tests/test_core_scheduler.py); a test about them sets them back.
+DETERMINISTIC_GENERATOR = {"adaptive_speculation": False, "calibrate_kernels": False}
 
 
 def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
     """Settings for a test pipeline: temp data dirs, any free port, no metrics, in-process bus."""
     gen = {"data_dir": root / "generator", "port": 0, "metrics_port": None, **ROBUST_GENERATOR,
-           **sections.get("generator", {})}
+           **DETERMINISTIC_GENERATOR, **sections.get("generator", {})}
     server = {"port": 0, "metrics_port": None, "shutdown_grace_s": ROBUST_GENERATOR["shutdown_grace_s"]}
     ret = {"data_dir": root / "retriever", **server, **sections.get("retriever", {})}
     dc = {"data_dir": root / "draftcache", **server, "snapshot_interval_s": 0, **sections.get("draftcache", {})}
@@ -180,20 +185,23 @@ class RecordingPublisher:
 
 
 class ForwardGate:
-    """Counts the decoding model's forwards; the ``block_at``-th one waits until ``release()``.
+    """Counts the engine's batched forwards; the ``block_at``-th one waits until ``release()``.
 
-    The decoder's first forward is the prefill, then one per step; blocking a forward holds its
-    request in flight deterministically (no timing involved). Use as a context manager.
+    A request alone in the engine has one forward for its prefill (a prompt of at most
+    ``prefill_chunk`` tokens), then one per step. Blocking a forward blocks the scheduler thread:
+    every running request is held in flight and newcomers stay in the queue, deterministically (no
+    timing involved). Every twin of the scheduler's KernelSet is watched (each forward runs through
+    one of them). Use as a context manager.
     """
 
-    def __init__(self, runner: torch.nn.Module, block_at: int = 0) -> None:
-        self.runner = runner
+    def __init__(self, kernels: KernelSet, block_at: int = 0) -> None:
+        self.runners = list(kernels.twins.values())
         self.block_at = block_at
         self.calls = 0
         self.reached = threading.Event()  # the blocked forward has started and waits
         self.released = threading.Event()
         self._lock = threading.Lock()
-        self._handle: Any = None
+        self._handles: list[Any] = []
 
     def _hook(self, module: torch.nn.Module, args: Any) -> None:
         with self._lock:
@@ -207,34 +215,44 @@ class ForwardGate:
         self.released.set()
 
     def __enter__(self) -> ForwardGate:
-        self._handle = self.runner.register_forward_pre_hook(self._hook)
+        self._handles = [runner.register_forward_pre_hook(self._hook) for runner in self.runners]
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.release()
-        self._handle.remove()
+        for handle in self._handles:
+            handle.remove()
 
 
-class StepsSpy:
-    """Records the ``should_stop`` callable the engine passes to each decoding run."""
+class SubmitSpy:
+    """Records every ServeRequest the engine hands to its scheduler (``scheduler.submit``)."""
 
-    def __init__(self, decoder: Any) -> None:
-        self.decoder = decoder
-        self.should_stop: list[Callable[[], bool]] = []
-        self._orig = decoder.steps
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.requests: list[ServeRequest] = []
+        self._orig = scheduler.submit
+        self._lock = threading.Lock()
 
-    def _steps(self, *args: Any, **kwargs: Any) -> Any:
-        stop = kwargs.get("should_stop")
-        if stop is not None:
-            self.should_stop.append(stop)
-        return self._orig(*args, **kwargs)
+    def _submit(self, req: ServeRequest) -> None:
+        self._orig(req)  # a request refused here (QueueFull) is not recorded: it never waited
+        with self._lock:
+            self.requests.append(req)
 
-    def __enter__(self) -> StepsSpy:
-        self.decoder.steps = self._steps  # instance attribute shadows the method
+    def __enter__(self) -> SubmitSpy:
+        self.scheduler.submit = self._submit  # instance attribute shadows the method
         return self
 
     def __exit__(self, *exc: object) -> None:
-        del self.decoder.steps
+        del self.scheduler.submit
+
+    def last(self) -> ServeRequest | None:
+        with self._lock:
+            return self.requests[-1] if self.requests else None
+
+
+def ended(req: ServeRequest) -> bool:
+    """Whether the scheduler is done with ``req`` (its place and cache are freed)."""
+    return req.phase is Phase.DONE
 
 
 class TimeoutRecorder:
@@ -359,7 +377,8 @@ class RunningPipeline:
     # ---- state --------------------------------------------------------------------------------
     @property
     def inflight(self) -> int:
-        return int(self.engine._inflight)
+        """Requests waiting or running in the engine's scheduler."""
+        return int(self.engine.inflight)
 
     def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> int:
         """Wait until no request is in flight in the engine; returns the in-flight count then."""

@@ -57,6 +57,12 @@ def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeli
     assert [d.chunk_id for d in final.documents] == [c.chunk.chunk_id for c in expected.chunks]
     assert "indent=2" in pipe.tokenizer.decode(list(final.prompt_ids))
     assert list(final.output_ids) == greedy(pipe.model, final.prompt_ids, N)
+    # Alone in the engine: every forward it rode in carried it only; drafts were budgeted unless mode none.
+    stats = final.stats
+    assert stats.max_batch_size == 1 and stats.mean_batch_size == 1 and stats.mean_tokens_per_forward >= 1
+    assert stats.prefix_hit_tokens == 0  # a new tenant: no cached prompt KV
+    assert stats.kernel and set(stats.kernel.split(",")) <= {"stock", "packed"}
+    assert (stats.mean_draft_budget > 0) == (mode != "none")
     if mode == "none":  # no drafts: one token per forward (the first comes from the prefill)
         assert final.stats.forward_steps == N - 1
         return

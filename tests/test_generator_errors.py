@@ -1,8 +1,9 @@
-"""Generator bad input, overload, cancel and deadlines over real gRPC (loopback, port 0).
+"""Generator bad input, overload, queueing, cancel and deadlines over real gRPC (loopback, port 0).
 
 Every refused request gets its exact status code and a one-line message. Holding a request in
 flight, cancelling at a known step and running out a deadline are made deterministic by gating
-the decoding model's forward (``ForwardGate``) instead of relying on timing.
+the engine's batched forward (``ForwardGate``) instead of relying on timing; ``SubmitSpy`` gives
+the test the engine's own request objects (cancelled flag, phase, output).
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from tests.pipeline_helpers import (
     ForwardGate,
     LoopThread,
     RunningPipeline,
-    StepsSpy,
+    SubmitSpy,
     TimeoutRecorder,
     assert_status,
     collect,
+    ended,
     greedy,
     params,
     pipeline_settings,
@@ -64,9 +66,17 @@ def pipe(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def limited(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """One request at a time and small gRPC messages."""
-    gen = {"max_concurrent": 1, "max_message_bytes": SMALL_MESSAGE_BYTES}
+    """One request at a time, no waiting queue, and small gRPC messages."""
+    gen = {"max_running": 1, "max_waiting": 0, "max_message_bytes": SMALL_MESSAGE_BYTES}
     with running_pipeline(tmp_path_factory.mktemp("limited"), loop, generator=gen) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def queued(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
+    """One request running at a time, two more may wait."""
+    gen = {"max_running": 1, "max_waiting": 2}
+    with running_pipeline(tmp_path_factory.mktemp("queued"), loop, generator=gen) as p:
         yield p
 
 
@@ -180,16 +190,22 @@ def test_settings_refuse_defaults_over_their_limits(tmp_path: Path, limits: dict
 
 def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPipeline, tenant: str) -> None:
     request = pipe.answer_request(tenant, max_new_tokens=MAX_NEW, mode="none")
-    with StepsSpy(pipe.engine.decoder) as spy, ForwardGate(pipe.engine.decoder.runner, block_at=3) as gate:
+    scheduler = pipe.engine.scheduler
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
         call = pipe.stub.Answer(request, timeout=CALL_TIMEOUT_S)
         first = next(call)  # the prefill's token
         assert first.HasField("delta") and len(first.delta.token_ids) == 1
         assert gate.reached.wait(GATE_TIMEOUT_S)  # the second step's forward waits at the gate
+        (req,) = spy.requests
         call.cancel()
-        assert wait_until(lambda: bool(spy.should_stop) and spy.should_stop[-1]())  # the server saw it
+        assert wait_until(req.cancelled.is_set)  # the server saw it and told the scheduler
+        assert not ended(req)  # still in the forward under way
         gate.release()
+        assert wait_until(lambda: ended(req))
         assert pipe.wait_idle() == 0
         assert gate.calls == 3  # the forward under way finished; no step after the cancel
+    assert req.stats.finish_reason == "cancelled" and req.kv is None
+    assert len(req.output) == 3  # the prefill's token and one per finished step (mode none)
     with pytest.raises(grpc.RpcError) as info:
         list(call)
     assert info.value.code() == grpc.StatusCode.CANCELLED  # type: ignore[attr-defined]
@@ -206,15 +222,19 @@ def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenan
     retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.drafts)
     engine.retriever, engine.drafts = retriever, drafts
     try:
-        with StepsSpy(engine.decoder) as spy, ForwardGate(engine.decoder.runner, block_at=2) as gate:
+        with SubmitSpy(engine.scheduler) as spy, ForwardGate(engine.scheduler.kernels, block_at=2) as gate:
             call = pipe.stub.Answer(pipe.answer_request(tenant, max_new_tokens=MAX_NEW), timeout=DEADLINE_S)
             err = rpc_error(lambda: collect(call))
             assert_status(err, grpc.StatusCode.DEADLINE_EXCEEDED)
-            if spy.should_stop:  # decoding had started: it is told to stop
-                assert wait_until(spy.should_stop[-1])
+            req = spy.last()
+            if req is not None:  # decoding had started: it is told to stop
+                assert wait_until(req.cancelled.is_set)
             gate.release()
             assert pipe.wait_idle() == 0
             assert gate.calls <= 2  # nothing decoded after the deadline
+        if req is not None:
+            assert ended(req) and req.stats.finish_reason == "cancelled"
+            assert len(req.output) <= 2  # the prefill's token and at most the held step's
     finally:
         engine.retriever, engine.drafts = retriever.inner, drafts.inner
     configured = engine.settings.retrieve_timeout_s
@@ -230,7 +250,7 @@ def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenan
 def test_overload_is_refused_at_once(limited: RunningPipeline) -> None:
     tenant = limited.new_tenant("overload")
     n = 8
-    with ForwardGate(limited.engine.decoder.runner, block_at=2) as gate:
+    with ForwardGate(limited.engine.scheduler.kernels, block_at=2) as gate:
         held = limited.stub.Answer(limited.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
         first = next(held)
         assert gate.reached.wait(GATE_TIMEOUT_S)
@@ -248,6 +268,39 @@ def test_overload_is_refused_at_once(limited: RunningPipeline) -> None:
     assert limited.wait_idle() == 0
     after = limited.answer(tenant, max_new_tokens=4)  # admission is free again
     assert after.final is not None and after.final.stats.new_tokens == 4
+
+
+QUEUED_QUESTIONS = ["How do I read the rows of a CSV file?", "What does Path.exists() tell?"]
+
+
+def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline) -> None:
+    # one request running (held in its step), two more wait instead of being refused and then decode
+    # exactly as alone; the one after them, past the queue, is refused at once
+    p = queued
+    tenant = p.new_tenant("queued")
+    scheduler = p.engine.scheduler
+    n = 8
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
+        held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
+        first = next(held)
+        assert gate.reached.wait(GATE_TIMEOUT_S)  # the one running place is taken
+        waiting = [p.stub.Answer(p.answer_request(tenant, question=q, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
+                   for q in QUEUED_QUESTIONS]
+        assert wait_until(lambda: scheduler.state().waiting == len(QUEUED_QUESTIONS))  # queued, not refused
+        assert p.inflight == 3 and scheduler.state().running == 1
+        over = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=REFUSAL_TIMEOUT_S)
+        assert_status(rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")  # past the queue: at once
+        assert scheduler.state().waiting == len(QUEUED_QUESTIONS) and len(spy.requests) == 3
+        gate.release()
+        rest = collect(held)
+    assert rest.final is not None
+    assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, n)
+    for call in waiting:  # each waited its turn, then decoded exactly as alone
+        got = collect(call)
+        assert got.final is not None and got.final.stats.finish_reason == "length"
+        assert got.streamed_ids == list(got.final.output_ids) == greedy(p.model, got.final.prompt_ids, n)
+    assert all(ended(req) and req.error is None for req in spy.requests)
+    assert p.wait_idle() == 0
 
 
 def test_oversize_message_is_resource_exhausted(limited: RunningPipeline) -> None:

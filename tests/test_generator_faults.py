@@ -90,7 +90,7 @@ def assert_greedy(p: RunningPipeline, got: Answered, n: int = N) -> None:
 
 def answer_while_stopping(p: RunningPipeline, tenant: str, stop: Callable[[], None]) -> Answered:
     """Answer with ``stop`` run while the request is decoding (its forward held at a gate)."""
-    with ForwardGate(p.engine.decoder.runner, block_at=2) as gate:
+    with ForwardGate(p.engine.scheduler.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
         first = next(call)
         assert gate.reached.wait(GATE_TIMEOUT_S)
@@ -177,7 +177,7 @@ def test_dependencies_past_their_deadline(loop: LoopThread, tmp_path_factory: py
 def test_graceful_shutdown_finishes_the_stream_in_flight(fresh: RunningPipeline, tenant: str) -> None:
     p = fresh
     p.ingest(tenant)
-    with ForwardGate(p.engine.decoder.runner, block_at=2) as gate:
+    with ForwardGate(p.engine.scheduler.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
         first = next(call)
         assert gate.reached.wait(GATE_TIMEOUT_S)

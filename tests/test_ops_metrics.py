@@ -174,6 +174,9 @@ def test_recording_helpers_move_every_issue_metric() -> None:
     generator.record_answer(new_tokens=9, forward_steps=3, decode_s=1.5,
                             draft_hits={"prompt": 2, "tenant_cache": 4, "references": 0})
     generator.record_degraded("draftcache")
+    generator.record_forward(tokens=40, batch=3)
+    generator.record_serving([8, 4, 0], prefix_hit_tokens=200)
+    generator.observe_engine(waiting=5, running=16, kv_bytes=1_000_000)
     with pytest.raises(ValueError, match="unknown draft source"):
         generator.record_answer(1, 1, 1.0, {"elsewhere": 1})
     cache = DraftCacheMetrics.of(registry)
@@ -200,6 +203,14 @@ def test_recording_helpers_move_every_issue_metric() -> None:
         ("lookahead_rag_generator_draft_source_hits_total", {"source": "tenant_cache"}, 4),
         ("lookahead_rag_generator_draft_source_hits_total", {"source": "prompt"}, 2),
         ("lookahead_rag_generator_degraded_total", {"dependency": "draftcache"}, 1),
+        ("lookahead_rag_generator_tokens_per_forward_count", {}, 1),
+        ("lookahead_rag_generator_tokens_per_forward_sum", {}, 40),
+        ("lookahead_rag_generator_draft_budget_tokens_count", {}, 3),
+        ("lookahead_rag_generator_draft_budget_tokens_sum", {}, 12),
+        ("lookahead_rag_generator_prefix_cache_hit_tokens_total", {}, 200),
+        ("lookahead_rag_generator_queue_depth", {}, 5),
+        ("lookahead_rag_generator_running_requests", {}, 16),
+        ("lookahead_rag_generator_kv_bytes", {}, 1_000_000),
         ("lookahead_rag_draftcache_trie_nodes", {"tenant": "acme"}, 120),
         ("lookahead_rag_draftcache_trie_bytes", {"tenant": "acme"}, 24_000),
         ("lookahead_rag_draftcache_fetch_latency_seconds_count", {}, 1),

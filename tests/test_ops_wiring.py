@@ -135,6 +135,7 @@ def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, pipe: 
             own_loop.run(pipeline.bus.drain(60))
             pipeline.refresh_metrics()
             after = scrape(pipeline.metrics_port)
+            forwards = pipeline.engine.scheduler.state().forwards
         finally:
             own_loop.run(pipeline.stop())
     finally:
@@ -148,6 +149,9 @@ def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, pipe: 
     assert sample(after, "generator_time_to_first_token_seconds_count") == 1
     assert sample(after, "generator_tokens_per_second_count") == 1
     assert sample(after, "generator_draft_source_hits_total", source="prompt") == stats.draft_tokens_from_prompt
+    assert sample(after, "generator_tokens_per_forward_count") == forwards > stats.forward_steps  # + the prefill
+    assert sample(after, "generator_draft_budget_tokens_count") == stats.forward_steps  # one budget per step
+    assert sample(after, "generator_prefix_cache_hit_tokens_total") == stats.prefix_hit_tokens == 0
     assert sample(after, "draftcache_fetch_latency_seconds_count") == 1
     for consumer in ("draftcache", "retriever"):
         assert sample(after, "consumer_applied_events_total", consumer=consumer) == 1, consumer
@@ -345,6 +349,8 @@ def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Pa
     metrics_ports = dict(zip(("retriever", "draftcache", "generator"), free_ports(3), strict=True))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAR_")}
     env.update(HF_HUB_OFFLINE="1", LAR_KAFKA_BOOTSTRAP_SERVERS="", LAR_LOG_LEVEL="INFO")
+    # No start-up kernel timing (minutes on a loaded 2-core box) nor timing-sized drafts: not this test's subject.
+    env.update(LAR_GENERATOR_CALIBRATE_KERNELS="false", LAR_GENERATOR_ADAPTIVE_SPECULATION="false")
     for name in grpc_ports:
         prefix = f"LAR_{name.upper()}_"
         env.update({prefix + "PORT": str(grpc_ports[name]), prefix + "METRICS_PORT": str(metrics_ports[name]),

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .admission import FairQueue
+from .admission import FairQueue, QueueFull
 from .budget import split_budget
 from .decoder import _eos_ids
 from .draft import DraftTree
@@ -128,7 +128,8 @@ class StepScheduler:
             PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
         )
         self.gains = GainsModel()
-        self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting)
+        # Every request passes through the queue, even onto a free running place: room for both.
+        self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[ServeRequest] = []
         self.forwards = 0
         self.prefix_hit_tokens = 0
@@ -155,6 +156,9 @@ class StepScheduler:
         with self._cv:
             if self._closed:
                 raise SchedulerClosed("the engine is shutting down")
+            free = max(0, self.config.max_running - len(self.running))
+            if len(self.queue) >= self.config.max_waiting + free:
+                raise QueueFull(f"waiting queue is full ({self.config.max_waiting} requests waiting)")
             self.queue.push(req.tenant, req, req.deadline)
             self._cv.notify()
 

@@ -39,6 +39,8 @@ NS = "lookahead_rag"
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ACCEPTED_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
 TOKENS_PER_S_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 250, 500)
+FORWARD_TOKEN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)  # tokens in one batched forward
+BUDGET_BUCKETS = (0, 1, 2, 4, 8, 16, 32)  # draft tokens granted to one request for one step
 DRAFT_SOURCES = ("prompt", "tenant_cache", "references")
 QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # probes: access log at DEBUG
 
@@ -113,6 +115,18 @@ class GeneratorMetrics(MetricGroup):
             "generator_degraded", "answers given without a dependency (down or past its deadline)",
             ("dependency",),
         )
+        self.queue_depth = self.gauge("generator_queue_depth", "requests waiting in the engine's queue")
+        self.running = self.gauge("generator_running_requests", "requests prefilling or decoding")
+        self.kv_bytes = self.gauge("generator_kv_bytes", "KV-cache bytes held by running requests")
+        self.tokens_per_forward = self.histogram(
+            "generator_tokens_per_forward", "tokens in one batched forward (all requests)", FORWARD_TOKEN_BUCKETS
+        )
+        self.prefix_hit_tokens = self.counter(
+            "generator_prefix_cache_hit_tokens", "prompt tokens whose KV came from the prefix cache"
+        )
+        self.draft_budget = self.histogram(
+            "generator_draft_budget_tokens", "draft tokens granted to a request for one step", BUDGET_BUCKETS
+        )
         for source in DRAFT_SOURCES:  # exported at 0 from the start, so rate() works at once
             self.draft_hits.labels(source)
 
@@ -137,6 +151,22 @@ class GeneratorMetrics(MetricGroup):
             self.tokens_per_second.observe(new_tokens / decode_s)
         for source, count in hits.items():
             self.draft_hits.labels(source).inc(count)
+
+    def record_forward(self, tokens: int, batch: int) -> None:
+        """One batched forward of ``tokens`` tokens for ``batch`` requests (scheduler thread)."""
+        self.tokens_per_forward.observe(tokens)
+
+    def record_serving(self, budgets: Iterable[int], prefix_hit_tokens: int) -> None:
+        """A finished request: the draft budget of each of its steps, its prefix-cache hit."""
+        for budget in budgets:
+            self.draft_budget.observe(budget)
+        self.prefix_hit_tokens.inc(prefix_hit_tokens)
+
+    def observe_engine(self, waiting: int, running: int, kv_bytes: int) -> None:
+        """Sampled engine state (a Refresher job)."""
+        self.queue_depth.set(waiting)
+        self.running.set(running)
+        self.kv_bytes.set(kv_bytes)
 
     def record_degraded(self, dependency: str) -> None:
         """An answer went on without ``dependency`` ("retriever" or "draftcache")."""

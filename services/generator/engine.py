@@ -3,32 +3,35 @@
 One request: the retriever gives the grounded prompt (if it is down or late, the question alone is
 templated and the stats say documents were unavailable); the draft cache gives the tenant's
 branches once (if down or late, the request decodes with its own prompt branches only); decoding
-runs in a worker thread and each verified step is streamed; the finished answer is published as a
-``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
+runs on the engine's step scheduler (lookahead_core.scheduler: one thread owns the model and
+verifies every in-flight request in one batched forward per step; a bounded queue with fair share
+by tenant holds the rest) and each verified step is streamed; the finished answer is published as
+a ``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
 change the answer (decoding is lossless).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, TrieConfig, tokenizer_id
+from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
+from lookahead_core.admission import QueueFull
 from lookahead_core.config import DraftMode
-from lookahead_core.decoder import DecodeRun
 from lookahead_core.detok import TextStreamer
+from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
+from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStats
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.bus import EventPublisher
-from services.common.errors import InvalidArgument, NotFound, ResourceExhausted
+from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ResourceExhausted, Unavailable
 from services.common.logging import log_text
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
+MIB = 1 << 20
 UNKNOWN_TENANT_NOTE = "has no documents"  # the retriever's note for a tenant it holds nothing for
 
 
@@ -56,32 +60,6 @@ class Prepared:
     started: float = field(default_factory=time.perf_counter)
 
 
-class Slot:
-    """One admitted request's place under max_concurrent, released exactly once.
-
-    Once decoding starts, the slot belongs to the decode thread's future: a client that cancels
-    (even twice) cannot free it while the thread still runs.
-    """
-
-    def __init__(self, release: Callable[[], None]) -> None:
-        self._release = release
-        self._held = True
-        self._handed_over = False
-
-    def release(self) -> None:
-        if self._held:
-            self._held = False
-            self._release()
-
-    def hand_over(self, future: asyncio.Future[None]) -> None:
-        self._handed_over = True
-        future.add_done_callback(lambda _f: self.release())
-
-    def release_unless_handed_over(self) -> None:
-        if not self._handed_over:
-            self.release()
-
-
 class GeneratorEngine:
     """The generator as a library: thin gRPC servicers and the demo both drive it."""
 
@@ -97,7 +75,13 @@ class GeneratorEngine:
     ) -> None:
         self.settings = settings
         self.tokenizer = tokenizer
-        self.decoder = LookaheadDecoder(model, tokenizer, self._config_from(settings))
+        self.config = self._config_from(settings)
+        if settings.threads:  # once, process-wide, before the scheduler thread starts (never per request)
+            torch.set_num_threads(settings.threads)
+        on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
+        self.scheduler = StepScheduler(
+            model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward
+        ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
@@ -105,9 +89,6 @@ class GeneratorEngine:
         self.drafts = drafts
         self.publisher = publisher
         self.metrics = metrics
-        self._inflight = 0
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=settings.max_concurrent, thread_name_prefix="decode")
 
     @staticmethod
     def _config_from(s: GeneratorSettings) -> DecodingConfig:
@@ -116,22 +97,28 @@ class GeneratorEngine:
             max_new_tokens=s.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
         )
 
+    @staticmethod
+    def _scheduler_config(s: GeneratorSettings) -> SchedulerConfig:
+        return SchedulerConfig(
+            max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
+            prefill_chunk=s.prefill_chunk, prefix_cache_bytes=s.prefix_cache_mb * MIB, adaptive=s.adaptive_speculation,
+            calibrate=s.calibrate_kernels,
+        )
+
+    @property
+    def inflight(self) -> int:
+        """Requests waiting or running in the scheduler."""
+        state = self.scheduler.state()
+        return state.waiting + state.running
+
+    def observe_metrics(self) -> None:
+        """Sample the scheduler's queue, running requests and KV bytes into the metrics (Refresher job)."""
+        if self.metrics is not None:
+            state = self.scheduler.state()
+            self.metrics.observe_engine(state.waiting, state.running, state.kv_bytes)  # type: ignore[attr-defined]
+
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-    # ---- admission --------------------------------------------------------------------------------
-    def _admit(self) -> Slot:
-        with self._lock:
-            if self._inflight >= self.settings.max_concurrent:
-                raise ResourceExhausted(
-                    f"overloaded: {self._inflight} requests in flight (limit {self.settings.max_concurrent})"
-                )
-            self._inflight += 1
-        return Slot(self._release)
-
-    def _release(self) -> None:
-        with self._lock:
-            self._inflight -= 1
+        self.scheduler.close()
 
     # ---- validation -------------------------------------------------------------------------------
     def _check_tenant(self, tenant: str) -> None:
@@ -142,7 +129,7 @@ class GeneratorEngine:
 
     def decoding_config(self, params: generator_pb2.GenerationParams) -> DecodingConfig:
         """The request's decoding config from its params (0 / empty = server default)."""
-        s, base = self.settings, self.decoder.config
+        s, base = self.settings, self.config
         max_new = params.max_new_tokens or s.default_max_new_tokens
         if max_new > s.max_new_tokens_limit:
             raise InvalidArgument(f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens_limit}")
@@ -199,14 +186,11 @@ class GeneratorEngine:
         if req.m > s.max_m:
             raise InvalidArgument(f"m={req.m} is over the limit of {s.max_m}")
         config = self.decoding_config(req.params)
-        slot = self._admit()
-        try:
-            prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
-            await self._retrieve(prep, req.k or s.default_k, req.m or s.default_m, deadline)
-            async for chunk in self._decode(prep, deadline, slot):
-                yield chunk
-        finally:
-            slot.release_unless_handed_over()
+        self._check_room()
+        prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
+        await self._retrieve(prep, req.k or s.default_k, req.m or s.default_m, deadline)
+        async for chunk in self._decode(prep, deadline):
+            yield chunk
 
     async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
                        request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
@@ -242,13 +226,10 @@ class GeneratorEngine:
             if bad is not None:
                 raise InvalidArgument(f"reference token id {bad} is out of the vocabulary (size {self.vocab_size})")
             references.append(list(req.reference_ids))
-        slot = self._admit()
-        try:
-            prep = Prepared(req.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
-            async for chunk in self._decode(prep, deadline, slot):
-                yield chunk
-        finally:
-            slot.release_unless_handed_over()
+        self._check_room()
+        prep = Prepared(req.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
+        async for chunk in self._decode(prep, deadline):
+            yield chunk
 
     # ---- steps ------------------------------------------------------------------------------------
     def _timeout(self, limit: float, deadline: float | None) -> float:
@@ -300,64 +281,66 @@ class GeneratorEngine:
             return [], False
         return [(list(b.ids), max(1, round(b.weight))) for b in resp.branches], True
 
-    async def _decode(self, prep: Prepared, deadline: float | None,
-                      slot: Slot) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    def _check_room(self) -> None:
+        """Refuse at once, before any retrieval work, when the queue is already full."""
+        state, s = self.scheduler.state(), self.settings
+        if state.running >= s.max_running and state.waiting >= s.max_waiting:
+            raise ResourceExhausted(f"overloaded: {state.waiting} requests waiting (limit {s.max_waiting})")
+
+    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         branches, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
         for ids, count in branches:  # the tenant's past outputs: every window, as output counts
             trie.insert_output(ids, count=count, prune=False)
         attribution = DraftAttribution(prep.prompt_ids, prep.references, [b for b, _ in branches])
-        stop = threading.Event()
-
-        def should_stop() -> bool:
-            return stop.is_set() or (deadline is not None and time.monotonic() > deadline)
-
-        run = self.decoder.steps(prep.prompt_ids, config=prep.config, trie=trie, references=prep.references,
-                                 should_stop=should_stop)
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
+        events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
 
-        def work() -> None:
-            try:
-                for new in run:
-                    loop.call_soon_threadsafe(queue.put_nowait, ("step", new))
-                loop.call_soon_threadsafe(queue.put_nowait, ("done", None))
-            except BaseException as exc:  # delivered to the request, never lost in the thread
-                loop.call_soon_threadsafe(queue.put_nowait, ("error", exc))
+        def post(kind: str, value: object) -> None:  # scheduler thread -> this request's event loop
+            with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown): nobody listens any more
+                loop.call_soon_threadsafe(events.put_nowait, (kind, value))
 
-        if self.settings.threads:
-            torch.set_num_threads(self.settings.threads)
+        req = ServeRequest(
+            prep.prompt_ids, prep.config, tenant=prep.tenant, trie=trie, references=prep.references,
+            deadline=deadline, on_tokens=lambda _r, ids: post("step", ids), on_done=lambda _r, exc: post("done", exc),
+        )
+        try:
+            self.scheduler.submit(req)
+        except QueueFull as exc:
+            raise ResourceExhausted(f"overloaded: {exc}") from None
+        except SchedulerClosed as exc:
+            raise Unavailable(str(exc)) from None
         streamer = TextStreamer(self.tokenizer, prep.config.stop_strings)
         output: list[int] = []
-        first_token_s = 0.0
-        future = loop.run_in_executor(self._pool, work)
-        slot.hand_over(future)  # the slot is free only once the decode thread has really ended
+        done = False
         try:
             while True:
-                kind, value = await queue.get()
-                if kind == "error":
-                    raise value  # type: ignore[misc]
+                kind, value = await events.get()
                 if kind == "done":
+                    done = True
+                    if isinstance(value, RequestExpired):
+                        raise DeadlineExceeded(str(value))
+                    if isinstance(value, BaseException):
+                        raise value
                     break
                 new = list(value)  # type: ignore[call-overload]
                 context_before = prep.prompt_ids[-prep.config.max_match:] + output
                 attribution.count_step(context_before, new)
                 output.extend(new)
                 text = streamer.push(new)
-                if not first_token_s:
-                    first_token_s = time.perf_counter() - prep.started
                 yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=text, token_ids=new))
             tail = streamer.finish()
             if tail:
                 yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=tail))
         finally:
-            stop.set()  # a cancelled client stops decoding within one step
-            await asyncio.shield(asyncio.wrap_future(future)) if not future.done() else None
-        stats = self._stats(run, prep, drafts_ok, first_token_s, attribution)
+            if not done:  # the client went away or the deadline passed: its place frees within one step
+                self.scheduler.cancel(req)
+        stats = self._stats(req.stats, req.submitted, prep, drafts_ok, attribution)
         log_text(log, streamer.text, "answer")
-        log.info("answered: %d tokens in %d steps (%.2f tokens/step, %.0f ms)", stats.new_tokens,
-                 stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS)
-        self._record(run, stats, attribution)
+        log.info("answered: %d tokens in %d steps (%.2f tokens/step, %.0f ms, waited %.0f ms, batch %.1f)",
+                 stats.new_tokens, stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS,
+                 stats.queue_wait_s * MS, stats.mean_batch_size)
+        self._record(req.stats, stats, attribution)
         if stats.finish_reason != "cancelled":
             self._publish(prep, output, streamer.text, stats)
         yield generator_pb2.AnswerChunk(final=generator_pb2.FinalInfo(
@@ -365,29 +348,34 @@ class GeneratorEngine:
             prompt_ids=prep.prompt_ids, output_ids=output,
         ))
 
-    def _stats(self, run: DecodeRun, prep: Prepared, drafts_ok: bool, ttft: float,
+    def _stats(self, st: ServeStats, submitted: float, prep: Prepared, drafts_ok: bool,
                attribution: DraftAttribution) -> events_pb2.GenerationStats:
-        st = run.stats
         return events_pb2.GenerationStats(
             new_tokens=st.new_tokens, forward_steps=st.forward_steps,
             mean_accepted_per_step=st.mean_accepted_per_step, prefill_s=st.prefill_s, draft_s=st.draft_s,
             forward_s=st.forward_s, cache_s=st.cache_s, wall_s=time.perf_counter() - prep.started,
-            time_to_first_token_s=ttft, documents_available=prep.documents_available,
+            time_to_first_token_s=(submitted - prep.started + st.first_token_s) if st.first_token_s else 0.0,
+            documents_available=prep.documents_available,
             drafts_available=drafts_ok, finish_reason=st.finish_reason,
             draft_tokens_from_prompt=attribution.hits["prompt"],
             draft_tokens_from_cache=attribution.hits["tenant_cache"],
             draft_tokens_from_references=attribution.hits["references"],
+            queue_wait_s=st.queue_wait_s, prefix_hit_tokens=st.prefix_hit_tokens,
+            mean_batch_size=st.mean_batch_size, max_batch_size=max(st.batch_sizes, default=0),
+            mean_tokens_per_forward=st.mean_tokens_per_forward, mean_draft_budget=st.mean_budget,
+            kernel=",".join(sorted(st.kernels)),
         )
 
-    def _record(self, run: DecodeRun, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:
+    def _record(self, st: ServeStats, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:
         if self.metrics is None:
             return
         m = self.metrics
-        m.record_steps(run.stats.accepted_per_step)  # type: ignore[attr-defined]
+        m.record_steps(st.accepted_per_step)  # type: ignore[attr-defined]
         if stats.time_to_first_token_s:
             m.record_first_token(stats.time_to_first_token_s)  # type: ignore[attr-defined]
-        m.record_answer(stats.new_tokens, stats.forward_steps, run.stats.wall_s,  # type: ignore[attr-defined]
+        m.record_answer(stats.new_tokens, stats.forward_steps, st.wall_s,  # type: ignore[attr-defined]
                         dict(attribution.hits))
+        m.record_serving(st.budgets, stats.prefix_hit_tokens)  # type: ignore[attr-defined]
 
     def _publish(self, prep: Prepared, output: list[int], text: str, stats: events_pb2.GenerationStats) -> None:
         if self.publisher is None:

@@ -44,20 +44,32 @@ class GeneratorSettings(ServerSettings):
     max_tenant_chars: int = Field(128, gt=0, description="longest tenant name accepted")
     max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
     max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
-    max_concurrent: int = Field(2, gt=0, description="requests decoding at once; more get RESOURCE_EXHAUSTED")
+    max_running: int = Field(16, gt=0, description="requests decoding at once, all verified in one forward per step")
+    max_waiting: int = Field(64, ge=0, description="requests queued past max_running; more get RESOURCE_EXHAUSTED")
+    max_tokens_per_forward: int = Field(512, gt=1, description="tokens in one batched forward (drafts + prefill)")
+    prefill_chunk: int = Field(256, gt=0, description="prompt tokens prefilled per forward while others decode")
+    prefix_cache_mb: int = Field(256, ge=0, description="MiB of per-tenant prompt-prefix KV kept for reuse")
+    adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
+    calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")
     mode: str = Field("hierarchical", description="default draft mode: hierarchical|parallel|llma|none")
     decoding_length: int = Field(8, ge=0, description="default draft tokens per forward")
     max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
     branch_length: int = Field(32, ge=2, description="trie branch length")
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
-    threads: int = Field(0, ge=0, description="torch CPU threads (0 = torch's default)")
+    threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")
 
     @model_validator(mode="after")
     def _limits_agree(self) -> GeneratorSettings:
         if self.default_max_new_tokens > self.max_new_tokens_limit:
             raise ValueError(f"default_max_new_tokens {self.default_max_new_tokens} is over "
                              f"max_new_tokens_limit {self.max_new_tokens_limit}")
+        if self.max_tokens_per_forward <= self.max_running:
+            raise ValueError(f"max_tokens_per_forward {self.max_tokens_per_forward} must exceed "
+                             f"max_running {self.max_running}")
+        if self.prefill_chunk > self.max_tokens_per_forward:
+            raise ValueError(f"prefill_chunk {self.prefill_chunk} is over "
+                             f"max_tokens_per_forward {self.max_tokens_per_forward}")
         if self.decoding_length > self.max_decoding_length:
             raise ValueError(f"decoding_length {self.decoding_length} is over "
                              f"max_decoding_length {self.max_decoding_length}")
