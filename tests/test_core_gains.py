@@ -29,7 +29,7 @@ def test_no_history_uses_the_pool_then_the_tree() -> None:
     model = GainsModel(GainsConfig(min_steps=2, prior_scale=1.0))
     model.observe((1,), 1)
     model.observe((), 1)
-    got = model.expected([], [0.9, 0.4])
+    got = model.expected([], [0.8, 0.4])
     assert got == pytest.approx([1.0, 1.5, 1.9])
 
 
@@ -59,3 +59,12 @@ def test_prefix_of_a_best_first_tree() -> None:
     cut = tree.prefix(2)
     assert (cut.tokens, cut.parents, cut.depths, cut.probs) == ([5, 6], [0, 1], [1, 2], [0.9, 0.8])
     assert tree.prefix(5) is tree
+
+
+def test_confident_copy_beats_the_pool() -> None:
+    # the pool says budget 2 gained nothing, but this tree's second node is a confident copy (p 0.95)
+    model = GainsModel(GainsConfig(min_steps=2, prior_scale=0.5, confident=0.9))
+    for _ in range(4):
+        model.observe((1,), 4)
+    got = model.expected([], [0.95, 0.95, 0.5])
+    assert got == pytest.approx([1.0, 1.95, 2.9, 2.9])

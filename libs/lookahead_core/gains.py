@@ -35,6 +35,7 @@ class GainsConfig:
     pool_window: int = 512  # the engine's most recent steps (all requests) that count
     min_steps: int = 4  # below this many informative own steps, the engine's steps fill in
     prior_scale: float = 0.5  # unobserved budgets: a node adds this times its trie path probability
+    confident: float = 0.9  # ... except a node at least this probable (a copy in progress) adds its probability
 
 
 def mean_gain(steps: Sequence[Step], q: int) -> tuple[float, int]:
@@ -90,6 +91,11 @@ class GainsModel:
         out = [1.0]
         for q in range(1, len(probs) + 1):
             gain, n = mean_gain(own, q)
+            if n < cfg.min_steps and probs[q - 1] >= cfg.confident:
+                # A confident copy (a repeated answer) is this request's own evidence; the engine's
+                # average over other requests would price it as an ordinary cold draft.
+                out.append(out[-1] + probs[q - 1])
+                continue
             if n < cfg.min_steps:
                 pooled, m = self.pooled(q)
                 if m:
