@@ -153,6 +153,19 @@ def tiny_model(family: str, attn: str = "sdpa", vocab: int = TINY_VOCAB, seed: i
     return model.eval()
 
 
+@functools.cache
+def tok() -> Any:
+    """The real SmolLM2 tokenizer (converted once from the bundled GGUF)."""
+    from lookahead_core.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+def text_model() -> PreTrainedModel:
+    """Tiny random llama over the real tokenizer's vocabulary (EOS 2 = <|im_end|>)."""
+    return tiny_model("llama", vocab=len(tok()))
+
+
 @contextmanager
 def eos_as(model: PreTrainedModel, eos: int | None) -> Iterator[None]:
     """Temporarily set the model's EOS (None: fixed-length runs)."""

@@ -10,10 +10,9 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, TokenTrie, load_tokenizer
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, TokenTrie
 
-from tests.core_helpers import MODES, eos_as, greedy, one_thread, pfreq_table, tiny_model  # noqa: F401
+from tests.core_helpers import MODES, eos_as, greedy, one_thread, pfreq_table, text_model, tok  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,16 +23,6 @@ TEXTS = [
     "naïve café, 東京 and 🙂: multi-byte text streams whole characters.",
     "def add(a, b):\n    return a + b\n\ndef add(a, b):",
 ]
-
-
-@functools.cache
-def tok() -> PreTrainedTokenizerBase:
-    return load_tokenizer()
-
-
-def text_model() -> PreTrainedModel:
-    """Tiny random llama over the real tokenizer's vocabulary (EOS 2 = <|im_end|>)."""
-    return tiny_model("llama", vocab=len(tok()))
 
 
 @functools.cache

@@ -15,11 +15,10 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, load_tokenizer
+from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder
 from lookahead_core.finish import FinishReason, stop_lookback, trim_step
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core_helpers import Drafter, eos_as, greedy, one_thread, oracle_drafter, tiny_model  # noqa: F401
+from tests.core_helpers import Drafter, eos_as, greedy, one_thread, oracle_drafter, text_model, tok  # noqa: F401
 
 # ---- pure cases ----------------------------------------------------------------------------------
 LETTERS = "abcdefghij"  # token i < 10 decodes to LETTERS[i]
@@ -162,16 +161,6 @@ def test_step_size_does_not_change_the_result(
 PROMPT = "The quick brown fox jumps over the lazy dog. The quick brown fox"
 FREE_NEW = 24  # greedy tokens looked at to pick stop strings
 STOP_AT = 5  # the stop string completes at this output token (inside the second step)
-
-
-@functools.cache
-def tok() -> PreTrainedTokenizerBase:
-    return load_tokenizer()
-
-
-def text_model() -> PreTrainedModel:
-    """Tiny random llama over the real tokenizer's vocabulary."""
-    return tiny_model("llama", vocab=len(tok()))
 
 
 @functools.cache
