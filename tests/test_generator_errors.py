@@ -49,13 +49,6 @@ REFUSAL_TIMEOUT_S = 60.0  # a refused call must not wait for the held one (gated
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    yield thread
-    thread.close()
-
-
-@pytest.fixture(scope="module")
 def pipe(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
     gen = {"max_question_chars": MAX_QUESTION, "max_k": MAX_K, "max_new_tokens_limit": MAX_NEW,
            "default_max_new_tokens": MAX_NEW // 2}

@@ -41,13 +41,6 @@ SHORT_TIMEOUT_S = 1.0  # the slow-dependency pipeline's retrieve and fetch deadl
 SLOW_S = 30.0  # a slow dependency holds its reply this long at most (released when the test ends)
 
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    yield thread
-    thread.close()
-
-
 @pytest.fixture
 def fresh(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
     with running_pipeline(tmp_path_factory.mktemp("faults"), loop) as p:

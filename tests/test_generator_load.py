@@ -61,13 +61,6 @@ EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    yield thread
-    thread.close()
-
-
-@pytest.fixture(scope="module")
 def load(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
     """The default capacity (16 running, 64 waiting); no past sessions, so a repeat has the same prompt."""
     gen = {"max_running": 16, "max_waiting": 64, "default_m": 0}

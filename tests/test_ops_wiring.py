@@ -91,13 +91,6 @@ def answer_request(tenant: str, question: str = QUESTION) -> generator_pb2.Answe
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[LoopThread]:
-    thread = LoopThread()
-    yield thread
-    thread.close()
-
-
-@pytest.fixture(scope="module")
 def pipe(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
     """A pipeline with the three gRPC servers, shared by the tests of this module."""
     with running_pipeline(tmp_path_factory.mktemp("wiring"), loop) as p:
