@@ -1,0 +1,314 @@
+"""Shared helpers for the decoding-core tests (tests/core/).
+
+Tiny random models of two families, a stub tokenizer, greedy references, brute-force oracles
+for the trie, hand-built draft trees and adversarial drafters. Nothing here reads ../shared.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import os
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+from lookahead_core.config import DecodingConfig, DraftMode
+from lookahead_core.draft import DraftTree
+from lookahead_core.trie import Node, TokenTrie
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TINY_VOCAB = 256  # vocabulary of the tiny random models
+FAMILIES = ("llama", "qwen2")  # two model families with different attention code
+ATTNS = ("sdpa", "eager")  # sdpa takes the float mask as is; eager adds it to the scores
+MODES = ("hierarchical", "parallel", "llma", "none")
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny models run several times faster on one intra-op thread (no OpenMP hand-offs on a busy box).
+
+    Import it into a module and list it in ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---- trie oracles ------------------------------------------------------------------------------
+def ngram_counts(seqs: Sequence[Sequence[int]], max_n: int) -> Counter[tuple[int, ...]]:
+    """Brute force: occurrences of every n-gram (1 <= n <= max_n) over all sequences."""
+    counts: Counter[tuple[int, ...]] = Counter()
+    for seq in seqs:
+        for start in range(len(seq)):
+            for n in range(1, max_n + 1):
+                if start + n <= len(seq):
+                    counts[tuple(seq[start : start + n])] += 1
+    return counts
+
+
+def trie_table(trie: TokenTrie) -> dict[tuple[int, ...], tuple[int, int]]:
+    """Every node of the trie (root excluded) by path: (freq, pfreq)."""
+    out: dict[tuple[int, ...], tuple[int, int]] = {}
+    stack: list[tuple[tuple[int, ...], Node]] = [((), trie.root)]
+    while stack:
+        path, node = stack.pop()
+        for token, child in node.children.items():
+            out[(*path, token)] = (child.freq, child.pfreq)
+            stack.append(((*path, token), child))
+    return out
+
+
+def freq_table(trie: TokenTrie) -> dict[tuple[int, ...], int]:
+    """Output counts of the nodes that have any."""
+    return {path: f for path, (f, _) in trie_table(trie).items() if f}
+
+
+def pfreq_table(trie: TokenTrie) -> dict[tuple[int, ...], int]:
+    """Prompt counts of the nodes that have any."""
+    return {path: p for path, (_, p) in trie_table(trie).items() if p}
+
+
+# ---- draft trees -------------------------------------------------------------------------------
+def tree_from(spec: Sequence[tuple[int, int]]) -> DraftTree:
+    """A DraftTree from (parent, token) pairs in flattened order, never merged."""
+    tree = DraftTree()
+    for parent, token in spec:
+        tree.add(parent, token, merge=False)
+    return tree
+
+
+def node_paths(tree: DraftTree) -> list[list[int]]:
+    """For every node 1..len(tree), its token path from the root (the root's token excluded)."""
+    paths: list[list[int]] = [[]]  # paths[0]: the root
+    for parent, token in zip(tree.parents, tree.tokens, strict=True):
+        paths.append([*paths[parent], token])  # parents precede children
+    return paths[1:]
+
+
+def check_tree_shape(tree: DraftTree) -> None:
+    """Structural invariants of any DraftTree: parents precede children, depths consistent."""
+    assert len(tree.tokens) == len(tree.parents) == len(tree.depths)
+    for i, (parent, depth) in enumerate(zip(tree.parents, tree.depths, strict=True), start=1):
+        assert 0 <= parent < i, f"node {i} has parent {parent} that does not precede it"
+        assert depth == (1 if parent == 0 else tree.depths[parent - 1] + 1)
+
+
+def draft_cap(config: DecodingConfig, budget: int) -> int:
+    """Most draft tokens retrieve_draft may return for ``budget``.
+
+    Hierarchical trees may grow confident nodes past the budget, up to ``max_decoding_length``
+    (read with getattr: older configs have no such field and never extend).
+    """
+    if config.mode is DraftMode.HIERARCHICAL:
+        return max(budget, getattr(config, "max_decoding_length", budget))
+    return budget
+
+
+# ---- tiny models -------------------------------------------------------------------------------
+def _tiny_config(family: str, vocab: int) -> Any:
+    common: dict[str, Any] = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,  # grouped-query attention: the K/V expansion path is exercised
+        "vocab_size": vocab,
+        "max_position_embeddings": 1024,
+    }
+    if family == "llama":
+        return LlamaConfig(**common)
+    if family == "qwen2":
+        return Qwen2Config(**common)
+    raise ValueError(family)
+
+
+@functools.cache
+def _base_model(family: str, vocab: int, seed: int) -> PreTrainedModel:
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(_tiny_config(family, vocab), attn_implementation="sdpa")
+    return model.float().eval()
+
+
+@functools.cache
+def tiny_model(family: str, attn: str = "sdpa", vocab: int = TINY_VOCAB, seed: int = 0) -> PreTrainedModel:
+    """A tiny randomly initialised model (fp32, eval); same weights for both attention kinds.
+
+    Cached per process: callers that change ``generation_config`` must restore it (see ``eos_as``).
+    """
+    base = _base_model(family, vocab, seed)
+    if attn == "sdpa":
+        return base
+    model = copy.deepcopy(base)
+    model.set_attn_implementation(attn)
+    return model.eval()
+
+
+@functools.cache
+def tok() -> Any:
+    """The real SmolLM2 tokenizer (converted once from the bundled GGUF)."""
+    from lookahead_core.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+def text_model() -> PreTrainedModel:
+    """Tiny random llama over the real tokenizer's vocabulary (EOS 2 = <|im_end|>)."""
+    return tiny_model("llama", vocab=len(tok()))
+
+
+@contextmanager
+def eos_as(model: PreTrainedModel, eos: int | None) -> Iterator[None]:
+    """Temporarily set the model's EOS (None: fixed-length runs)."""
+    old = model.generation_config.eos_token_id
+    model.generation_config.eos_token_id = eos
+    try:
+        yield
+    finally:
+        model.generation_config.eos_token_id = old
+
+
+class StubTokenizer:
+    """The two things the decoder needs from a tokenizer, for tiny-vocabulary models."""
+
+    eos_token_id: int | None = None
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        return "".join(f"<{int(i)}>" for i in ids)
+
+
+def greedy(model: PreTrainedModel, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
+    """Stock transformers greedy decoding: the reference every decoder output must equal."""
+    ids = torch.tensor([list(prompt)], dtype=torch.long)  # [1, prompt]
+    with torch.inference_mode():
+        out = model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=0,
+        )  # out: [1, prompt + new]
+    return out[0, len(prompt) :].tolist()
+
+
+def random_prompt(rng: random.Random, vocab: int = TINY_VOCAB, low: int = 3) -> list[int]:
+    """A prompt of 16..60 tokens built from a few repeated phrases plus noise (so drafts match)."""
+    n_phrases = rng.randint(2, 4)
+    phrases = [[rng.randrange(low, vocab) for _ in range(rng.randint(3, 8))] for _ in range(n_phrases)]
+    out: list[int] = []
+    target = rng.randint(16, 60)
+    while len(out) < target:
+        if rng.random() < 0.75:
+            out.extend(rng.choice(phrases))
+        else:
+            out.append(rng.randrange(low, vocab))
+    return out
+
+
+# ---- adversarial drafters (signature of LookaheadDecoder.generate's drafter=) --------------------
+Drafter = Callable[[list[int], int, int], DraftTree]
+
+
+def _position(context: Sequence[int], prompt_len: int) -> int:
+    return len(context) - prompt_len  # tokens already emitted
+
+
+def wrong_token(tok: int, vocab: int = TINY_VOCAB, shift: int = 1) -> int:
+    """A token that is certainly not ``tok``."""
+    return (tok + shift) % vocab
+
+
+def oracle_drafter(prompt_len: int, truth: Sequence[int]) -> Drafter:
+    """Drafts the true greedy continuation (everything is accepted), respecting budget and depth."""
+
+    def draft(context: list[int], budget: int, max_depth: int) -> DraftTree:
+        t = _position(context, prompt_len)
+        tree = DraftTree()
+        tree.add_chain(list(truth[t : t + min(budget, max_depth)]), merge=False)
+        return tree
+
+    return draft
+
+
+def wrong_drafter(prompt_len: int, truth: Sequence[int], vocab: int = TINY_VOCAB) -> Drafter:
+    """Only wrong tokens: two wrong chains below the root, nothing can be accepted."""
+
+    def draft(context: list[int], budget: int, max_depth: int) -> DraftTree:
+        t = _position(context, prompt_len)
+        tree = DraftTree()
+        for shift in (1, 2):
+            parent = 0
+            for d in range(min(max_depth, budget // 2)):
+                want = truth[t + d] if t + d < len(truth) else 0
+                parent = tree.add(parent, wrong_token(want, vocab, shift), merge=False)
+        return tree
+
+    return draft
+
+
+def forking_drafter(prompt_len: int, truth: Sequence[int], vocab: int = TINY_VOCAB) -> Drafter:
+    """At every depth of the true path a wrong sibling (with a wrong child) comes first.
+
+    The accepted path is then every other/third node of the flattened tree: its KV entries are not
+    contiguous.
+    """
+
+    def draft(context: list[int], budget: int, max_depth: int) -> DraftTree:
+        t = _position(context, prompt_len)
+        tree = DraftTree()
+        parent = 0
+        for d in range(max_depth):
+            if t + d >= len(truth) or len(tree) + 3 > budget:
+                break
+            wrong = tree.add(parent, wrong_token(truth[t + d], vocab), merge=False)
+            tree.add(wrong, truth[t + d], merge=False)  # right token under a wrong parent
+            parent = tree.add(parent, truth[t + d], merge=False)
+        return tree
+
+    return draft
+
+
+def duplicate_chains_drafter(prompt_len: int, truth: Sequence[int], vocab: int = TINY_VOCAB) -> Drafter:
+    """Parallel duplicate chains: the first copy goes wrong after 2 tokens, the second copy is right.
+
+    The accepted path runs through the second chain (flattened after the first): non-contiguous.
+    """
+
+    def draft(context: list[int], budget: int, max_depth: int) -> DraftTree:
+        t = _position(context, prompt_len)
+        good = list(truth[t : t + min(max_depth, budget // 2)])
+        tree = DraftTree()
+        if len(good) >= 3:
+            bad = [*good[:2], wrong_token(good[2], vocab), *good[3:]]
+            tree.add_chain(bad, merge=False)
+        tree.add_chain(good, merge=False)
+        return tree
+
+    return draft
+
+
+def eos_drafter(prompt_len: int, truth: Sequence[int], eos: int, vocab: int = TINY_VOCAB) -> Drafter:
+    """The true continuation (which runs past EOS), plus a branch with EOS at a wrong place.
+
+    ``truth`` is the fixed-length greedy output, so the oracle branch holds EOS where greedy emits it
+    and keeps going after it: the decoder must stop at EOS.
+    """
+
+    def draft(context: list[int], budget: int, max_depth: int) -> DraftTree:
+        t = _position(context, prompt_len)
+        tree = DraftTree()
+        if max_depth >= 2 and t < len(truth) and truth[t] != eos:
+            tree.add_chain([truth[t], eos], merge=False)  # EOS where greedy does not emit it
+        tree.add_chain(list(truth[t : t + min(max_depth, max(1, budget - 2))]), merge=False)
+        return tree
+
+    return draft

@@ -1,0 +1,334 @@
+"""Kernel twins and their choice by measurement (kernels.py, calibration.py); timings are injected.
+
+Selection logic runs on a fake clock advanced by the probes, so no assertion depends on this
+machine's speed; real forwards only check outputs (twins compute what the model computes).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import random
+import weakref
+from collections.abc import Callable, Iterator, Mapping
+
+import lookahead_core.kernels as kernels_module
+import pytest
+import torch
+from lookahead_core import DecodingConfig, LookaheadDecoder
+from lookahead_core.attention import TREE_SDPA, tree_attention
+from lookahead_core.calibration import CalibrationConfig, TreeProbe, decoder_kernels, probe_tree
+from lookahead_core.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
+from lookahead_core.packed import PackedLinear, packable
+from torch import nn
+
+from tests.core.helpers import (  # noqa: F401
+    StubTokenizer,
+    eos_as,
+    greedy,
+    one_thread,
+    oracle_drafter,
+    random_prompt,
+    tiny_model,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+needs_onednn = pytest.mark.skipif(not packable(tiny_model("llama")), reason="torch build without oneDNN")
+
+
+class FakeClock:
+    """A clock that only moves when a probe says its forward took so long."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def fake_probe(
+    clock: FakeClock, ks: KernelSet, seconds: Mapping[str, Mapping[int, float]]
+) -> Callable[[nn.Module, int], None]:
+    """A KernelSet probe whose forward of n tokens with twin k 'takes' seconds[k][n]."""
+    names = {id(twin): name for name, twin in ks.twins.items()}
+
+    def probe(module: nn.Module, n: int) -> None:
+        clock.now += seconds[names[id(module)]][n]
+
+    return probe
+
+
+def fresh_model() -> nn.Module:
+    """A tiny llama of its own (process-wide caches key on the model object)."""
+    return copy.deepcopy(tiny_model("llama"))
+
+
+# ---- interpolation and the cost curve -------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("x", "want"),
+    [
+        (1, 1.0),  # a measured point
+        (2, 1.2),  # between 1 and 4
+        (6, 2.3),  # between 4 and 8
+        (12, 4.4),  # past the last point: the 4..8 slope (0.35) continues
+        (0, 1.0),  # before the first point: flat
+    ],
+)
+def test_interpolate(x: int, want: float) -> None:
+    assert interpolate((1, 4, 8), (1.0, 1.6, 3.0), x) == pytest.approx(want)
+
+
+def test_interpolate_never_extrapolates_downwards() -> None:
+    # the last segment falls (noise): past it the cost stays flat rather than dropping
+    assert interpolate((1, 4, 8), (1.0, 3.0, 2.0), 20) == pytest.approx(2.0)
+    # one measured point: a constant
+    assert interpolate((4,), (2.5,), 64) == pytest.approx(2.5)
+
+
+CURVE = CostCurve((1, 8), {"stock": (0.030, 0.070), "packed": (0.040, 0.050)})  # the docstring's example
+
+
+@pytest.mark.parametrize(
+    ("n", "kernel", "want"),
+    [
+        (1, None, 0.030),  # stock is cheapest at 1 token
+        (8, None, 0.050),  # packed at 8
+        (1, "packed", 0.040),  # a named kernel's own cost
+        (4, "stock", 0.030 + 0.040 * 3 / 7),  # interpolated
+        (15, None, 0.060),  # past 8: packed's slope continues
+    ],
+)
+def test_cost_curve_cost(n: int, kernel: str | None, want: float) -> None:
+    assert CURVE.cost(n, kernel) == pytest.approx(want)
+
+
+def test_cost_curve_best_marginal_and_describe() -> None:
+    assert [CURVE.best(n) for n in (1, 3, 4, 8, 64)] == ["stock", "stock", "packed", "packed", "packed"]
+    assert CURVE.marginal(1) == pytest.approx(0.040 / 7)  # stock's slope
+    assert CURVE.marginal(8) == pytest.approx(0.010 / 7)  # packed's slope
+    assert describe(CURVE) == "stock<=3<packed"
+    # three segments: stock wins again past a crossing (packed is steeper there)
+    back = CostCurve((1, 4, 8), {"stock": (1.0, 3.0, 4.0), "packed": (2.0, 2.0, 6.0)})
+    assert describe(back) == "stock<=2<packed<=5<stock"
+    # a tie goes to the kernel listed first
+    assert CostCurve((1,), {"packed": (1.0,), "stock": (1.0,)}).best(1) == "packed"
+
+
+def test_cost_curve_round_trips_and_restricts() -> None:
+    assert CostCurve.from_dict(CURVE.to_dict()) == CURVE
+    assert CURVE.to_dict() == {"token_counts": [1, 8], "seconds": {"stock": [0.030, 0.070], "packed": [0.040, 0.050]}}
+    only = CURVE.only(["packed"])
+    assert only.kernels == ["packed"] and only.cost(1) == pytest.approx(0.040)
+
+
+@pytest.mark.parametrize(
+    ("counts", "seconds"),
+    [
+        ((8, 1), {"stock": (1.0, 2.0)}),  # counts not ascending
+        ((1, 1), {"stock": (1.0, 2.0)}),  # a count twice
+        ((1, 8), {"stock": (1.0,)}),  # one time missing
+        ((1, 8), {}),  # no kernel
+    ],
+)
+def test_cost_curve_rejects_malformed_measurements(counts: tuple[int, ...], seconds: dict) -> None:
+    with pytest.raises(ValueError):
+        CostCurve(counts, seconds)
+
+
+# ---- measure ----------------------------------------------------------------------------------------
+def test_measure_interleaves_kernels_skips_warmup_and_keeps_minimums() -> None:
+    clock = FakeClock()
+    calls: list[str] = []
+    # per call, in order: the warm-up repetition first, then 3 timed ones
+    durations = {("a", 1): [100.0, 1.0, 9.0, 2.0], ("a", 2): [100.0, 3.0, 3.0, 3.0],
+                 ("b", 1): [50.0, 4.0, 4.0, 40.0], ("b", 2): [50.0, 5.0, 6.0, 7.0]}
+
+    def probe(name: str) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            calls.append(f"{name}{n}")
+            clock.now += durations[(name, n)].pop(0)
+
+        return run
+
+    curve = measure({"a": probe("a"), "b": probe("b")}, (2, 1), repeats=3, warmup=1, clock=clock)
+    assert curve.token_counts == (1, 2)  # sorted
+    assert curve.seconds == {"a": (1.0, 3.0), "b": (4.0, 5.0)}  # fastest timed call; the 100s / 50s warm-up ignored
+    # each repetition runs every kernel at a size back to back, the first kernel alternating
+    assert calls == ["a1", "b1", "a2", "b2", "b1", "a1", "b2", "a2"] * 2
+
+
+@pytest.mark.parametrize(("repeats", "warmup", "probes"), [(0, 1, 1), (1, -1, 1), (1, 0, 0)])
+def test_measure_rejects_nothing_to_time(repeats: int, warmup: int, probes: int) -> None:
+    # no timed repetition, a negative warm-up, no probe
+    with pytest.raises(ValueError):
+        measure({"a": lambda n: None} if probes else {}, (1,), repeats=repeats, warmup=warmup)
+
+
+# ---- twins ----------------------------------------------------------------------------------------
+def logits(module: nn.Module, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return module(input_ids=torch.tensor([ids])).logits[0]  # [len(ids), vocab]
+
+
+@needs_onednn
+def test_packed_twin_shares_weights_and_leaves_the_model_alone() -> None:
+    model = tiny_model("llama")
+    twin = make_twin(model, packed=True, attn_implementation=TREE_SDPA)
+    # every parameter is the model's own tensor (no copy)
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}
+    assert any(isinstance(m, PackedLinear) for m in twin.modules())
+    assert twin.config._attn_implementation == TREE_SDPA
+    # the model keeps the stock kernels and its own attention
+    assert not any(isinstance(m, PackedLinear) for m in model.modules())
+    assert model.config._attn_implementation == "sdpa"
+    ids = random_prompt(random.Random(3))
+    torch.testing.assert_close(logits(twin, ids), logits(model, ids), rtol=0, atol=1e-4)
+
+
+def test_stock_twin_keeps_linear_and_may_keep_the_attention() -> None:
+    model = tiny_model("qwen2", "eager")
+    twin = make_twin(model, packed=False, attn_implementation=None)
+    assert twin is not model
+    assert not any(isinstance(m, PackedLinear) for m in twin.modules())
+    assert twin.config._attn_implementation == "eager"  # None keeps the model's attention
+    assert twin.model.embed_tokens.weight is model.model.embed_tokens.weight
+
+
+def test_packed_twin_of_a_half_precision_model_is_refused() -> None:
+    with pytest.raises(ValueError):
+        make_twin(fresh_model().to(torch.bfloat16), packed=True, attn_implementation=None)
+
+
+# ---- KernelSet --------------------------------------------------------------------------------------
+@needs_onednn
+def test_kernel_set_runs_stock_until_calibrated() -> None:
+    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    assert ks.names == ["stock", "packed"]
+    assert ks.curve is None and ks.describe() == "stock|packed"
+    assert ks.runner(1) is ks.twins["stock"] and ks.runner(64) is ks.twins["stock"]
+
+
+@needs_onednn
+def test_calibrate_picks_the_cheaper_twin_per_size() -> None:
+    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    stock, packed = ks.twins["stock"], ks.twins["packed"]
+    clock = FakeClock()
+    # stock cheaper at 1 token, packed from 4 on (the crossing is at 3.3 tokens)
+    seconds = {"stock": {1: 1.0, 8: 5.0}, "packed": {1: 2.0, 8: 3.0}}
+    curve = ks.calibrate(fake_probe(clock, ks, seconds), (1, 8), repeats=3, clock=clock)
+    assert ks.names == ["stock", "packed"]  # each wins somewhere: both kept
+    assert curve.seconds == {"stock": (1.0, 5.0), "packed": (2.0, 3.0)}
+    assert [ks.runner(n) for n in (1, 3, 4, 8, 100)] == [stock, stock, packed, packed, packed]
+    assert ks.describe() == "stock<=3<packed"
+
+
+@needs_onednn
+def test_calibrate_drops_twins_that_win_nowhere() -> None:
+    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    gone = weakref.ref(ks.twins["stock"])
+    clock = FakeClock()
+    # packed cheaper at every size measured
+    seconds = {"stock": {1: 3.0, 8: 9.0}, "packed": {1: 2.0, 8: 3.0}}
+    curve = ks.calibrate(fake_probe(clock, ks, seconds), (1, 8), repeats=1, clock=clock)
+    assert ks.names == ["packed"] and curve.kernels == ["packed"]
+    assert ks.measured is not None and ks.measured.kernels == ["stock", "packed"]  # the record keeps both
+    gc.collect()
+    assert gone() is None  # its memory went
+    assert ks.runner(1) is ks.twins["packed"] and ks.describe() == "packed"
+
+
+def test_kernel_set_of_a_half_precision_model_is_stock_only() -> None:
+    ks = KernelSet(fresh_model().to(torch.bfloat16), TREE_SDPA)
+    assert ks.names == ["stock"]  # packed kernels need fp32 on CPU
+    clock = FakeClock()
+    # a scheduler may still calibrate it for the cost curve
+    curve = ks.calibrate(fake_probe(clock, ks, {"stock": {1: 1.0, 4: 2.0}}), (1, 4), repeats=1, clock=clock)
+    assert curve.cost(2) == pytest.approx(4 / 3) and ks.runner(4) is ks.twins["stock"]
+
+
+@needs_onednn
+def test_kernel_set_forced_to_one_kernel() -> None:
+    ks = KernelSet(tiny_model("llama"), None, kernels=("packed",))
+    assert ks.names == ["packed"] and ks.runner(1) is ks.twins["packed"]
+    with pytest.raises(ValueError):
+        KernelSet(tiny_model("llama"), None, kernels=("fast",))  # an unknown kernel
+
+
+# ---- the decoder's kernels ------------------------------------------------------------------------
+@pytest.fixture
+def counted() -> Iterator[tuple[KernelSet, dict[str, list[int]]]]:
+    """A calibrated KernelSet on a tiny llama (stock at 1 token, packed from 2) and each twin's forward sizes."""
+    if not packable(tiny_model("llama")):
+        pytest.skip("torch build without oneDNN")
+    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    clock = FakeClock()
+    ks.calibrate(fake_probe(clock, ks, {"stock": {1: 1.0, 2: 5.0, 16: 20.0}, "packed": {1: 2.0, 2: 2.5, 16: 3.0}}),
+                 (1, 2, 16), repeats=1, clock=clock)
+    sizes: dict[str, list[int]] = {"stock": [], "packed": []}
+    handles = [twin.register_forward_pre_hook(lambda m, a, kw, name=name: sizes[name].append(kw["input_ids"].shape[1]),
+                                              with_kwargs=True) for name, twin in ks.twins.items()]
+    yield ks, sizes
+    for handle in handles:
+        handle.remove()
+
+
+def test_decoder_runs_each_forward_on_the_twin_chosen_for_its_size(counted: tuple) -> None:
+    ks, sizes = counted
+    model = tiny_model("llama")
+    prompt = random_prompt(random.Random(5))
+    with eos_as(model, None):
+        want = greedy(model, prompt, 8)
+        # one token per step: the prompt on packed, every step on stock
+        plain = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(mode="none", max_new_tokens=8), kernels=ks)
+        assert plain.generate(prompt).output_ids == want
+        assert sizes == {"stock": [1] * 7, "packed": [len(prompt)]}
+        # 4 drafts (5 tokens) per step: every forward on packed
+        sizes["packed"].clear()
+        dec = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(max_new_tokens=8, decoding_length=4), kernels=ks)
+        res = dec.generate(prompt, drafter=oracle_drafter(len(prompt), want))
+        assert res.output_ids == want
+    # prompt, then 5 tokens (all accepted: 5 emitted), then 2 (room for 1 draft): 1 + 5 + 2 tokens
+    assert sizes["stock"] == [1] * 7 and sizes["packed"] == [len(prompt), 5, 2]
+
+
+def test_decoder_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    timed: list[tuple[int, ...]] = []
+    real = kernels_module.measure
+    monkeypatch.setattr(kernels_module, "measure", lambda *a, **kw: timed.append(tuple(a[1])) or real(*a, **kw))
+    model = fresh_model()
+    config = CalibrationConfig(cache_tokens=8, token_counts=(1, 4), repeats=1, warmup=0)
+    ks = decoder_kernels(model, "auto", config)
+    assert decoder_kernels(model, "auto", config) is ks  # cached: the same twins, no second timing
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto").kernels is ks
+    if packable(model):
+        assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)
+        assert set(ks.names) <= {"stock", "packed"}
+    # forcing one kernel builds one twin and times nothing; another model gets its own set
+    stock = decoder_kernels(model, "stock")
+    assert stock.names == ["stock"] and stock is not ks and stock.curve is None
+    assert len(timed) == (1 if packable(model) else 0)
+    assert decoder_kernels(fresh_model(), "stock") is not stock
+    assert stock.attn_implementation == tree_attention(model) == TREE_SDPA
+
+
+def test_decoder_refuses_an_unknown_kernel_choice() -> None:
+    with pytest.raises(ValueError):
+        LookaheadDecoder(tiny_model("llama"), StubTokenizer(), kernels="fastest")
+
+
+def test_tree_probe_runs_a_tree_forward_and_restores_the_cache() -> None:
+    model = tiny_model("llama")
+    probe = TreeProbe(cache_tokens=12)
+    seen: list[tuple[int, ...]] = []
+    handle = model.register_forward_pre_hook(
+        lambda m, a, kw: seen.append(tuple(kw["attention_mask"].shape) if "attention_mask" in kw else ()),
+        with_kwargs=True)
+    try:
+        probe(model, 6)
+        probe(model, 1)
+    finally:
+        handle.remove()
+    assert seen == [(), (1, 1, 6, 18), (1, 1, 1, 13)]  # the prefill, then trees over 12 cached tokens
+    assert probe._cache is not None and probe._cache.get_seq_length() == 12
+    assert probe_tree(6, 256, torch.Generator().manual_seed(0)).parents == [0, 1, 2, 3, 0]

@@ -1,0 +1,129 @@
+"""KV-cache compaction to the accepted path and rollback after a failed forward."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from lookahead_core.kvcache import compact_cache, rollback_cache
+from transformers import DynamicCache
+
+from tests.core.helpers import one_thread, tiny_model  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+HEADS, DIM = 2, 3  # kv heads, head dim of the hand-made caches
+
+
+def entry(layer: int, pos: int) -> torch.Tensor:
+    """A recognisable K entry [1, HEADS, 1, DIM]: 1000 * layer + 10 * position + head/dim digits."""
+    head = torch.arange(HEADS).view(1, HEADS, 1, 1)
+    dim = torch.arange(DIM).view(1, 1, 1, DIM)
+    return (1000.0 * layer + 10.0 * pos + 0.1 * head + 0.01 * dim).float()
+
+
+def make_cache(lengths: list[int]) -> DynamicCache:
+    """A cache whose layer l holds positions 0..lengths[l]-1 (values are minus the keys)."""
+    cache = DynamicCache()
+    for layer, n in enumerate(lengths):
+        keys = torch.cat([entry(layer, p) for p in range(n)], dim=-2)  # [1, HEADS, n, DIM]
+        cache.update(keys, -keys, layer)
+    return cache
+
+
+def expected(layer: int, positions: list[int]) -> torch.Tensor:
+    return torch.cat([entry(layer, p) for p in positions], dim=-2)
+
+
+# (past_len, q, keep): keep = flattened tree indices of the accepted path, root (0) first
+COMPACT_CASES: list[tuple[int, int, list[int]]] = [
+    # non-contiguous: every other node of a forking tree
+    (4, 7, [0, 2, 4, 6]),
+    # non-contiguous: the path jumps over a whole first chain (duplicate parallel chains)
+    (3, 8, [0, 4, 5, 6, 7]),
+    # non-contiguous single jump at the end
+    (2, 5, [0, 1, 4]),
+    # contiguous: a chain accepted as a prefix, the rest dropped
+    (5, 6, [0, 1, 2]),
+    # contiguous: nothing accepted, only the root stays
+    (5, 6, [0]),
+    # contiguous: everything accepted
+    (1, 4, [0, 1, 2, 3]),
+]
+
+
+@pytest.mark.parametrize(("past", "q", "keep"), COMPACT_CASES)
+def test_compact_cache_gathers_exactly_the_kept_entries(past: int, q: int, keep: list[int]) -> None:
+    layers = 3
+    cache = make_cache([past + q] * layers)
+    compact_cache(cache, past, keep)
+    want = list(range(past)) + [past + i for i in keep]
+    for layer in range(layers):
+        lay = cache.layers[layer]
+        assert lay.keys.shape == (1, HEADS, past + len(keep), DIM)
+        assert torch.equal(lay.keys, expected(layer, want))
+        assert torch.equal(lay.values, -expected(layer, want))
+    assert cache.get_seq_length() == past + len(keep)
+
+
+def test_compacted_cache_keeps_growing() -> None:
+    cache = make_cache([6, 6])
+    compact_cache(cache, 2, [0, 3])
+    extra = entry(0, 50)
+    keys, _ = cache.update(extra, -extra, 0)  # the next forward appends after the kept entries
+    assert torch.equal(keys, torch.cat([expected(0, [0, 1, 2, 5]), extra], dim=-2))
+
+
+# layer lengths left by a forward over q new tokens that raised part-way, and the prefix to restore
+ROLLBACK_CASES: list[tuple[list[int], int]] = [
+    # raised in layer 2 of 4: layers 0-1 have the new tokens, 2-3 do not
+    ([9, 9, 5, 5], 5),
+    # raised in the last layer
+    ([9, 9, 9, 5], 5),
+    # raised in the first layer: nothing changed, rollback is a no-op
+    ([5, 5, 5, 5], 5),
+    # a completed forward rolled back: every layer is cut
+    ([9, 9, 9, 9], 5),
+]
+
+
+@pytest.mark.parametrize(("lengths", "past"), ROLLBACK_CASES)
+def test_rollback_restores_every_layer(lengths: list[int], past: int) -> None:
+    cache = make_cache(lengths)
+    rollback_cache(cache, past)
+    for layer in range(len(lengths)):
+        assert torch.equal(cache.layers[layer].keys, expected(layer, list(range(past))))
+        assert torch.equal(cache.layers[layer].values, -expected(layer, list(range(past))))
+    assert cache.get_seq_length() == past
+
+
+class Boom(RuntimeError):
+    pass
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_cache_after_failed_forward_and_rollback_gives_exact_logits(family: str) -> None:
+    """A forward that raises in layer 1 leaves layer 0 longer; after rollback the cache is as good as new."""
+    model = tiny_model(family)
+    prompt = torch.tensor([[5, 17, 99, 3, 42, 8]])  # [1, 6]
+    nxt = torch.tensor([[7, 9]])  # [1, 2]
+
+    def boom(*_: object, **__: object) -> None:
+        raise Boom
+
+    with torch.inference_mode():
+        cache = DynamicCache()
+        model(prompt, past_key_values=cache, use_cache=True)
+        hook = model.model.layers[1].register_forward_pre_hook(boom)
+        try:
+            with pytest.raises(Boom):
+                model(nxt, past_key_values=cache, use_cache=True)
+        finally:
+            hook.remove()
+        assert cache.layers[0].keys.shape[-2] == 8  # the failure really left the layers uneven
+        assert cache.layers[1].keys.shape[-2] == 6
+        rollback_cache(cache, 6)
+        got = model(nxt, past_key_values=cache, use_cache=True).logits  # [1, 2, vocab]
+        fresh = DynamicCache()
+        model(prompt, past_key_values=fresh, use_cache=True)
+        want = model(nxt, past_key_values=fresh, use_cache=True).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)

@@ -1,0 +1,275 @@
+"""PrefixKVCache: longest-prefix hits, tenant isolation, LRU by bytes, covered entries, counters."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from lookahead_core.prefix_cache import KV, PrefixCacheConfig, PrefixKVCache, common_prefix_lengths, pad_rows
+
+from tests.core.helpers import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LAYERS, HEADS, DIM = 2, 1, 2  # shape of the hand-made KV: [1, HEADS, n, DIM] per layer
+TOKEN_BYTES = LAYERS * 2 * HEADS * DIM * 4  # float32 bytes of one token over all layers, keys and values
+ROOM = 1 << 20  # a byte budget nothing in these tests reaches
+
+
+def make_kv(ids: Sequence[int], mark: int = 0) -> KV:
+    """KV whose token p of layer l is keys [100 * l + p, 1000 * mark + ids[p]] and values minus that."""
+    n = len(ids)
+    pos = torch.arange(n, dtype=torch.float32)  # [n]
+    tok = torch.tensor(list(ids), dtype=torch.float32) + 1000.0 * mark  # [n]
+    kv: KV = []
+    for layer in range(LAYERS):
+        keys = torch.stack([100.0 * layer + pos, tok], dim=-1).view(1, HEADS, n, DIM)  # [1, 1, n, 2]
+        kv.append((keys, -keys))
+    return kv
+
+
+def check_view(kv: KV | None, ids: Sequence[int], mark: int = 0) -> None:
+    """``kv`` is exactly the KV of ``ids`` (positions 0..n-1, those tokens, that tenant mark)."""
+    assert kv is not None
+    want = make_kv(ids, mark)
+    assert len(kv) == LAYERS
+    for (keys, values), (want_k, want_v) in zip(kv, want, strict=True):
+        assert torch.equal(keys, want_k)
+        assert torch.equal(values, want_v)
+
+
+def cache(max_bytes: int = ROOM, min_tokens: int = 1) -> PrefixKVCache:
+    return PrefixKVCache(PrefixCacheConfig(max_bytes=max_bytes, min_tokens=min_tokens))
+
+
+# ---- hits ----------------------------------------------------------------------------------------
+# (stored sequences, query, expected n): the longest prefix shared with any stored entry
+HIT_CASES: list[tuple[list[list[int]], list[int], int]] = [
+    # exact repeat: the whole prompt
+    ([[1, 2, 3, 4]], [1, 2, 3, 4], 4),
+    # the query goes on past the entry: the whole entry
+    ([[1, 2, 3]], [1, 2, 3, 9, 9], 3),
+    # partial prefix of a stored entry (diverges at position 2)
+    ([[1, 2, 3, 4]], [1, 2, 7, 4], 2),
+    # the query is a strict prefix of a stored entry
+    ([[1, 2, 3, 4, 5]], [1, 2, 3], 3),
+    # longest of several entries wins, whatever the order they were stored in
+    ([[1, 2, 9], [1, 2, 3, 4, 8], [1, 5]], [1, 2, 3, 4, 5], 4),
+    # first token differs from every entry: miss
+    ([[1, 2, 3], [4, 5]], [7, 1, 2, 3], 0),
+]
+
+
+@pytest.mark.parametrize(("stored", "query", "n"), HIT_CASES)
+def test_lookup_returns_longest_prefix(stored: list[list[int]], query: list[int], n: int) -> None:
+    c = cache()
+    for ids in stored:
+        c.put("t", ids, make_kv(ids))
+    got, kv = c.lookup("t", query)
+    assert got == n
+    if n:
+        check_view(kv, query[:n])
+    else:
+        assert kv is None
+
+
+def test_lookup_returns_views_of_the_stored_tensors() -> None:
+    c = cache()
+    kv = make_kv([1, 2, 3])
+    c.put("t", [1, 2, 3], kv)
+    _, got = c.lookup("t", [1, 2])
+    assert got is not None
+    assert got[0][0].data_ptr() == kv[0][0].data_ptr()  # a view, not a copy
+
+
+def test_other_tenant_never_hits() -> None:
+    c = cache()
+    c.put("a", [1, 2, 3], make_kv([1, 2, 3], mark=1))
+    assert c.lookup("b", [1, 2, 3]) == (0, None)  # identical ids, other tenant
+    c.put("b", [1, 2], make_kv([1, 2], mark=2))
+    n, kv = c.lookup("b", [1, 2, 3])
+    assert n == 2  # b's own shorter entry, not a's longer one
+    check_view(kv, [1, 2], mark=2)
+
+
+# (stored, query, max_tokens, expected n)
+CAP_CASES: list[tuple[list[int], list[int], int, int]] = [
+    # the engine leaves one token to prefill on an exact repeat
+    ([1, 2, 3, 4], [1, 2, 3, 4], 3, 3),
+    # the cap is above the match: no effect
+    ([1, 2, 3, 4], [1, 2, 9], 3, 2),
+    # a cap of 0 never hits
+    ([1, 2, 3], [1, 2, 3], 0, 0),
+]
+
+
+@pytest.mark.parametrize(("stored", "query", "cap", "n"), CAP_CASES)
+def test_max_tokens_caps_n(stored: list[int], query: list[int], cap: int, n: int) -> None:
+    c = cache()
+    c.put("t", stored, make_kv(stored))
+    got, kv = c.lookup("t", query, max_tokens=cap)
+    assert got == n
+    if n:
+        check_view(kv, query[:n])
+
+
+def test_short_match_reports_zero() -> None:
+    c = cache(min_tokens=3)
+    c.put("t", [1, 2, 3, 4], make_kv([1, 2, 3, 4]))
+    assert c.lookup("t", [1, 2, 9]) == (0, None)  # 2 shared tokens < min_tokens
+    assert c.lookup("t", [1, 2, 3, 9])[0] == 3  # 3 shared tokens is enough
+    c.put("t", [5, 6], make_kv([5, 6]))  # shorter than min_tokens: could never hit, not stored
+    assert c.sequences("t") == [(1, 2, 3, 4)]
+
+
+# ---- put: covered entries, slicing, validation -----------------------------------------------------
+def test_stored_prefix_is_dropped_by_a_longer_put() -> None:
+    c = cache()
+    c.put("t", [1, 2], make_kv([1, 2]))
+    c.put("t", [1, 3], make_kv([1, 3]))
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # covers [1, 2], not [1, 3]
+    assert sorted(c.sequences("t")) == [(1, 2, 3), (1, 3)]
+    assert c.stats().bytes == 5 * TOKEN_BYTES
+
+
+def test_prefix_of_a_stored_entry_is_not_stored_but_touches_it() -> None:
+    c = cache(max_bytes=6 * TOKEN_BYTES)
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))
+    c.put("t", [4, 5, 6], make_kv([4, 5, 6]))
+    c.put("t", [1, 2], make_kv([1, 2]))  # covered: not stored, [1, 2, 3] becomes most recent
+    assert c.sequences("t") == [(1, 2, 3), (4, 5, 6)]
+    c.put("t", [7], make_kv([7]))  # evicts the least recent: [4, 5, 6]
+    assert c.sequences("t") == [(1, 2, 3), (7,)]
+
+
+def test_put_keeps_only_len_ids_tokens() -> None:
+    c = cache()
+    c.put("t", [1, 2], make_kv([1, 2, 3, 4]))  # the engine's KV may run past the prompt
+    assert c.stats().bytes == 2 * TOKEN_BYTES
+    n, kv = c.lookup("t", [1, 2, 3])
+    assert n == 2
+    check_view(kv, [1, 2])
+
+
+def test_put_copies_a_slice_that_would_pin_a_longer_storage() -> None:
+    c = cache()
+    kv = make_kv([1, 2, 3, 4])
+    c.put("t", [1, 2], kv)
+    _, got = c.lookup("t", [1, 2])
+    assert got is not None
+    assert got[0][0].untyped_storage().nbytes() == 2 * HEADS * DIM * 4  # only the 2 kept tokens
+
+
+def test_put_rejects_kv_shorter_than_ids() -> None:
+    with pytest.raises(ValueError, match="layer 0"):
+        cache().put("t", [1, 2, 3], make_kv([1, 2]))
+
+
+# ---- LRU by bytes ----------------------------------------------------------------------------------
+def test_lru_evicts_least_recently_used_first() -> None:
+    c = cache(max_bytes=7 * TOKEN_BYTES)
+    c.put("a", [1, 1], make_kv([1, 1]))
+    c.put("b", [2, 2, 2], make_kv([2, 2, 2]))  # other tenant: the budget and the LRU order are global
+    c.put("a", [3, 3], make_kv([3, 3]))
+    assert c.lookup("a", [1, 1])[0] == 2  # touch [1, 1]: now b's entry is the least recent
+    c.put("a", [4, 4], make_kv([4, 4]))  # 9 tokens > 7: evict b's 3 tokens only
+    assert c.sequences("b") == []
+    assert sorted(c.sequences("a")) == [(1, 1), (3, 3), (4, 4)]
+    c.put("a", [6, 6, 6, 6], make_kv([6, 6, 6, 6]))  # 10 tokens > 7: evict [3, 3], then [1, 1]
+    assert sorted(c.sequences("a")) == [(4, 4), (6, 6, 6, 6)]
+    s = c.stats()
+    assert (s.entries, s.bytes, s.evictions) == (2, 6 * TOKEN_BYTES, 3)
+
+
+def test_oversize_entry_is_not_stored() -> None:
+    c = cache(max_bytes=3 * TOKEN_BYTES)
+    c.put("t", [1, 2], make_kv([1, 2]))
+    c.put("t", [1, 2, 3, 4], make_kv([1, 2, 3, 4]))  # alone above the budget: dropped, nothing evicted
+    assert c.sequences("t") == [(1, 2)]
+    assert c.stats().evictions == 0
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # exactly the budget: stored, covers [1, 2]
+    assert c.sequences("t") == [(1, 2, 3)]
+
+
+# ---- drop_tenant, stats ----------------------------------------------------------------------------
+def test_drop_tenant_forgets_only_that_tenant() -> None:
+    c = cache()
+    c.put("a", [1, 2], make_kv([1, 2]))
+    c.put("a", [3], make_kv([3]))
+    c.put("b", [1, 2], make_kv([1, 2]))
+    assert c.drop_tenant("a") == 2
+    assert c.drop_tenant("a") == 0  # already gone
+    assert c.lookup("a", [1, 2]) == (0, None)
+    assert c.lookup("b", [1, 2])[0] == 2
+    s = c.stats()
+    assert (s.entries, s.bytes, s.evictions) == (1, 2 * TOKEN_BYTES, 0)
+
+
+def test_stats_count_lookups_and_hit_tokens() -> None:
+    c = cache()
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))
+    c.lookup("t", [1, 2, 3])  # hit 3
+    c.lookup("t", [1, 9])  # hit 1
+    c.lookup("t", [9])  # miss
+    c.lookup("u", [1, 2, 3])  # other tenant: miss
+    s = c.stats()
+    assert (s.lookups, s.hits, s.hit_tokens) == (4, 2, 4)
+    assert (s.entries, s.bytes) == (1, 3 * TOKEN_BYTES)
+
+
+def test_common_prefix_lengths_ignore_padding() -> None:
+    rows, lengths = pad_rows([np.array([1, 0]), np.array([1])])  # rows: [2, 2], the second padded with 0
+    # a query [1, 0] must not match the padding of the one-token row
+    assert common_prefix_lengths(rows, lengths, np.array([1, 0])).tolist() == [2, 1]
+
+
+# ---- property: lookups agree with a brute-force longest common prefix over the live entries ---------
+TENANTS = ("a", "b")  # mark 1 and 2 in the KV values
+token_lists = st.lists(st.integers(0, 2), min_size=0, max_size=6)  # tiny alphabet: many shared prefixes
+ops = st.lists(
+    st.tuples(st.booleans(), st.sampled_from(TENANTS), token_lists, st.none() | st.integers(0, 6)),
+    min_size=1,
+    max_size=30,
+)
+
+
+def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=ops, budget=st.integers(0, 12), min_tokens=st.integers(1, 3))
+def test_lookup_matches_brute_force_oracle(
+    ops: list[tuple[bool, str, list[int], int | None]], budget: int, min_tokens: int
+) -> None:
+    c = cache(max_bytes=budget * TOKEN_BYTES, min_tokens=min_tokens)
+    for is_put, tenant, ids, cap in ops:
+        mark = TENANTS.index(tenant) + 1
+        if is_put:
+            c.put(tenant, ids, make_kv(ids, mark))
+            continue
+        live = c.sequences(tenant)
+        query = ids if cap is None else ids[:cap]
+        best = max((lcp(s, query) for s in live), default=0)
+        want = best if best >= min_tokens else 0
+        n, kv = c.lookup(tenant, ids, max_tokens=cap)
+        assert n == want
+        if n:
+            check_view(kv, ids[:n], mark)  # this tenant's KV of exactly these tokens
+        else:
+            assert kv is None
+    # invariants: no live entry covers another, and the byte count is exact and within budget
+    total = 0
+    for tenant in TENANTS:
+        live = c.sequences(tenant)
+        for i, s in enumerate(live):
+            assert all(lcp(s, t) < len(s) for j, t in enumerate(live) if j != i)
+        total += sum(len(s) for s in live) * TOKEN_BYTES
+    assert c.stats().bytes == total <= budget * TOKEN_BYTES

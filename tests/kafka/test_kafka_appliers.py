@@ -1,0 +1,86 @@
+"""The real appliers on Kafka: an answer's event reaches the draft cache's trie and the retriever's
+past sessions, and a restarted consumer restores them from its snapshot + offsets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from lookahead_rag.v1 import events_pb2
+
+from services.common.broker import LocalBroker
+from services.common.kafka_bus import KafkaBus
+from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from services.draftcache.fetch import Branch
+from services.draftcache.store import DraftCacheStore
+from services.draftcache.testing import TOKENIZER, small_settings
+from services.retriever.embeddings import Embedder
+from services.retriever.sessions import PastSessions
+from services.retriever.testing import shared_embedder
+from tests.kafka.helpers import broker, fast_settings, new_topic, run  # noqa: F401
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
+DRAIN_S = 30.0
+SESSIONS_PER_TENANT = 100
+MAX_EVENT_IDS = 1000
+TENANT = "acme"
+OUTPUT = [11, 12, 13, 14]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return shared_embedder()
+
+
+def answer_event(event_id: str, tenant: str = TENANT) -> events_pb2.GenerationCompleted:
+    return events_pb2.GenerationCompleted(
+        event_id=event_id,
+        tenant=tenant,
+        tokenizer_id=TOKENIZER,
+        question="How do I sort a list?",
+        prompt_ids=[1, 2, 3],
+        output_ids=OUTPUT,
+        answer_text="Use sorted(xs).",
+    )
+
+
+def answers_seen(sessions: PastSessions, embedder: Embedder) -> list[str]:
+    query = embedder.encode_one("sorting a list")
+    return [hit.session.answer for hit in sessions.search(TENANT, query, 5)]
+
+
+def test_an_answer_reaches_the_trie_and_the_past_sessions_and_survives_a_restart(
+    broker: LocalBroker,  # noqa: F811
+    embedder: Embedder,
+    tmp_path: Path,
+) -> None:
+    settings = fast_settings(broker.bootstrap, new_topic())
+
+    async def serve_once(event: events_pb2.GenerationCompleted) -> tuple[DraftCacheStore, PastSessions, int]:
+        store = DraftCacheStore(small_settings())
+        sessions = PastSessions(embedder, SESSIONS_PER_TENANT, MAX_EVENT_IDS)
+        bus = KafkaBus(settings, tmp_path)
+        bus.subscribe(DRAFTCACHE_GROUP, store)
+        bus.subscribe(RETRIEVER_GROUP, sessions)
+        await bus.start()
+        bus.publish(event)
+        await bus.drain(timeout_s=DRAIN_S)
+        await bus.stop()
+        applied = bus.counters(DRAFTCACHE_GROUP).applied + bus.counters(RETRIEVER_GROUP).applied
+        return store, sessions, applied
+
+    async def scenario() -> None:
+        store, sessions, applied = await serve_once(answer_event("e1"))
+        assert applied == 2
+        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Branch(OUTPUT, 1.0)]
+        assert answers_seen(sessions, embedder) == ["Use sorted(xs)."]
+
+        # A new process: acme's answer is not read from the log again (only globex's new one is),
+        # so it can only be there because both appliers were restored from their snapshots.
+        store, sessions, applied = await serve_once(answer_event("e2", tenant="globex"))
+        assert applied == 2
+        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Branch(OUTPUT, 1.0)]
+        assert answers_seen(sessions, embedder) == ["Use sorted(xs)."]
+        assert sessions.count(TENANT) == 1 and sessions.count("globex") == 1
+
+    run(scenario())

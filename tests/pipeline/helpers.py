@@ -1,0 +1,420 @@
+"""Helpers for the generator / pipeline tests: a Pipeline on real gRPC (loopback, port 0) driven
+from synchronous test code.
+
+    loop = LoopThread()                                   # one asyncio loop in a background thread
+    p = RunningPipeline.start(loop, pipeline_settings(tmp_dir, generator={"max_running": 1}))
+    p.ingest("acme", DOCS)
+    got = p.answer("acme", "How do I pretty-print JSON?", max_new_tokens=32)
+    assert got.final.output_ids == greedy(p.model, got.final.prompt_ids, 32)
+    p.stop(); loop.close()
+
+The pipeline (grpc.aio servers, in-process bus) lives on the loop thread; tests call it through a
+grpc sync channel, and run coroutines on that loop with ``loop.run``. The model is loaded once per
+process and shared by every pipeline (engines share the scheduler's kernel twins, built once per
+process; the stock model is the greedy baseline). ``RecordingPublisher``, ``ForwardGate`` and
+``SubmitSpy`` are test instruments attached to one pipeline's engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import torch
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from lookahead_core.kernels import KernelSet
+from lookahead_core.serve_request import Phase, ServeRequest
+from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
+
+from services.app import AllSettings, Pipeline
+from services.retriever.documents import Document
+
+T = TypeVar("T")
+
+CALL_TIMEOUT_S = 300.0  # generous: 2 shared cores; a hung call fails instead of stalling
+LOOP_TIMEOUT_S = 300.0  # the longest a coroutine run on the loop thread may take
+IDLE_TIMEOUT_S = 120.0  # waiting for the engine to finish in-flight work
+GATE_TIMEOUT_S = 120.0  # a gated forward proceeds after this even if never released
+
+DOCS = [
+    Document(
+        "json.dumps",
+        "json.dumps(obj, indent=None)",
+        "json.dumps(obj) serializes obj to a JSON formatted str. Use indent=2 to pretty-print the "
+        "output with two spaces per level, and sort_keys=True to sort the keys of dictionaries.",
+    ),
+    Document(
+        "csv.reader",
+        "csv.reader(csvfile)",
+        "csv.reader(csvfile) returns a reader object which iterates over lines in the given csvfile. "
+        "Each row read from the csv file is returned as a list of strings.",
+    ),
+    Document(
+        "pathlib.Path",
+        "pathlib.Path(*segments)",
+        "pathlib.Path represents a filesystem path. Path.read_text() returns the decoded contents of "
+        "the file as a string; Path.exists() tells whether the path points to an existing file.",
+    ),
+]
+QUESTION = "How do I pretty-print JSON with json.dumps?"
+
+
+@functools.cache
+def shared_model() -> tuple[Any, Any]:
+    """(stock SmolLM2 model, tokenizer), loaded once per process (a cached fp32 copy: seconds)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from lookahead_core import load_model
+
+    return load_model()
+
+
+def greedy(model: Any, prompt_ids: Sequence[int], max_new_tokens: int) -> list[int]:
+    """Plain greedy decoding of ``prompt_ids`` by the stock model (``generate``, no drafts)."""
+    ids = torch.tensor([list(prompt_ids)], dtype=torch.long)  # [1, prompt]
+    with torch.inference_mode():
+        out = model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens
+        )  # [1, prompt + new]
+    return out[0, ids.shape[1]:].tolist()
+
+
+def unique_tenant(hint: str) -> str:
+    """A tenant name no other test uses (tests never see each other's sessions or drafts)."""
+    safe = "".join(ch if ch.isalnum() else "-" for ch in hint)[:60]
+    return f"{safe}-{uuid.uuid4().hex[:8]}"
+
+
+# Timeouts far above what a loaded 2-core machine needs: only the fault tests shorten them.
+ROBUST_GENERATOR = {"retrieve_timeout_s": 120.0, "fetch_timeout_s": 120.0, "shutdown_grace_s": 120.0}
+# Draft budgets and kernel choice that do not depend on timings taken on a loaded machine (adaptive
+# budgets are covered by tests/core/test_core_scheduler.py); a test about them sets them back.
+DETERMINISTIC_GENERATOR = {"adaptive_speculation": False, "calibrate_kernels": False}
+
+
+def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
+    """Settings for a test pipeline: temp data dirs, any free port, no metrics, in-process bus."""
+    gen = {"data_dir": root / "generator", "port": 0, "metrics_port": None, **ROBUST_GENERATOR,
+           **DETERMINISTIC_GENERATOR, **sections.get("generator", {})}
+    server = {"port": 0, "metrics_port": None, "shutdown_grace_s": ROBUST_GENERATOR["shutdown_grace_s"]}
+    ret = {"data_dir": root / "retriever", **server, **sections.get("retriever", {})}
+    dc = {"data_dir": root / "draftcache", **server, "snapshot_interval_s": 0, **sections.get("draftcache", {})}
+    kafka = {"bootstrap_servers": "", **sections.get("kafka", {})}
+    return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, kafka=kafka)
+
+
+class LoopThread:
+    """An asyncio event loop running in a daemon thread; ``run`` executes a coroutine on it."""
+
+    def __init__(self, name: str = "pipeline-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = LOOP_TIMEOUT_S) -> T:
+        return self.submit(coro).result(timeout)
+
+    def close(self) -> None:
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.loop.shutdown_asyncgens()
+
+        if self.loop.is_running():
+            self.run(shutdown(), timeout=60)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(60)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+@contextlib.contextmanager
+def running_pipeline(root: Path, loop: LoopThread | None = None,
+                     **sections: dict[str, Any]) -> Iterator[RunningPipeline]:
+    """A started pipeline, on ``loop`` or a loop thread of its own; stopped (gracefully) on exit."""
+    own = loop is None
+    thread = LoopThread() if loop is None else loop
+    try:
+        pipeline = RunningPipeline.start(thread, pipeline_settings(root, **sections))
+        try:
+            yield pipeline
+        finally:
+            pipeline.stop()
+    finally:
+        if own:
+            thread.close()
+
+
+class RecordingPublisher:
+    """Wraps the engine's publisher: records every GenerationCompleted before passing it on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.events: list[events_pb2.GenerationCompleted] = []
+        self._lock = threading.Lock()
+
+    def publish(self, event: events_pb2.GenerationCompleted) -> None:
+        copy = events_pb2.GenerationCompleted()
+        copy.CopyFrom(event)
+        with self._lock:
+            self.events.append(copy)
+        self.inner.publish(event)
+
+    def for_tenant(self, tenant: str) -> list[events_pb2.GenerationCompleted]:
+        with self._lock:
+            return [e for e in self.events if e.tenant == tenant]
+
+
+class ForwardGate:
+    """Counts the engine's batched forwards; the ``block_at``-th one waits until ``release()``.
+
+    A request alone in the engine has one forward for its prefill (a prompt of at most
+    ``prefill_chunk`` tokens), then one per step. Blocking a forward blocks the scheduler thread:
+    every running request is held in flight and newcomers stay in the queue, deterministically (no
+    timing involved). Every twin of the scheduler's KernelSet is watched (each forward runs through
+    one of them). Use as a context manager.
+    """
+
+    def __init__(self, kernels: KernelSet, block_at: int = 0) -> None:
+        self.runners = list(kernels.twins.values())
+        self.block_at = block_at
+        self.calls = 0
+        self.reached = threading.Event()  # the blocked forward has started and waits
+        self.released = threading.Event()
+        self._lock = threading.Lock()
+        self._handles: list[Any] = []
+
+    def _hook(self, module: torch.nn.Module, args: Any) -> None:
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+        if n == self.block_at:
+            self.reached.set()
+            self.released.wait(GATE_TIMEOUT_S)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __enter__(self) -> ForwardGate:
+        self._handles = [runner.register_forward_pre_hook(self._hook) for runner in self.runners]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        for handle in self._handles:
+            handle.remove()
+
+
+class SubmitSpy:
+    """Records every ServeRequest the engine hands to its scheduler (``scheduler.submit``)."""
+
+    def __init__(self, scheduler: Any) -> None:
+        self.scheduler = scheduler
+        self.requests: list[ServeRequest] = []
+        self._orig = scheduler.submit
+        self._lock = threading.Lock()
+
+    def _submit(self, req: ServeRequest) -> None:
+        self._orig(req)  # a request refused here (QueueFull) is not recorded: it never waited
+        with self._lock:
+            self.requests.append(req)
+
+    def __enter__(self) -> SubmitSpy:
+        self.scheduler.submit = self._submit  # instance attribute shadows the method
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self.scheduler.submit
+
+    def last(self) -> ServeRequest | None:
+        with self._lock:
+            return self.requests[-1] if self.requests else None
+
+
+def ended(req: ServeRequest) -> bool:
+    """Whether the scheduler is done with ``req`` (its place and cache are freed)."""
+    return req.phase is Phase.DONE
+
+
+class TimeoutRecorder:
+    """Wraps the engine's retriever or draft client: records the timeout of every call."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.timeouts: list[float] = []
+
+    async def retrieve(self, *args: Any) -> Any:
+        self.timeouts.append(float(args[-1]))  # (tenant, question, k, m, max_new_tokens, timeout_s)
+        return await self.inner.retrieve(*args)
+
+    async def fetch(self, *args: Any) -> Any:
+        self.timeouts.append(float(args[-1]))  # (tenant, tokenizer_id, prompt, refs, budget, timeout_s)
+        return await self.inner.fetch(*args)
+
+
+@dataclass
+class Answered:
+    """One streamed reply: its deltas and the final message."""
+
+    deltas: list[generator_pb2.TextDelta] = field(default_factory=list)
+    final: generator_pb2.FinalInfo | None = None
+
+    @property
+    def text(self) -> str:
+        return "".join(d.text for d in self.deltas)
+
+    @property
+    def streamed_ids(self) -> list[int]:
+        return [t for d in self.deltas for t in d.token_ids]
+
+
+def collect(chunks: Iterator[generator_pb2.AnswerChunk]) -> Answered:
+    """Read a stream to its end; exactly one final message must come, and it must come last."""
+    got = Answered()
+    for chunk in chunks:
+        assert got.final is None, "a message came after the final one"
+        if chunk.HasField("final"):
+            got.final = chunk.final
+        else:
+            assert chunk.HasField("delta"), chunk
+            got.deltas.append(chunk.delta)
+    assert got.final is not None, "the stream ended without a final message"
+    return got
+
+
+def params(**kw: Any) -> generator_pb2.GenerationParams:
+    return generator_pb2.GenerationParams(**kw)
+
+
+@dataclass
+class RunningPipeline:
+    """A started Pipeline (gRPC servers) plus a sync channel to its generator."""
+
+    loop: LoopThread
+    pipeline: Pipeline
+    channel: grpc.Channel
+    stub: generator_pb2_grpc.GeneratorStub
+    events: RecordingPublisher
+    model: Any
+    tokenizer: Any
+    stopped: bool = False
+
+    @classmethod
+    def start(cls, loop: LoopThread, settings: AllSettings) -> RunningPipeline:
+        model, tokenizer = shared_model()
+        pipeline = loop.run(Pipeline.start(settings, grpc_servers=True, model=model, tokenizer=tokenizer))
+        recorder = RecordingPublisher(pipeline.engine.publisher)
+        pipeline.engine.publisher = recorder
+        channel = grpc.insecure_channel(cls._target(pipeline, "generator"))
+        return cls(loop, pipeline, channel, generator_pb2_grpc.GeneratorStub(channel), recorder, model, tokenizer)
+
+    @staticmethod
+    def _target(pipeline: Pipeline, service: str) -> str:
+        return f"127.0.0.1:{pipeline.ports[service]}"
+
+    def target(self, service: str = "generator") -> str:
+        return self._target(self.pipeline, service)
+
+    @property
+    def engine(self) -> Any:
+        return self.pipeline.engine
+
+    def begin_stop(self) -> concurrent.futures.Future[None]:
+        """Start ``Pipeline.stop()`` (graceful) on the loop; ``stop()`` will not run it again."""
+        self.stopped = True
+        return self.loop.submit(self.pipeline.stop())
+
+    def stop(self) -> None:
+        self.channel.close()
+        if not self.stopped:
+            self.stopped = True
+            self.loop.run(self.pipeline.stop())
+
+    # ---- calls --------------------------------------------------------------------------------
+    def ingest(self, tenant: str, docs: Sequence[Document] = DOCS) -> None:
+        self.pipeline.retriever.ingest(tenant, list(docs))
+
+    def new_tenant(self, hint: str) -> str:
+        """A tenant of its own (``unique_tenant``) with ``DOCS`` ingested."""
+        tenant = unique_tenant(hint)
+        self.ingest(tenant)
+        return tenant
+
+    def answer_request(self, tenant: str, question: str = QUESTION, k: int = 0, m: int = 0,
+                       **gen: Any) -> generator_pb2.AnswerRequest:
+        return generator_pb2.AnswerRequest(tenant=tenant, question=question, k=k, m=m, params=params(**gen))
+
+    def answer(self, tenant: str, question: str = QUESTION, k: int = 0, m: int = 0,
+               timeout: float = CALL_TIMEOUT_S, **gen: Any) -> Answered:
+        return collect(self.stub.Answer(self.answer_request(tenant, question, k, m, **gen), timeout=timeout))
+
+    def generate(self, request: generator_pb2.GenerateRequest, timeout: float = CALL_TIMEOUT_S) -> Answered:
+        return collect(self.stub.Generate(request, timeout=timeout))
+
+    def drain(self) -> None:
+        """Wait until every published event reached the draft cache and the past sessions."""
+        self.loop.run(self.pipeline.bus.drain(60))
+
+    # ---- state --------------------------------------------------------------------------------
+    @property
+    def inflight(self) -> int:
+        """Requests waiting or running in the engine's scheduler."""
+        return int(self.engine.inflight)
+
+    def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> int:
+        """Wait until no request is in flight in the engine; returns the in-flight count then."""
+        wait_until(lambda: self.inflight == 0, timeout)
+        return self.inflight
+
+    def health(self, service: str, target: str | None = None) -> int:
+        with grpc.insecure_channel(target or self.target()) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = IDLE_TIMEOUT_S) -> bool:
+    """Poll ``predicate`` until it holds (True) or ``timeout`` passes (False)."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def rpc_error(call: Callable[[], Any]) -> grpc.RpcError:
+    """The RpcError ``call`` raises (an AssertionError when it succeeds)."""
+    try:
+        call()
+    except grpc.RpcError as err:
+        return err
+    raise AssertionError("the call succeeded; an error status was expected")
+
+
+def assert_status(err: grpc.RpcError, code: grpc.StatusCode, *words: str) -> None:
+    """``err`` has status ``code`` and a one-line message containing each of ``words``."""
+    details = err.details() or ""  # type: ignore[attr-defined]
+    assert err.code() == code, (err.code(), details)  # type: ignore[attr-defined]
+    assert details.strip(), "the status has no message"
+    assert "\n" not in details, f"message is not one line: {details!r}"
+    for word in words:
+        assert word.lower() in details.lower(), (word, details)
