@@ -1,30 +1,38 @@
 """lookahead_core: lossless multi-branch (lookahead) decoding for Hugging Face causal LMs.
 
-Names are imported lazily, so light users (the draft cache's trie) do not pay for torch.
+Importing the package costs no torch: the names below (configuration, trie, drafts, verification,
+stats, the step observer, model defaults) are torch-free, so light users such as the draft cache's
+trie stay light. Torch users import from the submodules explicitly:
+
+    from lookahead_core.decoder import LookaheadDecoder      # the batch-1 loop (the tests' oracle)
+    from lookahead_core.models import load_model             # model + tokenizer, built-ins cached
+    from lookahead_core.scheduler import StepScheduler       # the serving engine
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .config import DecodingConfig, DraftMode, TrieConfig
+from .defaults import DEFAULT_MODEL, cache_dir
+from .draft import Drafter, DraftTree, retrieve_draft
+from .observer import PathRecorder, StepObserver
+from .stats import GenerationStats
+from .trie import TokenTrie
+from .verify import accept_longest
+from .vocab import tokenizer_id
 
-_EXPORTS = {
-    "DecodingConfig": "config", "DraftMode": "config", "TrieConfig": "config",
-    "GenerationResult": "decoder", "GenerationStats": "decoder", "LookaheadDecoder": "decoder",
-    "DraftTree": "draft", "retrieve_draft": "draft",
-    "CostCurve": "kernels", "KernelSet": "kernels",
-    "compact_cache": "kvcache", "rollback_cache": "kvcache",
-    "DEFAULT_MODEL": "models", "load_model": "models", "load_tokenizer": "models", "tokenizer_id": "models",
-    "TokenTrie": "trie",
-    "accept_longest": "verify",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'lookahead_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+__all__ = [
+    "DEFAULT_MODEL",
+    "DecodingConfig",
+    "DraftMode",
+    "DraftTree",
+    "Drafter",
+    "GenerationStats",
+    "PathRecorder",
+    "StepObserver",
+    "TokenTrie",
+    "TrieConfig",
+    "accept_longest",
+    "cache_dir",
+    "retrieve_draft",
+    "tokenizer_id",
+]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -30,7 +30,7 @@ class TrieConfig:
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    """Knobs of one lookahead decoding run."""
+    """Knobs of one lookahead decoding run; ``dataclasses.replace`` makes a changed copy (mode may be a string)."""
 
     mode: DraftMode = DraftMode.HIERARCHICAL  # draft structure
     # Draft tokens verified per forward (root excluded). Default from `lookahead-rag bench
@@ -47,12 +47,6 @@ class DecodingConfig:
     stop_strings: tuple[str, ...] = ()  # generation stops before any of these strings
     trie: TrieConfig = field(default_factory=TrieConfig)  # trie shape and capacity
     insert_output: bool = True  # insert the output into the trie as it grows (self-repetition drafts)
-
-    def with_(self, **changes: object) -> DecodingConfig:
-        """A copy with some fields changed (mode may be given as a string)."""
-        if "mode" in changes:
-            changes["mode"] = DraftMode(changes["mode"])
-        return replace(self, **changes)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings

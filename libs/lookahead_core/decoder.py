@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
@@ -13,37 +12,16 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 from .calibration import decoder_kernels
 from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
-from .draft import DraftTree, retrieve_draft
-from .finish import trim_step
+from .draft import Drafter, DraftTree, retrieve_draft
+from .finish import eos_ids, trim_step
 from .kernels import KernelSet
 from .kvcache import compact_cache, rollback_cache
+from .observer import StepObserver
+from .stats import GenerationStats
 from .support import check_supported
 from .tree_inputs import build_tree_inputs
-from .trie import TokenTrie
+from .trie import OutputCursor, TokenTrie
 from .verify import accept_longest
-
-
-@dataclass
-class GenerationStats:
-    """What one generation cost and how well drafting worked."""
-
-    new_tokens: int = 0  # tokens emitted (the first token from prefill included)
-    forward_steps: int = 0  # verification forwards after prefill
-    accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each forward
-    draft_tokens: int = 0  # draft tokens sent through the model
-    accepted_paths: list[tuple[int, ...]] = field(default_factory=list)  # per step: flattened path indices
-    prefill_s: float = 0.0  # prompt forward
-    draft_s: float = 0.0  # building drafts (trie lookups)
-    forward_s: float = 0.0  # verification forwards (tree inputs + model + argmax)
-    cache_s: float = 0.0  # KV-cache compaction
-    wall_s: float = 0.0  # whole generation
-    finish_reason: str = ""  # "eos" | "stop" | "length" | "cancelled"
-
-    @property
-    def mean_accepted_per_step(self) -> float:
-        """Tokens per verification forward (1.0 for plain greedy)."""
-        steps = self.forward_steps
-        return (sum(self.accepted_per_step) / steps) if steps else 0.0
 
 
 @dataclass
@@ -53,19 +31,6 @@ class GenerationResult:
     output_ids: list[int]
     text: str
     stats: GenerationStats
-
-
-# (full context ids, budget, max depth) -> draft tree; replaces trie drafting when given
-Drafter = Callable[[list[int], int, int], DraftTree]
-
-
-def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
-    eos = model.generation_config.eos_token_id
-    if eos is None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        return frozenset()
-    return frozenset(eos if isinstance(eos, list) else [eos])
 
 
 class LookaheadDecoder:
@@ -93,7 +58,7 @@ class LookaheadDecoder:
         self.tokenizer = tokenizer
         self.config = config or DecodingConfig()
         self.trie = trie  # shared trie (outputs accumulate); None = a fresh trie per request
-        self.eos = _eos_ids(model, tokenizer)
+        self.eos = eos_ids(model, tokenizer)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
 
@@ -126,19 +91,19 @@ class LookaheadDecoder:
         config: DecodingConfig | None = None,
         trie: TokenTrie | None = None,
         references: Sequence[Sequence[int]] = (),
-        branches: Sequence[tuple[Sequence[int], int]] = (),
         should_stop: Callable[[], bool] | None = None,
         drafter: Drafter | None = None,
+        observer: StepObserver | None = None,
     ) -> DecodeRun:
         """A run that yields the token ids verified by each forward.
 
         ``references`` (token id lists: retrieved documents, past answers) are inserted like the
-        prompt; ``branches`` are (ids, count) pairs from a tenant's draft cache inserted as
-        output branches; ``should_stop`` is polled once per step (client cancel, deadline);
-        ``drafter`` replaces trie drafting (tests feed adversarial trees through it).
+        prompt; ``should_stop`` is polled once per step (client cancel, deadline); ``drafter``
+        replaces trie drafting (tests feed adversarial trees through it); ``observer`` sees every
+        verified tree and its accepted path (benchmarks).
         """
         return DecodeRun(
-            self, list(prompt_ids), config or self.config, trie, references, branches, should_stop, drafter
+            self, list(prompt_ids), config or self.config, trie, references, should_stop, drafter, observer
         )
 
 
@@ -152,20 +117,20 @@ class DecodeRun:
         config: DecodingConfig,
         trie: TokenTrie | None,
         references: Sequence[Sequence[int]],
-        branches: Sequence[tuple[Sequence[int], int]],
         should_stop: Callable[[], bool] | None,
-        drafter: Drafter | None = None,
+        drafter: Drafter | None,
+        observer: StepObserver | None,
     ) -> None:
         if not prompt_ids:
             raise ValueError("prompt_ids must not be empty")
-        self.d = decoder
+        self.decoder = decoder
         self.config = config
         self.prompt_ids = prompt_ids
         self.trie = trie or decoder.trie or TokenTrie(config.trie)
         self.references = references
-        self.branches = branches
         self.should_stop = should_stop
         self.drafter = drafter
+        self.observer = observer
         self.stats = GenerationStats()
         self.output: list[int] = []
         self.done = False
@@ -180,57 +145,50 @@ class DecodeRun:
     # ------------------------------------------------------------------------------------------
     def _forward(self, cache: DynamicCache, past_len: int, **inputs: torch.Tensor) -> torch.Tensor:
         """One model forward (the kernels that win at its size); on failure the cache is cut back to ``past_len``."""
-        runner = self.d.kernels.runner(inputs["input_ids"].shape[-1])  # input_ids: [1, q]
+        runner = self.decoder.kernels.runner(inputs["input_ids"].shape[-1])  # input_ids: [1, q]
         try:
             return runner(past_key_values=cache, use_cache=True, **inputs).logits
         except BaseException:
             rollback_cache(cache, past_len)
             raise
 
-    def _finish(self, new: list[int]) -> list[int]:
+    def _trim_step_tokens(self, new: list[int]) -> list[int]:
         """Trim a step's tokens at EOS / max_new_tokens / stop strings and set finish_reason."""
-        cfg, tok = self.config, self.d.tokenizer
+        cfg, tok = self.config, self.decoder.tokenizer
 
         def decode(ids: list[int]) -> str:
             return tok.decode(ids, skip_special_tokens=True)
 
         # The first event in token order wins, so the step size never changes the result (finish.py).
         new, self.stats.finish_reason = trim_step(
-            self.output, new, self.d.eos, cfg.max_new_tokens, cfg.stop_strings, decode
+            self.output, new, self.decoder.eos, cfg.max_new_tokens, cfg.stop_strings, decode
         )
         return new
 
     def _run(self) -> Iterator[list[int]]:
-        cfg, d, stats = self.config, self.d, self.stats
-        start = time.perf_counter()
+        cfg, dec, stats = self.config, self.decoder, self.stats
         owner = f"req-{uuid.uuid4().hex}"
         trie = self.trie
         trie.insert_prompt(self.prompt_ids, owner)
         for ref in self.references:
             trie.insert_prompt(list(ref), owner)
-        for ids, count in self.branches:
-            trie.insert_branch(list(ids), count)
         cursor = trie.output_cursor() if cfg.insert_output else None
         cache = DynamicCache()
         try:
             with torch.inference_mode():
-                t0 = time.perf_counter()
-                ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=d.device)  # [1, prompt]
+                ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=dec.device)  # [1, prompt]
                 logits = self._forward(cache, 0, input_ids=ids, logits_to_keep=1)  # [1, 1, vocab]
                 first = int(logits[0, -1].argmax())
-                stats.prefill_s = time.perf_counter() - t0
                 past_len = len(self.prompt_ids)
-                new = self._finish([first])
+                new = self._trim_step_tokens([first])
                 yield from self._emit(new, cursor)
                 while not stats.finish_reason:
                     if self.should_stop is not None and self.should_stop():
                         stats.finish_reason = "cancelled"
                         break
                     root = self.output[-1]
-                    t0 = time.perf_counter()
                     tree = self._draft()
-                    t1 = time.perf_counter()
-                    inputs = build_tree_inputs(tree, root, past_len, d.dtype, d.device)
+                    inputs = build_tree_inputs(tree, root, past_len, dec.dtype, dec.device)
                     logits = self._forward(
                         cache,
                         past_len,
@@ -240,20 +198,14 @@ class DecodeRun:
                     )  # logits: [1, q, vocab]
                     predicted = logits[0].argmax(-1).tolist()  # [q]
                     path = accept_longest(tree.tokens, tree.parents, predicted)
-                    t2 = time.perf_counter()
                     compact_cache(cache, past_len, path)
-                    t3 = time.perf_counter()
                     past_len += len(path)
-                    stats.draft_s += t1 - t0
-                    stats.forward_s += t2 - t1
-                    stats.cache_s += t3 - t2
                     stats.forward_steps += 1
                     stats.draft_tokens += len(tree)
-                    # Best-first trees are prefixes of bigger ones, so a budget of D keeps the path's
-                    # nodes with index <= D: lets a bench size the tree from one run.
-                    stats.accepted_paths.append(tuple(path[1:]))
+                    if self.observer is not None:
+                        self.observer.on_step(tree, tuple(path[1:]))
                     new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]
-                    new = self._finish(new)
+                    new = self._trim_step_tokens(new)
                     stats.accepted_per_step.append(len(new))
                     yield from self._emit(new, cursor)
         finally:
@@ -262,12 +214,11 @@ class DecodeRun:
                 cursor.close()
             self.done = True
             stats.new_tokens = len(self.output)
-            stats.wall_s = time.perf_counter() - start
 
-    def _emit(self, new: list[int], cursor: object) -> Iterator[list[int]]:
+    def _emit(self, new: list[int], cursor: OutputCursor | None) -> Iterator[list[int]]:
         self.output.extend(new)
         if cursor is not None:
-            cursor.feed(new)  # type: ignore[attr-defined]
+            cursor.feed(new)
         if self.stats.finish_reason:
             self.done = True
         if new:
@@ -283,5 +234,5 @@ class DecodeRun:
         if self.drafter is not None:
             return self.drafter(self.prompt_ids + self.output, cfg.decoding_length, room)
         return retrieve_draft(
-            self.trie, context, cfg, budget=cfg.decoding_length, max_depth=room, banned=self.d.eos
+            self.trie, context, cfg, budget=cfg.decoding_length, max_depth=room, banned=self.decoder.eos
         )

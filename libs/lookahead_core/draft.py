@@ -9,7 +9,7 @@ under the trie's counts: the product of count(child) / sum(count(siblings)) alon
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .config import DecodingConfig, DraftMode
@@ -80,6 +80,11 @@ class DraftTree:
                 node = self.parents[node - 1]
             out.append(path[::-1])
         return out
+
+
+# (full context ids, budget, max depth) -> draft tree; replaces trie drafting when given (tests feed
+# adversarial trees through it)
+Drafter = Callable[[list[int], int, int], DraftTree]
 
 
 def _children(node: Node, prompt_weight: float, banned: frozenset[int]) -> list[tuple[float, int, Node]]:

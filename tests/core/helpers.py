@@ -1,7 +1,8 @@
 """Shared helpers for the decoding-core tests (tests/core/).
 
 Tiny random models of two families, a stub tokenizer, greedy references, brute-force oracles
-for the trie, hand-built draft trees and adversarial drafters. Nothing here reads ../shared.
+for the trie, hand-built draft trees and adversarial drafters (fixtures are in conftest.py).
+Nothing here reads ../shared.
 """
 
 from __future__ import annotations
@@ -11,14 +12,13 @@ import functools
 import os
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import pytest
 import torch
 from lookahead_core.config import DecodingConfig, DraftMode
-from lookahead_core.draft import DraftTree
+from lookahead_core.draft import Drafter, DraftTree
 from lookahead_core.trie import Node, TokenTrie
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
 
@@ -28,20 +28,6 @@ TINY_VOCAB = 256  # vocabulary of the tiny random models
 FAMILIES = ("llama", "qwen2")  # two model families with different attention code
 ATTNS = ("sdpa", "eager")  # sdpa takes the float mask as is; eager adds it to the scores
 MODES = ("hierarchical", "parallel", "llma", "none")
-
-
-@pytest.fixture(scope="module")
-def one_thread() -> Iterator[None]:
-    """Tiny models run several times faster on one intra-op thread (no OpenMP hand-offs on a busy box).
-
-    Import it into a module and list it in ``pytestmark = pytest.mark.usefixtures("one_thread")``.
-    """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 # ---- trie oracles ------------------------------------------------------------------------------
@@ -214,8 +200,7 @@ def random_prompt(rng: random.Random, vocab: int = TINY_VOCAB, low: int = 3) -> 
     return out
 
 
-# ---- adversarial drafters (signature of LookaheadDecoder.generate's drafter=) --------------------
-Drafter = Callable[[list[int], int, int], DraftTree]
+# ---- adversarial drafters (lookahead_core.draft.Drafter: LookaheadDecoder.generate's drafter=) --------
 
 
 def _position(context: Sequence[int], prompt_len: int) -> int:

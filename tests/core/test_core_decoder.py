@@ -10,9 +10,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, TokenTrie
+from lookahead_core import DecodingConfig, DraftMode, TokenTrie
+from lookahead_core.decoder import LookaheadDecoder
 
-from tests.core.helpers import MODES, eos_as, greedy, one_thread, pfreq_table, text_model, tok  # noqa: F401
+from tests.core.helpers import MODES, eos_as, greedy, pfreq_table, text_model, tok
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -83,26 +84,23 @@ def stopped(ids: list[int], stops: list[str]) -> tuple[list[int], str]:
     raise AssertionError(f"no stop string of {stops} in the output")
 
 
-def stop_runs() -> list[tuple[str, list[str], list[int], str, DecodingConfig, list[int]]]:
-    out = []
-    for name, build in STOP_CASES.items():
-        for idx in range(2):
-            prompt, ids = reference(idx)
-            stops = build(ids)
-            want_ids, want_text = stopped(ids, stops)
-            config = DecodingConfig(max_new_tokens=MAX_NEW, stop_strings=tuple(stops))
-            out.append((f"{name}/{idx}", stops, want_ids, want_text, config, prompt))
-    return out
+STOP_RUNS = [(name, idx) for name in STOP_CASES for idx in range(2)]  # every case on TEXTS[0] and TEXTS[1]
 
 
-@pytest.mark.parametrize("case", list(STOP_CASES))
-def test_stop_strings_end_the_output_ids(case: str) -> None:
-    dec = decoder()
-    for name, stops, want_ids, _, config, prompt in stop_runs():
-        if name.startswith(case + "/"):
-            res = dec.generate(prompt, config=config)
-            assert res.output_ids == want_ids, (name, stops)
-            assert res.stats.finish_reason == "stop"
+def stop_run(name: str, idx: int) -> tuple[list[str], list[int], str, DecodingConfig, list[int]]:
+    """(stop strings, expected ids, expected text, config, prompt) of STOP_CASES[name] on TEXTS[idx]."""
+    prompt, ids = reference(idx)
+    stops = STOP_CASES[name](ids)
+    want_ids, want_text = stopped(ids, stops)
+    return stops, want_ids, want_text, DecodingConfig(max_new_tokens=MAX_NEW, stop_strings=tuple(stops)), prompt
+
+
+@pytest.mark.parametrize(("name", "idx"), STOP_RUNS)
+def test_stop_strings_end_the_output_ids(name: str, idx: int) -> None:
+    stops, want_ids, _, config, prompt = stop_run(name, idx)
+    res = decoder().generate(prompt, config=config)
+    assert res.output_ids == want_ids, stops
+    assert res.stats.finish_reason == "stop"
 
 
 def test_absent_stop_string_changes_nothing() -> None:
@@ -112,33 +110,32 @@ def test_absent_stop_string_changes_nothing() -> None:
     assert res.text == decode(ids)
 
 
-def test_generate_text_is_cut_before_the_stop_string() -> None:
-    dec = decoder()
-    for name, stops, _, want_text, config, prompt in stop_runs():
-        text = dec.generate(prompt, config=config).text
-        assert text == want_text, (name, stops, text)
-        assert not any(s in text for s in stops), name
+@pytest.mark.parametrize(("name", "idx"), STOP_RUNS)
+def test_generate_text_is_cut_before_the_stop_string(name: str, idx: int) -> None:
+    stops, _, want_text, config, prompt = stop_run(name, idx)
+    text = decoder().generate(prompt, config=config).text
+    assert text == want_text, (stops, text)
+    assert not any(s in text for s in stops)
 
 
-def test_stream_is_cut_before_the_stop_string() -> None:
-    dec = decoder()
-    for name, stops, _, want_text, config, prompt in stop_runs():
-        text = "".join(dec.stream(prompt, config=config))
-        assert text == want_text, (name, stops, text)
+@pytest.mark.parametrize(("name", "idx"), STOP_RUNS)
+def test_stream_is_cut_before_the_stop_string(name: str, idx: int) -> None:
+    stops, _, want_text, config, prompt = stop_run(name, idx)
+    text = "".join(decoder().stream(prompt, config=config))
+    assert text == want_text, (stops, text)
 
 
 # ---- streaming -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("idx", range(len(TEXTS)))
 @pytest.mark.parametrize("mode", MODES)
-def test_stream_concatenates_to_the_result_text(mode: str) -> None:
-    config = DecodingConfig(mode=DraftMode(mode), max_new_tokens=MAX_NEW)
-    dec = decoder(config)
-    for idx in range(len(TEXTS)):
-        prompt, ids = reference(idx)
-        chunks = list(dec.stream(prompt))
-        res = dec.generate(prompt)
-        assert res.output_ids == ids
-        assert "".join(chunks) == res.text == decode(ids), idx
-        assert all(chunks), "no empty chunks"
+def test_stream_concatenates_to_the_result_text(mode: str, idx: int) -> None:
+    dec = decoder(DecodingConfig(mode=DraftMode(mode), max_new_tokens=MAX_NEW))
+    prompt, ids = reference(idx)
+    chunks = list(dec.stream(prompt))
+    res = dec.generate(prompt)
+    assert res.output_ids == ids
+    assert "".join(chunks) == res.text == decode(ids)
+    assert all(chunks), "no empty chunks"
 
 
 # ---- limits, cancel, errors --------------------------------------------------------------------------
@@ -239,9 +236,13 @@ def test_branches_from_a_draft_cache_are_used() -> None:
     prompt, ids = reference(2)
     dec = decoder()
     plain = dec.generate(prompt)
-    # what a tenant's draft cache returns: branches of a past answer (from every start, as inserted)
+    # what a tenant's draft cache returns: branches of a past answer (from every start, as inserted),
+    # put into the trie the request decodes with as output branches
     branches = [(prompt[-1:] + ids[:30], 1)] + [(ids[i : i + 30], 1) for i in range(len(ids))]
-    fed = dec.generate(prompt, branches=branches)
+    trie = TokenTrie()
+    for branch, count in branches:
+        trie.insert_branch(branch, count)
+    fed = dec.generate(prompt, trie=trie)
     assert fed.output_ids == plain.output_ids == ids
     assert fed.stats.forward_steps < plain.stats.forward_steps
 

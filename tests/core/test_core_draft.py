@@ -11,8 +11,8 @@ from lookahead_core.trie import TokenTrie
 
 from tests.core.helpers import check_tree_shape, draft_cap, node_paths
 
-ALL_MODES = list(DraftMode)
-DRAFTING_MODES = [DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA]
+ALL_MODES = list(DraftMode)  # every mode, plain greedy (none) included
+DRAFTING_MODES = [DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA]  # the modes that draft at all
 
 
 def cfg(mode: DraftMode, **kw: object) -> DecodingConfig:
@@ -151,19 +151,19 @@ def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
         assert trie.contains_path([1, *path])
 
 
-def test_only_banned_continuations_give_empty_draft() -> None:
+@pytest.mark.parametrize("mode", DRAFTING_MODES)
+def test_only_banned_continuations_give_empty_draft(mode: DraftMode) -> None:
     trie = trie_of([[1, 0]])
-    for mode in DRAFTING_MODES:
-        assert len(retrieve_draft(trie, [1], cfg(mode), budget=8, max_depth=8, banned=frozenset({0}))) == 0
+    assert len(retrieve_draft(trie, [1], cfg(mode), budget=8, max_depth=8, banned=frozenset({0}))) == 0
 
 
 # ---- multi-stage ---------------------------------------------------------------------------------------
-def test_falls_back_to_shorter_suffix_without_continuation() -> None:
+@pytest.mark.parametrize("mode", DRAFTING_MODES)
+def test_falls_back_to_shorter_suffix_without_continuation(mode: DraftMode) -> None:
     # [1, 2] is in the trie but has no continuation (the prompt ends there); [2] continues with 3 4
     trie = trie_of([[2, 3, 4], [1, 2]])
-    for mode in DRAFTING_MODES:
-        tree = retrieve_draft(trie, [1, 2], cfg(mode), budget=8, max_depth=8)
-        assert tree.paths() == [[3, 4]], mode
+    tree = retrieve_draft(trie, [1, 2], cfg(mode), budget=8, max_depth=8)
+    assert tree.paths() == [[3, 4]]
 
 
 def test_longest_suffix_wins_when_it_fills_the_budget() -> None:
@@ -182,10 +182,10 @@ def test_thin_long_match_is_topped_up_from_shorter_suffix() -> None:
     assert sorted(tree.paths()) == [[8], [9, 10]]
 
 
-def test_no_match_gives_empty_draft() -> None:
+@pytest.mark.parametrize("mode", ALL_MODES)
+def test_no_match_gives_empty_draft(mode: DraftMode) -> None:
     trie = trie_of([[1, 2, 3]])
-    for mode in ALL_MODES:
-        assert len(retrieve_draft(trie, [4, 5], cfg(mode), budget=8, max_depth=8)) == 0
+    assert len(retrieve_draft(trie, [4, 5], cfg(mode), budget=8, max_depth=8)) == 0
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)

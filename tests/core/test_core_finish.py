@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import NamedTuple
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder
+from lookahead_core import DecodingConfig, Drafter, DraftMode
+from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.finish import FinishReason, stop_lookback, trim_step
 
-from tests.core.helpers import Drafter, eos_as, greedy, one_thread, oracle_drafter, text_model, tok  # noqa: F401
+from tests.core.helpers import eos_as, greedy, oracle_drafter, text_model, tok
 
 # ---- pure cases ----------------------------------------------------------------------------------
 LETTERS = "abcdefghij"  # token i < 10 decodes to LETTERS[i]
@@ -228,7 +230,7 @@ def test_stop_string_matches_transformers(tail: str, drafting: str) -> None:
     config = DecodingConfig(max_new_tokens=max_new, stop_strings=tuple(stops), decoding_length=FREE_NEW)
     drafter: Drafter | None = oracle_drafter(len(prompt), out) if drafting == "oracle" else None
     if drafting == "none":
-        config = config.with_(mode=DraftMode.NONE)
+        config = replace(config, mode=DraftMode.NONE)
     with eos_as(text_model(), eos):
         dec = LookaheadDecoder(text_model(), tok(), config)
         res = dec.generate(prompt, drafter=drafter)

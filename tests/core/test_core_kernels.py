@@ -15,18 +15,18 @@ from collections.abc import Callable, Iterator, Mapping
 import lookahead_core.kernels as kernels_module
 import pytest
 import torch
-from lookahead_core import DecodingConfig, LookaheadDecoder
+from lookahead_core import DecodingConfig
 from lookahead_core.attention import TREE_SDPA, tree_attention
 from lookahead_core.calibration import CalibrationConfig, TreeProbe, decoder_kernels, probe_tree
+from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
 from lookahead_core.packed import PackedLinear, packable
 from torch import nn
 
-from tests.core.helpers import (  # noqa: F401
+from tests.core.helpers import (
     StubTokenizer,
     eos_as,
     greedy,
-    one_thread,
     oracle_drafter,
     random_prompt,
     tiny_model,

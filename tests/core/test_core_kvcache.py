@@ -7,7 +7,7 @@ import torch
 from lookahead_core.kvcache import compact_cache, rollback_cache
 from transformers import DynamicCache
 
-from tests.core.helpers import one_thread, tiny_model  # noqa: F401
+from tests.core.helpers import tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

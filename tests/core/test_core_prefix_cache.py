@@ -11,8 +11,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.prefix_cache import KV, PrefixCacheConfig, PrefixKVCache, common_prefix_lengths, pad_rows
 
-from tests.core.helpers import one_thread  # noqa: F401
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LAYERS, HEADS, DIM = 2, 1, 2  # shape of the hand-made KV: [1, HEADS, n, DIM] per layer

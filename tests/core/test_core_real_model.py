@@ -26,8 +26,10 @@ import threading
 from collections.abc import Callable
 
 import pytest
-from lookahead_core import DecodingConfig, DraftMode, LookaheadDecoder, load_model
+from lookahead_core import DecodingConfig, DraftMode
+from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.detok import REPLACEMENT
+from lookahead_core.models import load_model
 from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pytest
+from lookahead_core import PathRecorder
 from lookahead_core.admission import QueueFull
 from lookahead_core.config import DecodingConfig, DraftMode
 from lookahead_core.kernels import KernelSet
@@ -22,13 +23,12 @@ from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.serve_request import Phase, RequestExpired, ServeRequest
 from transformers import PreTrainedModel
 
-from tests.core.helpers import (  # noqa: F401
+from tests.core.helpers import (
     FAMILIES,
     StubTokenizer,
     eos_as,
     forking_drafter,
     greedy,
-    one_thread,
     oracle_drafter,
     random_prompt,
     tiny_model,
@@ -63,9 +63,10 @@ class Client:
 def request(prompt: Sequence[int], client: Client, tenant: str = "t", **cfg: object) -> ServeRequest:
     drafter = cfg.pop("drafter", None)
     deadline = cfg.pop("deadline", None)
+    observer = cfg.pop("observer", None)
     config = DecodingConfig(**{"max_new_tokens": 24, "decoding_length": 6, **cfg})  # type: ignore[arg-type]
     return ServeRequest(prompt, config, tenant=tenant, on_tokens=client.on_tokens, on_done=client.on_done,
-                        drafter=drafter, deadline=deadline)  # type: ignore[arg-type]
+                        drafter=drafter, deadline=deadline, observer=observer)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -300,6 +301,22 @@ def test_stop_string_in_a_batched_step(scheduler_of) -> None:
         run_all(sched, [req], [client])
     assert req.output == truth[:7]
     assert req.stats.finish_reason == "stop"
+
+
+def test_observer_sees_every_decode_step(scheduler_of) -> None:
+    # a StepObserver on a request gets every verified tree's accepted path; oracle chains are accepted whole
+    model = tiny_model("llama")
+    prompt = random_prompt(random.Random(13))
+    with eos_as(model, None):
+        truth = greedy(model, prompt, 24)
+        sched = scheduler_of(model, SchedulerConfig(calibrate=False, adaptive=False))
+        client, recorder = Client(), PathRecorder()
+        req = request(prompt, client, drafter=oracle_drafter(len(prompt), truth), observer=recorder)
+        run_all(sched, [req], [client])
+    assert req.output == truth
+    assert len(recorder.paths) == req.stats.forward_steps > 0
+    assert all(p == tuple(range(1, len(p) + 1)) for p in recorder.paths)  # the whole chain, node by node
+    assert sum(len(p) + 1 for p in recorder.paths) == len(truth) - 1  # + a bonus token each; + the prefill's
 
 
 def wait_for(cond, timeout: float = WAIT_S) -> bool:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from lookahead_core import LookaheadDecoder
 from lookahead_core.attention import TREE_SDPA
+from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.models import load_model
 from lookahead_core.ragged import RAGGED_ATTENTION
 from lookahead_core.support import UnsupportedModelError, check_supported, unsupported_reasons
@@ -25,7 +25,7 @@ from transformers import (
     Qwen2Config,
 )
 
-from tests.core.helpers import StubTokenizer, one_thread, tiny_model  # noqa: F401
+from tests.core.helpers import StubTokenizer, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

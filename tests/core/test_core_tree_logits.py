@@ -9,7 +9,7 @@ from lookahead_core.kernels import make_twin
 from lookahead_core.tree_inputs import build_tree_inputs
 from transformers import DynamicCache
 
-from tests.core.helpers import ATTNS, FAMILIES, node_paths, one_thread, tiny_model, tree_from  # noqa: F401
+from tests.core.helpers import ATTNS, FAMILIES, node_paths, tiny_model, tree_from
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

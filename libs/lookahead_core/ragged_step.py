@@ -1,0 +1,77 @@
+"""The scheduler's ragged forwards, built: one step's packed row, and the start-up cost probe.
+
+A step packs every decoding request's tree (its root first) and every prefill chunk into one row;
+each becomes a ``Segment`` of the ``RaggedPlan`` that ragged attention follows (ragged.py). The
+probe runs forwards of n prompt-like tokens the same way, so the measured cost curve is what steps
+cost on this machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .draft import DraftTree
+from .kvstore import KVShape, RequestKV
+from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from .serve_request import ServeRequest
+from .tree_inputs import ancestor_matrix
+
+Chunk = tuple[ServeRequest, int, int]  # (request, first, end): prompt positions [first, end) prefilled this step
+
+
+@dataclass
+class PackedStep:
+    """One step's forward: the decoding requests' trees first (in order), then the prompt chunks."""
+
+    ids: list[int] = field(default_factory=list)  # [T] token ids of the packed row
+    positions: list[int] = field(default_factory=list)  # [T] each token's position in its own request
+    keep: list[int] = field(default_factory=list)  # [K] packed positions whose logits the step needs
+    plan: RaggedPlan = field(default_factory=RaggedPlan)  # where each request's tokens sit, what they see
+
+
+def pack_step(decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chunks: Sequence[Chunk]) -> PackedStep:
+    """Pack the trees (every node's logits kept) and the chunks (only a prompt's last token's logits:
+    they give the first output token) into one row."""
+    step = PackedStep()
+    for req, tree in zip(decoding, trees, strict=True):
+        assert req.kv is not None
+        start = len(step.ids)
+        step.ids += [req.root(), *tree.tokens]
+        step.positions += [req.kv.length + d for d in (0, *tree.depths)]
+        step.plan.segments.append(Segment(req.kv, start, req.kv.length, ancestor_matrix(tree.parents)))
+        step.keep += range(start, len(step.ids))
+    for req, first, end in chunks:
+        assert req.kv is not None
+        start = len(step.ids)
+        step.ids += req.prompt_ids[first:end]
+        step.positions += range(first, end)
+        step.plan.segments.append(Segment(req.kv, start, first, causal_visible(end - first)))
+        if end == len(req.prompt_ids):
+            step.keep.append(len(step.ids) - 1)  # the last prompt token's logits give the first output token
+    return step
+
+
+class RaggedProbe:
+    """``probe(runner, n)``: one ragged forward of ``n`` prompt-like tokens over ``past`` cached entries.
+
+    Pass it to ``KernelSet.calibrate``: every kernel twin is timed on the scheduler's own kind of forward.
+    """
+
+    def __init__(self, shape: KVShape, past: int) -> None:
+        self.shape = shape
+        self.past = past  # cache entries behind the timed forwards
+
+    def __call__(self, runner: torch.nn.Module, n: int) -> None:
+        past, device = self.past, self.shape.device
+        kv = RequestKV(self.shape, past + n)
+        kv.length = past
+        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+        plan.finalize(self.shape.dtype, device)
+        with torch.inference_mode():
+            ids = torch.zeros(1, n, dtype=torch.long, device=device)  # [1, n]
+            pos = torch.arange(past, past + n, device=device)[None]  # [1, n]
+            keep = torch.arange(n, device=device)  # [n]: every position, like a tree
+            runner(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{PLAN_KWARG: plan})
