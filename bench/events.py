@@ -1,6 +1,6 @@
 """Kafka feedback-loop benchmark on the bundled tansu broker: lag, lost and applied-twice events.
 
-    lookahead-rag bench-events --events 1000 --kill-every 100 --rate 200 --json out.json
+    lookahead-rag-bench events --events 1000 --kill-every 100 --rate 200 --json out.json
 
 Two phases, each publishing ``--events`` synthetic GenerationCompleted events at ``--rate`` through
 the outbox publisher to one consumer runner:
@@ -38,11 +38,12 @@ import numpy as np
 from lookahead_rag.v1 import events_pb2
 
 from bench.common import print_table, write_json
-from services.common.broker import LocalBroker, ensure_topics
-from services.common.consumer_state import read_state, state_path
-from services.common.kafka_bus import KafkaConsumerRunner, KafkaPublisher
-from services.common.kafka_log import log_end_offsets
-from services.common.kafka_settings import KafkaSettings
+from services.events.kafka.broker import LocalBroker, ensure_topics
+from services.events.kafka.cluster_offsets import log_end_offsets
+from services.events.kafka.consumer import KafkaConsumerRunner
+from services.events.kafka.publisher import KafkaPublisher
+from services.events.kafka.settings import KafkaSettings
+from services.events.kafka.state import read_state, state_path
 
 MS_PER_S = 1000
 P50, P99 = 50, 99
@@ -271,7 +272,7 @@ async def run_phase(
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lookahead-rag bench-events", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="lookahead-rag-bench events", description=__doc__.split("\n")[0])
     p.add_argument("--events", type=int, default=1000, help="events published per phase")
     p.add_argument("--rate", type=float, default=200.0, help="events per second")
     p.add_argument("--kill-every", type=int, default=100, help="kill the consumer after this many applies")
@@ -337,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s")
     if not args.verbose:
-        logging.getLogger("services.common.kafka_consumer").setLevel(logging.CRITICAL)  # kills log errors
+        logging.getLogger("services.events.kafka.consumer").setLevel(logging.CRITICAL)  # kills log errors
     if args.worker:
         return asyncio.run(run_worker(args))
     data = asyncio.run(run_bench(args))

@@ -57,7 +57,7 @@ async def start_server(
 
     ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
     RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them;
-    ``interceptors`` (e.g. services.common.metrics.ObservabilityInterceptor) see every call.
+    ``interceptors`` (e.g. services.common.observability.ObservabilityInterceptor) see every call.
     """
     server = grpc.aio.server(
         options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs,

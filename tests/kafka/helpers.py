@@ -1,23 +1,23 @@
-"""Shared bus test helpers: a tansu broker per module, fast settings, a recording applier, events.
+"""Shared bus test helpers: fast settings, fresh topics, a recording applier, waits, a topic reader.
 
-Import the fixtures into a test module with ``from tests.kafka.helpers import broker  # noqa: F401``.
+The ``broker`` fixture (one tansu broker per test module) is in ``tests.kafka.fixtures``, registered
+for every test folder by ``tests/conftest.py``: ask for it by name, no import.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from lookahead_rag.v1 import events_pb2
 
-from services.common.broker import LocalBroker, TansuMissingError, tansu_binary
-from services.common.kafka_settings import KafkaSettings
+from services.events.kafka.broker import TansuMissingError, tansu_binary
+from services.events.kafka.settings import KafkaSettings
 
 WAIT_S = 30.0  # upper bound for any wait in these tests (they finish far sooner)
 POLL_S = 0.02
@@ -29,15 +29,6 @@ def require_tansu() -> Path:
         return tansu_binary()
     except TansuMissingError as exc:
         pytest.skip(f"bundled tansu broker not available: {exc}")
-
-
-@pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    """One tansu broker on a free port for the whole test module."""
-    binary = require_tansu()
-    log_path = tmp_path_factory.mktemp("tansu") / "tansu.log"
-    with LocalBroker(binary=binary, log_path=log_path) as running:
-        yield running
 
 
 def new_topic() -> str:
@@ -67,33 +58,6 @@ def fast_settings(bootstrap: str, topic: str, **overrides: object) -> KafkaSetti
     }
     values.update(overrides)
     return KafkaSettings(**values)  # type: ignore[arg-type]
-
-
-def make_event(tenant: str, seq: int) -> events_pb2.GenerationCompleted:
-    """A small GenerationCompleted; ``question`` carries the per-tenant sequence number."""
-    return events_pb2.GenerationCompleted(
-        event_id=uuid.uuid4().hex,
-        tenant=tenant,
-        tokenizer_id="test-tok",
-        question=f"{tenant}-q{seq}",
-        prompt_ids=[1, 2, 3],
-        output_ids=[seq, seq + 1],
-        answer_text=f"answer {seq}",
-        created_unix_ms=int(time.time() * 1000),
-    )
-
-
-def make_events(count: int, tenants: tuple[str, ...] = ("acme", "globex", "initech")) -> list[
-    events_pb2.GenerationCompleted
-]:
-    """``count`` events spread round-robin over ``tenants``, numbered per tenant."""
-    seq = dict.fromkeys(tenants, 0)
-    out = []
-    for i in range(count):
-        tenant = tenants[i % len(tenants)]
-        out.append(make_event(tenant, seq[tenant]))
-        seq[tenant] += 1
-    return out
 
 
 class RecordingApplier:

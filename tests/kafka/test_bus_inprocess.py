@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from lookahead_rag.v1 import events_pb2
 
-from services.common.bus import EventApplier, EventBus, InProcessBus
-from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP, KafkaSettings, make_bus
-from tests.kafka.helpers import RecordingApplier, expected_by_tenant, make_event, make_events, run
+from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP, EventApplier, EventBus
+from services.events.factory import make_bus
+from services.events.inprocess import InProcessBus
+from services.events.kafka.settings import KafkaSettings
+from tests.builders import completed_events
+from tests.kafka.helpers import RecordingApplier, expected_by_tenant, run
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,7 +42,7 @@ def test_make_bus_without_bootstrap_is_in_process(tmp_path: Path) -> None:
 
 
 def test_every_event_reaches_both_appliers_in_order(tmp_path: Path) -> None:
-    events = make_events(12)
+    events = completed_events(12)
     draft, sessions = RecordingApplier(), RecordingApplier()
 
     async def scenario() -> None:
@@ -60,7 +63,7 @@ def test_every_event_reaches_both_appliers_in_order(tmp_path: Path) -> None:
 
 def test_redelivered_event_leaves_state_unchanged() -> None:
     applier = RecordingApplier()
-    event = make_event("acme", 0)
+    (event,) = completed_events(1, ("acme",))
 
     async def scenario() -> None:
         bus = InProcessBus()
@@ -79,7 +82,7 @@ def test_redelivered_event_leaves_state_unchanged() -> None:
 
 
 def test_failing_applier_is_retried_then_dead_lettered_and_bus_moves_on() -> None:
-    events = make_events(4)
+    events = completed_events(4)
     poison = events[1].event_id
     broken = RecordingApplier(fail_ids=frozenset({poison}))
     flaky = FlakyApplier(failures=2)
@@ -106,7 +109,7 @@ def test_failing_applier_is_retried_then_dead_lettered_and_bus_moves_on() -> Non
 
 def test_publish_from_another_thread_and_before_start() -> None:
     applier = RecordingApplier()
-    early, late = make_event("acme", 0), make_event("acme", 1)
+    early, late = completed_events(2, ("acme",))
 
     async def scenario() -> None:
         bus = InProcessBus()
@@ -126,7 +129,7 @@ def test_publish_from_another_thread_and_before_start() -> None:
 
 def test_stop_applies_what_is_queued_and_subscribe_twice_is_refused() -> None:
     applier = RecordingApplier()
-    events = make_events(5)
+    events = completed_events(5)
 
     async def scenario() -> None:
         bus = InProcessBus()

@@ -8,16 +8,17 @@ from pathlib import Path
 import pytest
 from lookahead_rag.v1 import events_pb2
 
-from services.common.broker import LocalBroker
-from services.common.kafka_bus import KafkaBus
-from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP
 from services.draftcache.fetch import Branch
 from services.draftcache.store import DraftCacheStore
-from services.draftcache.testing import TOKENIZER, small_settings
+from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from services.events.kafka.broker import LocalBroker
+from services.events.kafka.bus import KafkaBus
 from services.retriever.embeddings import Embedder
 from services.retriever.sessions import PastSessions
-from services.retriever.testing import shared_embedder
-from tests.kafka.helpers import broker, fast_settings, new_topic, run  # noqa: F401
+from tests.builders import TOKENIZER, completed
+from tests.kafka.helpers import fast_settings, new_topic, run
+from tests.services.draftcache_helpers import small_settings
+from tests.services.retriever_helpers import shared_embedder
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(180)]
 DRAIN_S = 30.0
@@ -33,15 +34,8 @@ def embedder() -> Embedder:
 
 
 def answer_event(event_id: str, tenant: str = TENANT) -> events_pb2.GenerationCompleted:
-    return events_pb2.GenerationCompleted(
-        event_id=event_id,
-        tenant=tenant,
-        tokenizer_id=TOKENIZER,
-        question="How do I sort a list?",
-        prompt_ids=[1, 2, 3],
-        output_ids=OUTPUT,
-        answer_text="Use sorted(xs).",
-    )
+    return completed(tenant, event_id=event_id, question="How do I sort a list?", answer="Use sorted(xs).",
+                     prompt_ids=[1, 2, 3], output_ids=OUTPUT)
 
 
 def answers_seen(sessions: PastSessions, embedder: Embedder) -> list[str]:
@@ -50,7 +44,7 @@ def answers_seen(sessions: PastSessions, embedder: Embedder) -> list[str]:
 
 
 def test_an_answer_reaches_the_trie_and_the_past_sessions_and_survives_a_restart(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     embedder: Embedder,
     tmp_path: Path,
 ) -> None:

@@ -6,27 +6,23 @@ from pathlib import Path
 
 import pytest
 
-from services.common.broker import LocalBroker
-from services.common.kafka_bus import KafkaBus, KafkaConsumerRunner, KafkaPublisher
-from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP, make_bus
-from tests.kafka.helpers import (  # noqa: F401
-    RecordingApplier,
-    broker,
-    expected_by_tenant,
-    fast_settings,
-    make_events,
-    new_topic,
-    run,
-)
+from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from services.events.factory import make_bus
+from services.events.kafka.broker import LocalBroker
+from services.events.kafka.bus import KafkaBus
+from services.events.kafka.consumer import KafkaConsumerRunner
+from services.events.kafka.publisher import KafkaPublisher
+from tests.builders import completed_events
+from tests.kafka.helpers import RecordingApplier, expected_by_tenant, fast_settings, new_topic, run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 DRAIN_S = 30.0
 
 
-def test_an_event_reaches_the_draft_cache_and_the_retriever(broker: LocalBroker, tmp_path: Path) -> None:  # noqa: F811
+def test_an_event_reaches_the_draft_cache_and_the_retriever(broker: LocalBroker, tmp_path: Path) -> None:
     settings = fast_settings(broker.bootstrap, new_topic())
     draft, sessions = RecordingApplier(), RecordingApplier()
-    events = make_events(1)
+    events = completed_events(1)
 
     async def scenario() -> None:
         bus = make_bus(settings, tmp_path)
@@ -44,10 +40,10 @@ def test_an_event_reaches_the_draft_cache_and_the_retriever(broker: LocalBroker,
     assert draft.by_tenant == sessions.by_tenant == expected_by_tenant(events)
 
 
-def test_two_groups_see_every_event_and_each_tenant_in_order(broker: LocalBroker, tmp_path: Path) -> None:  # noqa: F811
+def test_two_groups_see_every_event_and_each_tenant_in_order(broker: LocalBroker, tmp_path: Path) -> None:
     settings = fast_settings(broker.bootstrap, new_topic())
     first, second = RecordingApplier(), RecordingApplier()
-    events = make_events(60)
+    events = completed_events(60)
 
     async def scenario() -> None:
         bus = KafkaBus(settings, tmp_path)
@@ -66,12 +62,12 @@ def test_two_groups_see_every_event_and_each_tenant_in_order(broker: LocalBroker
 
 
 def test_graceful_restart_resumes_from_snapshot_without_reapplying(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
     settings = fast_settings(broker.bootstrap, new_topic(), snapshot_every_events=1000)
     state_dir = tmp_path / "state"
-    before, after = make_events(10), make_events(5)
+    before, after = completed_events(10), completed_events(5)
     first, second = RecordingApplier(), RecordingApplier()
 
     async def consume(applier: RecordingApplier, events: list) -> KafkaConsumerRunner:  # type: ignore[type-arg]

@@ -9,18 +9,20 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from lookahead_rag.v1 import events_pb2
 
-from services.common.broker import LocalBroker, ensure_topics
-from services.common.consumer_state import read_state, state_path
-from services.common.kafka_bus import KafkaBus, KafkaConsumerRunner, KafkaPublisher
-from services.common.kafka_log import cluster_view, log_end_offsets
-from services.common.kafka_settings import DRAFTCACHE_GROUP, RETRIEVER_GROUP, KafkaSettings
-from tests.kafka.helpers import (  # noqa: F401
+from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from services.events.kafka.broker import LocalBroker, ensure_topics
+from services.events.kafka.bus import KafkaBus
+from services.events.kafka.cluster_offsets import cluster_view, log_end_offsets
+from services.events.kafka.consumer import KafkaConsumerRunner
+from services.events.kafka.publisher import KafkaPublisher
+from services.events.kafka.settings import KafkaSettings
+from services.events.kafka.state import read_state, state_path
+from tests.builders import completed_events
+from tests.kafka.helpers import (
     CrashAfter,
     RecordingApplier,
-    broker,
     expected_by_tenant,
     fast_settings,
-    make_events,
     new_topic,
     read_topic,
     require_tansu,
@@ -70,7 +72,7 @@ def runner_for(
 
 
 def test_consumer_killed_between_apply_and_commit_ends_in_the_same_state(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
     # One partition, batches of 2 (a commit after each), a snapshot every 5 events, killed right
@@ -79,7 +81,7 @@ def test_consumer_killed_between_apply_and_commit_ends_in_the_same_state(
     settings = fast_settings(
         broker.bootstrap, new_topic(), partitions=1, max_poll_records=2, snapshot_every_events=5
     )
-    events = make_events(20)
+    events = completed_events(20)
     crashing, resumed, reference = CrashAfter(limit=8), RecordingApplier(), RecordingApplier()
 
     async def scenario() -> None:
@@ -114,7 +116,7 @@ def test_broker_stopped_while_publishing_loses_nothing_and_applies_once(tmp_path
     local = LocalBroker(binary=require_tansu(), log_path=tmp_path / "tansu.log")
     local.start()
     settings = fast_settings(local.bootstrap, new_topic())
-    before, during = make_events(10), make_events(10)
+    before, during = completed_events(10), completed_events(10)
     draft, sessions = RecordingApplier(), RecordingApplier()
 
     async def scenario() -> None:
@@ -129,7 +131,8 @@ def test_broker_stopped_while_publishing_loses_nothing_and_applies_once(tmp_path
             local.stop()
             for event in during:
                 bus.publish(event)  # answers keep coming: publish must not fail or wait
-            assert bus.outbox_depth() == len(during)
+            outbox = bus.stats().outbox
+            assert outbox is not None and outbox.depth == len(during)
             local.start()  # same port, empty (memory storage), new cluster id
             await bus.drain(timeout_s=WAIT_S)
         finally:
@@ -143,11 +146,11 @@ def test_broker_stopped_while_publishing_loses_nothing_and_applies_once(tmp_path
 
 
 def test_poison_messages_go_to_the_dlt_and_later_events_are_applied(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
     settings = fast_settings(broker.bootstrap, new_topic(), partitions=1, dlt_max_attempts=3)
-    unappliable, good = make_events(1), make_events(6)
+    unappliable, good = completed_events(1), completed_events(6)
     applier = RecordingApplier(fail_ids=frozenset({unappliable[0].event_id}))
 
     async def scenario() -> None:
@@ -180,7 +183,7 @@ def test_poison_messages_go_to_the_dlt_and_later_events_are_applied(
 
 
 def test_rebalance_commits_and_saves_what_was_applied_before_revoke(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
     # Commits only on revoke (huge interval) and no periodic snapshot: the revoke must do both.
@@ -188,7 +191,7 @@ def test_rebalance_commits_and_saves_what_was_applied_before_revoke(
         broker.bootstrap, new_topic(), commit_interval_s=3600.0, snapshot_every_events=10_000,
         snapshot_interval_s=3600.0,
     )  # fmt: skip
-    events = make_events(12)
+    events = completed_events(12)
     first, second = RecordingApplier(), RecordingApplier()
 
     async def scenario() -> None:
@@ -213,14 +216,14 @@ def test_rebalance_commits_and_saves_what_was_applied_before_revoke(
 
 
 def test_a_failed_assignment_callback_seeks_again_before_applying(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # The group has committed the end of the log, but this member's state is empty: it must read
     # from the start even when its first seek (in the rebalance callback) fails.
     settings = fast_settings(broker.bootstrap, new_topic())
-    events = make_events(9)
+    events = completed_events(9)
     first, second = RecordingApplier(), RecordingApplier()
     real_seek = KafkaConsumerRunner._seek_assigned
     failures = []

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from services.common.consumer_state import (
+from services.events import DRAFTCACHE_GROUP
+from services.events.factory import make_bus
+from services.events.kafka.bus import KafkaBus
+from services.events.kafka.settings import KafkaSettings
+from services.events.kafka.state import (
     ConsumerState,
     StateFileError,
     encode,
@@ -14,8 +18,6 @@ from services.common.consumer_state import (
     state_path,
     write_state,
 )
-from services.common.kafka_bus import KafkaBus
-from services.common.kafka_settings import DRAFTCACHE_GROUP, KafkaSettings, make_bus
 
 
 def test_state_round_trips_and_replaces_atomically(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from lookahead_rag.v1 import events_pb2
 
-from services.common.broker import LocalBroker, free_port
-from services.common.kafka_bus import KafkaPublisher
-from services.common.outbox import Outbox
-from tests.kafka.helpers import broker, fast_settings, make_events, new_topic, read_topic, require_tansu, run  # noqa: F401
+from services.events.kafka.broker import LocalBroker, free_port
+from services.events.kafka.outbox import Outbox
+from services.events.kafka.publisher import KafkaPublisher
+from tests.builders import completed_events
+from tests.kafka.helpers import fast_settings, new_topic, read_topic, require_tansu, run
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -33,10 +34,10 @@ def test_rows_stay_until_removed_and_survive_reopen(tmp_path: Path) -> None:
 
 @pytest.mark.kafka
 def test_publisher_delivers_keyed_by_tenant_and_empties_outbox(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
-    events, topic = make_events(9), new_topic()
+    events, topic = completed_events(9), new_topic()
 
     async def scenario() -> None:
         publisher = KafkaPublisher(fast_settings(broker.bootstrap, topic), tmp_path / "outbox.sqlite3")
@@ -64,7 +65,7 @@ def test_publisher_delivers_keyed_by_tenant_and_empties_outbox(
 def test_flusher_waits_out_an_unreachable_broker_then_delivers(tmp_path: Path) -> None:
     binary = require_tansu()
     later = LocalBroker(port=free_port(), binary=binary)  # nothing listens there yet
-    events, topic = make_events(4), new_topic()
+    events, topic = completed_events(4), new_topic()
 
     async def scenario() -> None:
         publisher = KafkaPublisher(fast_settings(later.bootstrap, topic), tmp_path / "outbox.sqlite3")
@@ -89,10 +90,10 @@ def test_flusher_waits_out_an_unreachable_broker_then_delivers(tmp_path: Path) -
 
 @pytest.mark.kafka
 def test_restart_resends_what_was_not_acknowledged(
-    broker: LocalBroker,  # noqa: F811
+    broker: LocalBroker,
     tmp_path: Path,
 ) -> None:
-    events, topic = make_events(3), new_topic()
+    events, topic = completed_events(3), new_topic()
     path = tmp_path / "outbox.sqlite3"
     crashed = Outbox(path)  # a process that appended and died before its flusher ran
     for event in events:

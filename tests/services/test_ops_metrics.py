@@ -13,17 +13,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.metrics import (
-    DRAFT_SOURCES,
-    ConsumerMetrics,
-    DraftCacheMetrics,
-    GeneratorMetrics,
+from services.common.observability import (
     ObservabilityInterceptor,
-    OutboxMetrics,
     RpcMetrics,
     start_metrics_server,
     stop_metrics_server,
 )
+from services.draftcache.metrics import DraftCacheMetrics
+from services.events.metrics import ConsumerMetrics, OutboxMetrics
+from services.generator.metrics import DRAFT_SOURCES, GeneratorMetrics
 
 CHECK = "/grpc.health.v1.Health/Check"
 WATCH = "/grpc.health.v1.Health/Watch"
@@ -225,28 +223,3 @@ def test_recording_helpers_move_every_issue_metric() -> None:
     for name, labels, want in expected:
         assert registry.get_sample_value(name, labels) == pytest.approx(want), (name, labels)
     assert registry.get_sample_value("lookahead_rag_draftcache_trie_nodes", {"tenant": "beta"}) is None
-
-
-def test_bus_totals_become_counters_by_delta_and_survive_a_restarted_count() -> None:
-    from services.common.bus import ConsumerCounters
-
-    registry = CollectorRegistry()
-    consumer, outbox = ConsumerMetrics.of(registry), OutboxMetrics.of(registry)
-
-    def sample(name: str) -> float | None:
-        return registry.get_sample_value(f"lookahead_rag_consumer_{name}", {"consumer": "retriever"})
-
-    consumer.observe_counters("retriever", ConsumerCounters())
-    assert sample("applied_events_total") == 0 and sample("dead_lettered_events_total") == 0  # exported at once
-    consumer.observe_counters("retriever", ConsumerCounters(applied=5, duplicates=2, redelivered=1, lag=3))
-    consumer.observe_counters("retriever", ConsumerCounters(applied=7, duplicates=2, redelivered=1,
-                                                            dead_lettered=1, apply_errors=3, lag=0))
-    assert (sample("applied_events_total"), sample("redelivered_events_total"), sample("replayed_records_total"),
-            sample("apply_errors_total"), sample("dead_lettered_events_total"), sample("lag_events")) == (
-        7, 2, 1, 3, 1, 0)
-    consumer.observe_counters("retriever", ConsumerCounters(applied=4))  # the bus restarted its count
-    assert sample("applied_events_total") == 11
-    outbox.observe_sent_total(3)
-    outbox.observe_sent_total(5)
-    outbox.observe_sent_total(1)
-    assert registry.get_sample_value("lookahead_rag_outbox_sent_events_total") == 6

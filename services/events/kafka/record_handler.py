@@ -5,8 +5,8 @@ from __future__ import annotations
 from aiokafka import ConsumerRecord
 from lookahead_rag.v1 import events_pb2
 
-from services.common.bus import ConsumerCounters, EventApplier, apply_with_retries
-from services.common.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
+from services.events.kafka.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
+from services.events.protocols import ConsumerCounters, EventApplier, apply_with_retries
 
 
 def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:

@@ -27,13 +27,13 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
 
-from services.common.broker import ensure_topics
-from services.common.bus import ConsumerCounters, EventApplier
-from services.common.consumer_state import ConsumerState, read_state, state_path, write_state
-from services.common.dead_letter import DeadLetterSender
-from services.common.kafka_log import cluster_view
-from services.common.kafka_settings import KafkaSettings
-from services.common.record_handler import RecordHandler
+from services.events.kafka.broker import ensure_topics
+from services.events.kafka.cluster_offsets import cluster_view
+from services.events.kafka.dead_letter import DeadLetterSender
+from services.events.kafka.record_handler import RecordHandler
+from services.events.kafka.settings import KafkaSettings
+from services.events.kafka.state import ConsumerState, read_state, state_path, write_state
+from services.events.protocols import ConsumerCounters, EventApplier
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Settings of the feedback-loop event bus, and the factory that picks in-process or Kafka.
+"""Settings of the feedback-loop event bus (``services.events.factory.make_bus`` reads them).
 
 Empty ``bootstrap_servers`` (the default) means the embedded in-process bus; anything else means
 Kafka. Every field can be set from the environment with the ``LAR_KAFKA_`` prefix, e.g.
@@ -8,17 +8,12 @@ Kafka. Every field can be set from the environment with the ``LAR_KAFKA_`` prefi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-if TYPE_CHECKING:
-    from services.common.bus import EventBus
-
-# Logical consumer names the services subscribe with; mapped to Kafka group ids below.
-DRAFTCACHE_GROUP = "draftcache"
-RETRIEVER_GROUP = "retriever"
+from services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_GROUP
 
 OUTBOX_FILE = "outbox.sqlite3"
 STATE_DIR = "bus-state"
@@ -105,16 +100,3 @@ class KafkaSettings(BaseSettings):
 
     def resolved_state_dir(self, data_dir: Path) -> Path:
         return self.state_dir or Path(data_dir) / STATE_DIR
-
-
-def make_bus(settings: KafkaSettings, data_dir: Path) -> EventBus:
-    """The in-process bus when no bootstrap server is set, the Kafka bus otherwise (same interface)."""
-    if not settings.enabled:
-        from services.common.bus import InProcessBus
-
-        return InProcessBus(
-            max_attempts=settings.dlt_max_attempts, retry_backoff_s=settings.apply_retry_backoff_s
-        )
-    from services.common.kafka_bus import KafkaBus
-
-    return KafkaBus(settings, Path(data_dir))

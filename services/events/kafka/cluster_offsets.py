@@ -12,7 +12,7 @@ import asyncio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.common.kafka_settings import KafkaSettings
+from services.events.kafka.settings import KafkaSettings
 
 MS_PER_S = 1000
 

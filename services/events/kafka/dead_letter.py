@@ -8,8 +8,8 @@ import logging
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 
-from services.common.bus import error_text
-from services.common.kafka_settings import KafkaSettings
+from services.events.kafka.settings import KafkaSettings
+from services.events.protocols import error_text
 
 log = logging.getLogger(__name__)
 

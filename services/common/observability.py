@@ -1,0 +1,190 @@
+"""gRPC observability: the server interceptor (calls counted and timed by method and status code,
+a request id and tenant bound for log lines) and the Prometheus ``/metrics`` exporter::
+
+    interceptors = [ObservabilityInterceptor(registry)]  # grpc.aio.server(interceptors=...)
+    port = start_metrics_server(9103, registry)          # GET http://host:port/metrics
+
+Metric groups are defined per package (``services.common.metric_group.MetricGroup``); state gauges
+are sampled by ``services.common.refresher.Refresher``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+
+from services.common.logs import REQUEST_ID_HEADER, bind_tenant, request_context
+from services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+
+log = logging.getLogger(__name__)
+
+QUIET_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # probes: access log at DEBUG
+
+
+class RpcMetrics(MetricGroup):
+    """Every gRPC call by full method name and status code (recorded by ObservabilityInterceptor)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        super().__init__(registry)
+        by_call = ("method", "code")
+        self.requests = self.counter("rpc_requests", "gRPC calls finished by method and status code", by_call)
+        self.latency = self.histogram(
+            "rpc_latency_seconds", "gRPC call duration (a stream's whole duration)", LATENCY_BUCKETS, by_call
+        )
+        self.in_flight = self.gauge("rpc_in_flight", "gRPC calls in progress", ("method",))
+
+    def record(self, method: str, code: grpc.StatusCode, seconds: float) -> None:
+        self.requests.labels(method, code.name).inc()
+        self.latency.labels(method, code.name).observe(seconds)
+
+
+# --- the gRPC server interceptor ------------------------------------------------------------------
+
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+
+def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.StatusCode:
+    code = context.code()
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):  # some grpc versions hand back the integer value
+        return next((c for c in grpc.StatusCode if c.value[0] == code), default)
+    return default
+
+
+class _Call:
+    """One call's bookkeeping: request context (id, and the tenant when the request has one) for logs,
+    in-flight gauge, count and latency and one access log line at the end."""
+
+    def __init__(self, metrics: RpcMetrics, method: str, context: grpc.aio.ServicerContext,
+                 request: Any = None) -> None:
+        self.metrics, self.method, self.context = metrics, method, context
+        metadata = dict(context.invocation_metadata() or ())
+        self.scope = request_context(metadata.get(REQUEST_ID_HEADER) or None)
+        tenant = getattr(request, "tenant", None)
+        self.tenant = tenant if isinstance(tenant, str) and tenant else None
+        self.start = 0.0
+
+    def __enter__(self) -> None:
+        self.scope.__enter__()
+        if self.tenant is not None:
+            bind_tenant(self.tenant)
+        self.metrics.in_flight.labels(self.method).inc()
+        self.start = time.perf_counter()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc_type is None:
+            code = _code(self.context, grpc.StatusCode.OK)
+        elif issubclass(exc_type, asyncio.CancelledError | GeneratorExit):
+            code = grpc.StatusCode.CANCELLED
+        else:  # abort() raises after setting the code; anything else is UNKNOWN to the client
+            code = _code(self.context, grpc.StatusCode.UNKNOWN)
+        seconds = time.perf_counter() - self.start
+        self.metrics.in_flight.labels(self.method).dec()
+        self.metrics.record(self.method, code, seconds)
+        level = logging.DEBUG if self.method.startswith(QUIET_METHOD_PREFIXES) else logging.INFO
+        log.log(level, "%s %s %.1f ms", self.method, code.name, seconds * 1000.0)
+        self.scope.__exit__(exc_type, exc, tb)
+
+
+def _wrap_unary_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
+    async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        with _Call(metrics, method, context, request):
+            result = behavior(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+    return wrapper
+
+
+def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
+    if inspect.isasyncgenfunction(behavior) or not inspect.iscoroutinefunction(behavior):
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            with _Call(metrics, method, context, request):
+                responses = behavior(request, context)
+                if inspect.isawaitable(responses):  # a plain function returning a context.write() coroutine
+                    await responses
+                elif hasattr(responses, "__aiter__"):
+                    async for response in responses:
+                        yield response
+                else:
+                    for response in responses:
+                        yield response
+
+        return stream
+
+    async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:  # context.write() style
+        with _Call(metrics, method, context, request):
+            await behavior(request, context)
+
+    return writer
+
+
+def instrument_handler(handler: grpc.RpcMethodHandler, method: str, metrics: RpcMetrics
+                       ) -> grpc.RpcMethodHandler:
+    """The same handler, its behaviour wrapped to record ``metrics`` and bind the request context."""
+    kinds: list[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[..., Behavior]]] = [
+        ("unary_unary", grpc.unary_unary_rpc_method_handler, _wrap_unary_response),
+        ("stream_unary", grpc.stream_unary_rpc_method_handler, _wrap_unary_response),
+        ("unary_stream", grpc.unary_stream_rpc_method_handler, _wrap_stream_response),
+        ("stream_stream", grpc.stream_stream_rpc_method_handler, _wrap_stream_response),
+    ]
+    for attr, make, wrap in kinds:
+        behavior = getattr(handler, attr)
+        if behavior is not None:
+            return make(
+                wrap(behavior, metrics, method),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+    return handler
+
+
+class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
+    """For every call of any servicer: count and time it by method and status code, track calls in
+    flight, and bind a request id (the ``x-request-id`` metadata, or a new one) for its log lines.
+
+    Calls to unknown methods (UNIMPLEMENTED) are answered by gRPC itself and not counted.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.metrics = RpcMetrics.of(registry)
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        if handler is None:
+            return handler
+        return instrument_handler(handler, handler_call_details.method, self.metrics)
+
+
+# --- the /metrics HTTP exporter -------------------------------------------------------------------
+
+_SERVERS: dict[int, Any] = {}
+
+
+def start_metrics_server(port: int, registry: CollectorRegistry | None = None,
+                         host: str = "127.0.0.1") -> int:
+    """Serve ``registry`` at ``http://host:port/metrics`` from a daemon thread; returns the bound port
+    (``port=0`` picks a free one). Containers pass host ``0.0.0.0``."""
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY if registry is None else registry)
+    bound = int(server.server_port)
+    _SERVERS[bound] = server
+    return bound
+
+
+def stop_metrics_server(port: int) -> None:
+    """Stop the exporter started on ``port`` (no-op if there is none)."""
+    server = _SERVERS.pop(port, None)
+    if server is not None:
+        server.shutdown()
+        server.server_close()

@@ -1,0 +1,19 @@
+"""``make_bus``: the in-process bus or the Kafka bus, from ``KafkaSettings`` (same interface)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from services.events.inprocess import InProcessBus
+from services.events.kafka.bus import KafkaBus
+from services.events.kafka.settings import KafkaSettings
+from services.events.protocols import EventBus
+
+
+def make_bus(settings: KafkaSettings, data_dir: Path) -> EventBus:
+    """The in-process bus when no bootstrap server is set, the Kafka bus otherwise (same interface)."""
+    if not settings.enabled:
+        return InProcessBus(
+            max_attempts=settings.dlt_max_attempts, retry_backoff_s=settings.apply_retry_backoff_s
+        )
+    return KafkaBus(settings, Path(data_dir))

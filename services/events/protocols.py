@@ -1,0 +1,147 @@
+"""The feedback-loop event bus: its interfaces and the small types both buses share.
+
+The generator publishes one ``GenerationCompleted`` per finished answer; the draft cache and the
+retriever each subscribe an *applier* under their own group name. ``services.events.inprocess``
+holds the embedded default (one process, no durability), ``services.events.kafka.bus`` the same
+interface over Kafka; ``services.events.factory.make_bus`` picks one.
+
+Appliers are called on the event loop thread, one event at a time, in publish order per group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from lookahead_rag.v1 import events_pb2
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ATTEMPTS = 3  # apply attempts before an event is dead-lettered
+DEFAULT_RETRY_BACKOFF_S = 0.0  # pause between attempts (in-process: nothing to wait for)
+ERROR_TEXT_LIMIT = 500  # characters of an exception kept in a dead-letter record
+
+# Logical consumer names the services subscribe with (KafkaSettings.group_id maps them to Kafka groups).
+DRAFTCACHE_GROUP = "draftcache"
+RETRIEVER_GROUP = "retriever"
+
+
+@runtime_checkable
+class EventApplier(Protocol):
+    """A consumer's state machine: idempotent by event id, snapshot-able."""
+
+    def apply(self, event: events_pb2.GenerationCompleted) -> bool:
+        """Apply the event; False when its event_id was already applied (state unchanged).
+
+        All or nothing: raise before changing anything (a raising apply is retried, then the
+        event is dead-lettered).
+        """
+        ...
+
+    def snapshot(self) -> bytes:
+        """The full state, including which event ids were applied."""
+        ...
+
+    def restore(self, data: bytes) -> None:
+        """Replace the state with a snapshot's."""
+        ...
+
+
+class EventPublisher(Protocol):
+    """What the generator needs: a cheap, non-blocking publish."""
+
+    def publish(self, event: events_pb2.GenerationCompleted) -> None: ...
+
+
+class EventBus(EventPublisher, Protocol):
+    """Publisher plus consumers; the in-process and the Kafka bus both satisfy it."""
+
+    def subscribe(self, group: str, applier: EventApplier) -> None: ...
+
+    def counters(self, group: str) -> ConsumerCounters: ...
+
+    def stats(self) -> BusStats:
+        """What metrics sample: every group's counters and the outbox (cheap; safe from any thread)."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def drain(self, timeout_s: float | None = None) -> None:
+        """Wait until everything published so far has been applied by every subscriber."""
+        ...
+
+
+@dataclass
+class ConsumerCounters:
+    """Per-consumer counters, for metrics."""
+
+    applied: int = 0  # apply() returned True
+    duplicates: int = 0  # apply() returned False: event id already in the state
+    dead_lettered: int = 0  # gave up after the attempts, or undecodable
+    apply_errors: int = 0  # failed apply attempts (retried or dead-lettered)
+    redelivered: int = 0  # records re-read after a log reset / restart replay
+    lag: int = 0  # events published but not yet applied (Kafka: sum over partitions)
+
+
+@dataclass(frozen=True)
+class OutboxStats:
+    """The Kafka publisher's durable outbox."""
+
+    depth: int  # events stored but not yet acknowledged by the broker
+    sent: int  # events the broker acknowledged since this publisher started (a running total)
+
+
+@dataclass(frozen=True)
+class BusStats:
+    """A bus's own report, for metrics: ``EventBus.stats()``."""
+
+    consumers: dict[str, ConsumerCounters] = field(default_factory=dict)  # group -> a copy of its counters
+    outbox: OutboxStats | None = None  # None: no outbox (in-process bus; Kafka bus not started)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """An event the bus gave up on."""
+
+    group: str
+    event_id: str
+    error: str
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ApplyOutcome:
+    applied: bool  # the applier's answer (False = duplicate); meaningless when error is set
+    error: Exception | None  # last error when every attempt failed
+    attempts: int
+
+
+async def apply_with_retries(
+    applier: EventApplier, event: events_pb2.GenerationCompleted, max_attempts: int, backoff_s: float
+) -> ApplyOutcome:
+    """Call ``applier.apply`` up to ``max_attempts`` times; never raises an ``Exception``.
+
+    The apply runs in a worker thread (appliers are thread-safe): embedding a past session or
+    pruning a trie must not stall the event loop that serves gRPC streams.
+    """
+    error: Exception | None = None
+    for attempt in range(1, max_attempts + 1):
+        try:
+            applied = await asyncio.to_thread(applier.apply, event)
+            return ApplyOutcome(applied=bool(applied), error=None, attempts=attempt)
+        except Exception as exc:  # an applier bug must not stop the bus
+            error = exc
+            log.warning(
+                "apply of event %s failed (attempt %d/%d): %r", event.event_id, attempt, max_attempts, exc
+            )
+            if attempt < max_attempts and backoff_s > 0:
+                await asyncio.sleep(backoff_s)
+    return ApplyOutcome(applied=False, error=error, attempts=max_attempts)
+
+
+def error_text(exc: BaseException) -> str:
+    return repr(exc)[:ERROR_TEXT_LIMIT]
