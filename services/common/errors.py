@@ -132,3 +132,10 @@ def grpc_errors(method: Method) -> Method:
             await _abort(context, exc, name)
 
     return unary  # type: ignore[return-value]
+
+
+def reraise_bad_input(err: grpc.aio.AioRpcError) -> None:
+    """Client side: a peer's INVALID_ARGUMENT is the caller's own bad input and stays an error
+    (raised as InvalidArgument); any other status returns, for the caller to treat as an outage."""
+    if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        raise InvalidArgument(err.details() or "invalid argument") from err

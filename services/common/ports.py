@@ -39,6 +39,7 @@ ENV_PREFIXES: dict[str, str] = {
     "retriever": "LAR_RETRIEVER_",
     "draftcache": "LAR_DRAFTCACHE_",
     "generator": "LAR_GENERATOR_",
+    "limits": "LAR_LIMITS_",
     "kafka": "LAR_KAFKA_",
     "logging": "LAR_LOG_",
 }

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lookahead_core.config import TrieConfig
+from lookahead_core.defaults import cache_dir
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -22,8 +23,6 @@ SNAPSHOT_FILE = "draftcache.snapshot"  # file name of the snapshot inside data_d
 
 def default_data_dir() -> Path:
     """``$LOOKAHEAD_RAG_CACHE/draftcache`` or ``~/.cache/lookahead-rag/draftcache``."""
-    from lookahead_core.models import cache_dir
-
     return cache_dir() / "draftcache"
 
 
@@ -78,7 +77,7 @@ class DraftCacheSettings(ServerSettings):
     max_request_ids: int = Field(131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput")
     max_tenants: int = Field(1000, ge=1, description="tenants held; outputs of further tenants are refused")
     max_tokenizers_per_tenant: int = Field(4, ge=1, description="tokenizer ids held per tenant")
-    max_name_chars: int = Field(256, ge=1, description="longest tenant, tokenizer id or event id accepted")
+    max_name_chars: int = Field(256, ge=1, description="longest tokenizer id or event id accepted (tenants: [limits])")
     snapshot_interval_s: float = Field(
         60.0, ge=0.0, description="serve() writes the snapshot this often when something changed (0: never)"
     )

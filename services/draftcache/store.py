@@ -30,6 +30,7 @@ from lookahead_core.trie import TokenTrie
 from lookahead_rag.v1 import events_pb2
 
 from services.common.errors import InvalidArgument, ResourceExhausted
+from services.common.limits import RequestLimits
 from services.draftcache import codec
 from services.draftcache.fetch import Branch, fetch_branches
 from services.draftcache.persistence import read_file, write_file_atomic
@@ -70,8 +71,9 @@ class _Tenant:
 class DraftCacheStore:
     """The draft cache's state and its EventApplier. Thread-safe."""
 
-    def __init__(self, settings: DraftCacheSettings) -> None:
+    def __init__(self, settings: DraftCacheSettings, limits: RequestLimits | None = None) -> None:
         self.settings = settings
+        self.limits = limits if limits is not None else RequestLimits()  # tenant rules shared by all services
         self._trie_config = settings.trie_config()
         self._tenants: dict[str, _Tenant] = {}
         self._lock = threading.Lock()  # creating tenants, swapping state, the change counter
@@ -116,7 +118,7 @@ class DraftCacheStore:
     def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str) -> bool:
         """Insert one finished output; False (nothing changed) when ``event_id`` was applied before."""
         s = self.settings
-        check_name("tenant", tenant, s.max_name_chars)
+        self.limits.check_tenant(tenant)
         check_name("tokenizer_id", tokenizer_id, s.max_name_chars)
         check_name("event_id", event_id, s.max_name_chars)
         ids = check_ids("output_ids", output_ids, s.max_request_ids)
@@ -151,7 +153,7 @@ class DraftCacheStore:
         ``budget`` = max total tokens (0: the default). An unknown tenant or tokenizer gets [].
         """
         s = self.settings
-        check_name("tenant", tenant, s.max_name_chars)
+        self.limits.check_tenant(tenant)
         check_name("tokenizer_id", tokenizer_id, s.max_name_chars)
         budget = check_budget(budget, s.default_budget, s.max_budget)
         if len(prompt_ids) + len(reference_ids) > s.max_request_ids:

@@ -18,7 +18,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
@@ -30,9 +30,10 @@ from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStat
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from services.common.bus import EventPublisher
 from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ResourceExhausted, Unavailable
-from services.common.logging import log_text
+from services.common.limits import RequestLimits
+from services.common.logs import log_text
+from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.settings import GeneratorSettings
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
 MIB = 1 << 20
-UNKNOWN_TENANT_NOTE = "has no documents"  # the retriever's note for a tenant it holds nothing for
 
 
 @dataclass
@@ -72,10 +72,12 @@ class GeneratorEngine:
         drafts: DraftClient | None = None,
         publisher: EventPublisher | None = None,
         metrics: object | None = None,
+        limits: RequestLimits | None = None,
     ) -> None:
         self.settings = settings
+        self.limits = limits if limits is not None else RequestLimits()
         self.tokenizer = tokenizer
-        self.config = self._config_from(settings)
+        self.config = self._config_from(settings, self.limits)
         if settings.threads:  # once, process-wide, before the scheduler thread starts (never per request)
             torch.set_num_threads(settings.threads)
         on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
@@ -91,10 +93,10 @@ class GeneratorEngine:
         self.metrics = metrics
 
     @staticmethod
-    def _config_from(s: GeneratorSettings) -> DecodingConfig:
+    def _config_from(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig:
         return DecodingConfig(
             mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
-            max_new_tokens=s.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
+            max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
         )
 
     @staticmethod
@@ -121,23 +123,15 @@ class GeneratorEngine:
         self.scheduler.close()
 
     # ---- validation -------------------------------------------------------------------------------
-    def _check_tenant(self, tenant: str) -> None:
-        if not tenant.strip():
-            raise InvalidArgument("tenant is empty")
-        if len(tenant) > self.settings.max_tenant_chars:
-            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}")
-
     def decoding_config(self, params: generator_pb2.GenerationParams) -> DecodingConfig:
         """The request's decoding config from its params (0 / empty = server default)."""
-        s, base = self.settings, self.config
-        max_new = params.max_new_tokens or s.default_max_new_tokens
-        if max_new > s.max_new_tokens_limit:
-            raise InvalidArgument(f"max_new_tokens {max_new} is over the limit of {s.max_new_tokens_limit}")
+        s, base, limits = self.settings, self.config, self.limits
+        max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
         mode = params.mode or s.mode
         if mode not in {m.value for m in DraftMode}:
             raise InvalidArgument(f"unknown mode {mode!r} (hierarchical, parallel, llma or none)")
-        if len(params.stop) > s.max_stop_strings:
-            raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {s.max_stop_strings}")
+        if len(params.stop) > limits.max_stop_strings:
+            raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
         if any(not stop for stop in params.stop):
             raise InvalidArgument("empty stop string")
         length = params.decoding_length or base.decoding_length
@@ -149,8 +143,8 @@ class GeneratorEngine:
                 raise InvalidArgument(f"branch_length must be in 2..{s.branch_length}")
             trie = TrieConfig(branch_length=params.branch_length, prompt_weight=trie.prompt_weight,
                               capacity=trie.capacity)
-        return base.with_(mode=mode, max_new_tokens=max_new, decoding_length=length,
-                          stop_strings=tuple(params.stop), trie=trie)
+        return replace(base, mode=mode, max_new_tokens=max_new, decoding_length=length,
+                       stop_strings=tuple(params.stop), trie=trie)
 
     def _check_fits(self, prompt_ids: Sequence[int], config: DecodingConfig) -> None:
         if not prompt_ids:
@@ -174,34 +168,26 @@ class GeneratorEngine:
     async def answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
                      request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         """Answer a tenant's question, grounded on retrieved documents; streams AnswerChunks."""
-        s = self.settings
-        self._check_tenant(req.tenant)
-        question = req.question
-        if not question.strip():
-            raise InvalidArgument("question is empty")
-        if len(question) > s.max_question_chars:
-            raise InvalidArgument(f"question is {len(question)} characters; the limit is {s.max_question_chars}")
-        if req.k > s.max_k:
-            raise InvalidArgument(f"k={req.k} is over the limit of {s.max_k}")
-        if req.m > s.max_m:
-            raise InvalidArgument(f"m={req.m} is over the limit of {s.max_m}")
+        limits = self.limits
+        limits.check_tenant(req.tenant)
+        question = limits.check_question(req.question)
+        k, m = limits.resolve_k(req.k), limits.resolve_m(req.m)
         config = self.decoding_config(req.params)
         self._check_room()
         prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
-        await self._retrieve(prep, req.k or s.default_k, req.m or s.default_m, deadline)
+        await self._retrieve(prep, k, m, deadline)
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
     async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
                        request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         """Decode a caller-built prompt (raw text or chat messages) with optional references."""
-        s = self.settings
-        self._check_tenant(req.tenant)
+        limits = self.limits
+        limits.check_tenant(req.tenant)
         config = self.decoding_config(req.params)
         which = req.WhichOneof("input")
         if which == "prompt":
-            if len(req.prompt) > s.max_prompt_chars:
-                raise InvalidArgument(f"prompt is {len(req.prompt)} characters; the limit is {s.max_prompt_chars}")
+            limits.check_prompt_chars("prompt", len(req.prompt))
             prompt_ids = list(self.tokenizer(req.prompt)["input_ids"])
         elif which == "messages":
             msgs = [{"role": m.role, "content": m.content} for m in req.messages.messages]
@@ -209,17 +195,15 @@ class GeneratorEngine:
                 raise InvalidArgument("messages is empty")
             if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
                 raise InvalidArgument("message role must be system, user or assistant")
-            if sum(len(m["content"]) for m in msgs) > s.max_prompt_chars:
-                raise InvalidArgument(f"messages are over {s.max_prompt_chars} characters")
+            limits.check_prompt_chars("messages", sum(len(m["content"]) for m in msgs))
             prompt_ids = self._chat_ids(msgs)
         else:
             raise InvalidArgument("give a prompt or chat messages")
         self._check_fits(prompt_ids, config)
         refs = [t for t in req.references if t]
-        if len(refs) + bool(req.reference_ids) > s.max_references:
-            raise InvalidArgument(f"too many references; the limit is {s.max_references}")
-        if sum(map(len, refs)) > s.max_prompt_chars:
-            raise InvalidArgument(f"references are over {s.max_prompt_chars} characters")
+        if len(refs) + bool(req.reference_ids) > limits.max_references:
+            raise InvalidArgument(f"too many references; the limit is {limits.max_references}")
+        limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
         if req.reference_ids:
             bad = next((t for t in req.reference_ids if t >= self.vocab_size), None)
@@ -241,11 +225,11 @@ class GeneratorEngine:
         cfg = prep.config
         if self.retriever is not None:
             try:
-                resp, notes = await self.retriever.retrieve(
+                resp = await self.retriever.retrieve(
                     prep.tenant, prep.question, k, m, cfg.max_new_tokens,
                     self._timeout(self.settings.retrieve_timeout_s, deadline),
                 )
-                if not resp.chunks and not resp.sessions and any(UNKNOWN_TENANT_NOTE in n for n in notes):
+                if resp.unknown_tenant and not resp.chunks and not resp.sessions:
                     raise NotFound(f"unknown tenant {prep.tenant!r}: no documents were ingested for it")
                 if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:
                     raise RuntimeError(f"retriever tokenizer {resp.tokenizer_id} != {self.tokenizer_id}")
@@ -352,8 +336,8 @@ class GeneratorEngine:
                attribution: DraftAttribution) -> events_pb2.GenerationStats:
         return events_pb2.GenerationStats(
             new_tokens=st.new_tokens, forward_steps=st.forward_steps,
-            mean_accepted_per_step=st.mean_accepted_per_step, prefill_s=st.prefill_s, draft_s=st.draft_s,
-            forward_s=st.forward_s, cache_s=st.cache_s, wall_s=time.perf_counter() - prep.started,
+            mean_accepted_per_step=st.mean_accepted_per_step, prefill_s=st.prefill_s,
+            wall_s=time.perf_counter() - prep.started,
             time_to_first_token_s=(submitted - prep.started + st.first_token_s) if st.first_token_s else 0.0,
             documents_available=prep.documents_available,
             drafts_available=drafts_ok, finish_reason=st.finish_reason,

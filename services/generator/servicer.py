@@ -9,7 +9,7 @@ import grpc
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
 from services.common.errors import grpc_errors
-from services.common.logging import request_context
+from services.common.logs import request_context
 from services.generator.engine import GeneratorEngine
 
 SERVICE_NAME: str = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name

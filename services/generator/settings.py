@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.models import DEFAULT_MODEL
+from lookahead_core.defaults import DEFAULT_MODEL
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -33,17 +33,6 @@ class GeneratorSettings(ServerSettings):
     draftcache_target: str = Field("", description="draft cache HOST:PORT; empty = in-process draft cache")
     retrieve_timeout_s: float = Field(2.0, gt=0, description="deadline of one Retrieve call")
     fetch_timeout_s: float = Field(0.5, gt=0, description="deadline of one draft-cache Fetch call")
-    default_k: int = Field(3, ge=0, description="documents retrieved when a request says 0")
-    default_m: int = Field(2, ge=0, description="past sessions included when a request says 0")
-    max_k: int = Field(16, ge=0, description="most documents a request may ask for")
-    max_m: int = Field(16, ge=0, description="most past sessions a request may ask for")
-    default_max_new_tokens: int = Field(128, gt=0, description="max_new_tokens when a request says 0")
-    max_new_tokens_limit: int = Field(512, gt=0, description="largest max_new_tokens a request may ask for")
-    max_question_chars: int = Field(4000, gt=0, description="longest question accepted")
-    max_prompt_chars: int = Field(200_000, gt=0, description="longest raw prompt / all messages accepted")
-    max_tenant_chars: int = Field(128, gt=0, description="longest tenant name accepted")
-    max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
-    max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
     max_running: int = Field(16, gt=0, description="requests decoding at once, all verified in one forward per step")
     max_waiting: int = Field(64, ge=0, description="requests queued past max_running; more get RESOURCE_EXHAUSTED")
     max_tokens_per_forward: int = Field(512, gt=1, description="tokens in one batched forward (drafts + prefill)")
@@ -61,9 +50,6 @@ class GeneratorSettings(ServerSettings):
 
     @model_validator(mode="after")
     def _limits_agree(self) -> GeneratorSettings:
-        if self.default_max_new_tokens > self.max_new_tokens_limit:
-            raise ValueError(f"default_max_new_tokens {self.default_max_new_tokens} is over "
-                             f"max_new_tokens_limit {self.max_new_tokens_limit}")
         if self.max_tokens_per_forward <= self.max_running:
             raise ValueError(f"max_tokens_per_forward {self.max_tokens_per_forward} must exceed "
                              f"max_running {self.max_running}")

@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import torch
+from lookahead_core.models import load_tokenizer, resolve_model_path
+from lookahead_core.vocab import tokenizer_id
+from transformers import AutoConfig
+
 from services.common.errors import InvalidArgument
+from services.common.limits import RequestLimits
 from services.retriever.documents import ChunkRecord, Document, ScoredChunk, make_chunks
 from services.retriever.embeddings import Embedder, Encoder
 from services.retriever.index import IndexConfig, TenantIndex
@@ -54,7 +60,8 @@ class RetrieveResult:
     tokenizer_id: str
     retrieve_ms: float  # embedding + search
     budget: int  # prompt token budget used
-    notes: list[str] = field(default_factory=list)  # e.g. unknown tenant, items dropped for the budget
+    notes: list[str] = field(default_factory=list)  # for people: unknown tenant, items dropped for the budget
+    unknown_tenant: bool = False  # no documents were ever ingested for this tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +76,6 @@ def context_window(tokenizer: Any, model_path: str) -> int:
     limit = int(getattr(tokenizer, "model_max_length", 0) or 0)
     if 0 < limit < UNKNOWN_MODEL_MAX_LENGTH:
         return limit
-    from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(model_path)
     return int(config.max_position_embeddings)
@@ -84,15 +90,13 @@ class RetrieverCore:
         *,
         embedder: Encoder | None = None,
         tokenizer: Any | None = None,
+        limits: RequestLimits | None = None,
     ) -> None:
-        from lookahead_core.models import load_tokenizer, resolve_model_path, tokenizer_id
-
         self.settings = s = settings if settings is not None else RetrieverSettings()
+        self.limits = limits if limits is not None else RequestLimits()
         if s.torch_threads:
             # Process-wide: one-query embeddings gain nothing from a second thread and lose a lot when
             # the other core is busy (fork/join waits). Leave it 0 when a generator shares the process.
-            import torch
-
             torch.set_num_threads(s.torch_threads)
         encoder: Encoder = (
             embedder
@@ -113,21 +117,7 @@ class RetrieverCore:
             self.sessions.restore(saved)
         self._lock = threading.RLock()  # guards _indexes and every TenantIndex in it
         self._ingest_lock = threading.Lock()  # one ingest at a time; searches go on meanwhile
-
     # ---- validation -------------------------------------------------------------------------------
-
-    def _check_tenant(self, tenant: str) -> None:
-        if not tenant.strip():
-            raise InvalidArgument("tenant is empty")
-        if len(tenant) > self.settings.max_tenant_chars:
-            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.settings.max_tenant_chars}")
-
-    def _check_question(self, question: str) -> None:
-        if not question.strip():
-            raise InvalidArgument("question is empty")
-        limit = self.settings.max_question_chars
-        if len(question) > limit:
-            raise InvalidArgument(f"question is {len(question)} characters; the limit is {limit}")
 
     def _check_documents(self, documents: Sequence[Document]) -> None:
         s = self.settings
@@ -146,16 +136,10 @@ class RetrieverCore:
                 raise InvalidArgument(f"{where}: id appears twice in one request")
             seen.add(doc.id)
 
-    def _resolve(self, value: int, default: int, limit: int, name: str) -> int:
-        if value < 0 or value > limit:
-            raise InvalidArgument(f"{name}={value} is out of range (0 = default {default}, at most {limit})")
-        return value or default
-
     # ---- ingest -----------------------------------------------------------------------------------
-
     def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
         """Chunk, embed and index documents; unchanged ones are skipped, changed ones replaced. Persists."""
-        self._check_tenant(tenant)
+        self.limits.check_tenant(tenant)
         if not documents:
             raise InvalidArgument("no documents to ingest")
         self._check_documents(documents)
@@ -189,7 +173,6 @@ class RetrieverCore:
         return IngestResult(len(fresh), len(documents) - len(fresh), len(chunks), total)
 
     # ---- retrieve ---------------------------------------------------------------------------------
-
     def search(self, tenant: str, question: str, k: int) -> list[ScoredChunk]:
         """Top-k chunks of the tenant for the question (embedding + FAISS), best first."""
         return self._search(tenant, self.embedder.encode_one(question), k)
@@ -205,16 +188,15 @@ class RetrieverCore:
 
     def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0) -> RetrieveResult:
         """Top-k chunks, top-m past sessions and the grounded prompt within the token budget."""
-        s = self.settings
-        self._check_tenant(tenant)
-        self._check_question(question)
-        k = self._resolve(k, s.default_k, s.max_k, "k")
-        m = self._resolve(m, s.default_m, s.max_m, "m")
-        max_new = self._resolve(max_new_tokens, s.default_max_new_tokens, self.context_tokens - 1, "max_new_tokens")
+        s, limits = self.settings, self.limits
+        limits.check_tenant(tenant)
+        limits.check_question(question)
+        k, m = limits.resolve_k(k), limits.resolve_m(m)
+        max_new = limits.resolve_max_new_tokens(max_new_tokens)
         notes: list[str] = []
         with self._lock:
-            known = tenant in self._indexes
-        if not known:
+            unknown_tenant = tenant not in self._indexes
+        if unknown_tenant:
             notes.append(f"tenant {tenant!r} has no documents")
         start = time.perf_counter()
         query = self.embedder.encode_one(question)  # [1, dim]
@@ -243,10 +225,10 @@ class RetrieverCore:
             notes.append(f"{dropped} retrieved item(s) left out to fit {budget} prompt tokens")
         if built.truncated:
             notes.append("the last item in the prompt was cut to fit")
-        return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes)
+        return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes,
+                              unknown_tenant)
 
     # ---- stats / lifecycle ------------------------------------------------------------------------
-
     def stats(self, tenant: str = "") -> RetrieverStats:
         """Counts for one tenant, or totals over all tenants when ``tenant`` is empty."""
         with self._lock:

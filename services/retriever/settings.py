@@ -6,6 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
+from lookahead_core.defaults import DEFAULT_MODEL, cache_dir
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -13,13 +14,9 @@ from services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
 from services.common.settings import ServerSettings, metrics_port_field, port_field
 from services.retriever.corpus import bundled_vectors_path
 
-DEFAULT_MODEL = "smollm2-135m-instruct"  # same name as lookahead_core.models.DEFAULT_MODEL (no torch import)
-
 
 def default_data_dir() -> Path:
     """``$LOOKAHEAD_RAG_CACHE/retriever`` or ``~/.cache/lookahead-rag/retriever``."""
-    from lookahead_core.models import cache_dir
-
     return cache_dir() / "retriever"
 
 
@@ -77,18 +74,11 @@ class RetrieverSettings(ServerSettings):
     search_threads: int = Field(
         1, ge=1, description="OpenMP threads FAISS uses per single-query search (1: no fork/join cost)"
     )
-    default_k: int = Field(4, ge=0, description="chunks returned when a request says k=0")
-    default_m: int = Field(2, ge=0, description="past sessions returned when a request says m=0")
-    max_k: int = Field(50, ge=1, description="largest k a request may ask for")
-    max_m: int = Field(20, ge=1, description="largest m a request may ask for")
-    max_question_chars: int = Field(4000, ge=1, description="longer questions are refused")
-    max_tenant_chars: int = Field(128, ge=1, description="longer tenant names are refused")
     max_doc_id_chars: int = Field(512, ge=1, description="longer document ids are refused")
     max_doc_chars: int = Field(5_000_000, ge=1, description="longer documents are refused")
     max_context_tokens: int = Field(
         2048, ge=64, description="cap on the model's context window used for prompts (CPU decoding cost)"
     )
-    default_max_new_tokens: int = Field(256, ge=1, description="room left for the answer when a request says 0")
     min_truncated_tokens: int = Field(
         32, ge=1, description="a document cut to fewer tokens than this is dropped instead"
     )

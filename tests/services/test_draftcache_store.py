@@ -10,11 +10,13 @@ from typing import Any
 
 import pytest
 
-from services.common.bus import EventApplier, InProcessBus
 from services.common.errors import InvalidArgument, ResourceExhausted
 from services.draftcache.fetch import Branch
 from services.draftcache.store import DraftCacheStore
-from services.draftcache.testing import TOKENIZER, completed, small_settings, store_with
+from services.events import EventApplier
+from services.events.inprocess import InProcessBus
+from tests.builders import TOKENIZER, completed
+from tests.services.draftcache_helpers import small_settings, store_with
 
 A, B = "tenant-a", "tenant-b"
 TOK = TOKENIZER
@@ -62,8 +64,8 @@ def test_same_event_twice_applied_once() -> None:
 def test_apply_is_the_event_applier() -> None:
     store = DraftCacheStore(small_settings())
     assert isinstance(store, EventApplier)
-    assert store.apply(completed("e1", A, [1, 2, 3])) is True
-    assert store.apply(completed("e1", A, [1, 2, 3])) is False
+    assert store.apply(completed(A, event_id="e1", output_ids=[1, 2, 3])) is True
+    assert store.apply(completed(A, event_id="e1", output_ids=[1, 2, 3])) is False
     assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 3], 1.0)]
 
 
@@ -75,9 +77,9 @@ def test_in_process_bus_feeds_the_store() -> None:
         bus.subscribe("draftcache", store)
         await bus.start()
         for event in [
-            completed("e1", A, [1, 2, 3]),
-            completed("e1", A, [1, 2, 3]),
-            completed("e2", B, [1, 2, 9]),
+            completed(A, event_id="e1", output_ids=[1, 2, 3]),
+            completed(A, event_id="e1", output_ids=[1, 2, 3]),
+            completed(B, event_id="e2", output_ids=[1, 2, 9]),
         ]:
             bus.publish(event)
         await bus.drain(timeout_s=10)
@@ -168,13 +170,13 @@ HUGE = 2**31  # one past the largest token id
 
 BAD_CALLS: list[tuple[str, Callable[[DraftCacheStore], Any], str]] = [
     # empty tenant
-    ("fetch empty tenant", lambda s: s.fetch("", TOK, [1], [], 0), "tenant must not be empty"),
+    ("fetch empty tenant", lambda s: s.fetch("", TOK, [1], [], 0), "tenant is empty"),
     # empty tokenizer id
     ("add empty tokenizer", lambda s: s.add_output(A, "", [1], "e"), "tokenizer_id must not be empty"),
     # empty event id (idempotency needs one)
     ("add empty event id", lambda s: s.add_output(A, TOK, [1], ""), "event_id must not be empty"),
     # over-long tenant
-    ("long tenant", lambda s: s.fetch("x" * 300, TOK, [1], [], 0), "tenant is 300 characters; at most 256"),
+    ("long tenant", lambda s: s.fetch("x" * 300, TOK, [1], [], 0), "tenant is 300 characters; the limit is 128"),
     # budget over the maximum (64 in SMALL)
     ("budget over max", lambda s: s.fetch(A, TOK, [1], [], 65), "budget 65 is out of range"),
     # negative budget

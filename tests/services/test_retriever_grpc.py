@@ -18,9 +18,12 @@ from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, r
 
 from services.common.errors import InvalidArgument, ResourceExhausted, grpc_errors
 from services.common.grpcutil import open_channel, start_server, stop_server
+from services.common.limits import RequestLimits
+from services.retriever.build import retriever_service
 from services.retriever.core import RetrieverCore
-from services.retriever.servicer import SERVICE_NAME, notes_from_metadata, serve
-from services.retriever.testing import settings, shared_embedder, shared_tokenizer
+from services.retriever.documents import Document
+from services.retriever.servicer import SERVICE_NAME
+from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer
 
 TENANT = "acme"
 DOCS = [
@@ -33,24 +36,28 @@ DOCS = [
 ]
 MAX_K = 5
 MAX_QUESTION = 200
+NO_ROOM = 2040  # max_new_tokens leaving 8 of the 2048 context tokens for the prompt
 SMALL_MESSAGE_BYTES = 4096
 StubCall = Callable[[retriever_pb2_grpc.RetrieverStub], Awaitable[Any]]
 
 
 @pytest.fixture(scope="module")
 def core() -> RetrieverCore:
-    s = settings(max_k=MAX_K, max_m=MAX_K, max_question_chars=MAX_QUESTION)
-    return RetrieverCore(s, embedder=shared_embedder(), tokenizer=shared_tokenizer())
+    # max_new_tokens up to nearly the whole context, so a prompt can be left with no room
+    limits = RequestLimits(max_k=MAX_K, max_m=MAX_K, max_question_chars=MAX_QUESTION, max_new_tokens=NO_ROOM)
+    return RetrieverCore(settings(), embedder=shared_embedder(), tokenizer=shared_tokenizer(), limits=limits)
 
 
 async def with_retriever(core: RetrieverCore, call: StubCall, max_message_bytes: int | None = None) -> Any:
-    kwargs = {"max_message_bytes": max_message_bytes} if max_message_bytes else {}
-    server, port = await serve(core, port=0, **kwargs)
+    service = retriever_service(core)
+    if max_message_bytes:
+        service.max_message_bytes = max_message_bytes
+    port = await service.serve(port=0)
     try:
         async with open_channel(f"127.0.0.1:{port}") as channel:
             return await call(retriever_pb2_grpc.RetrieverStub(channel))
     finally:
-        await stop_server(server, grace_s=1.0)
+        await service.stop_serving(grace_s=1.0)
 
 
 def run(core: RetrieverCore, call: StubCall, **kw: Any) -> Any:
@@ -99,18 +106,29 @@ def test_ingest_retrieve_stats_roundtrip(core: RetrieverCore) -> None:
 
 def test_unknown_tenant_answers_without_documents_and_says_so(core: RetrieverCore) -> None:
     async def call(stub: retriever_pb2_grpc.RetrieverStub) -> Any:
-        rpc = retrieve(stub, tenant="nobody")
-        return await rpc, await rpc.trailing_metadata()
+        return await retrieve(stub, tenant="nobody")
 
-    reply, trailing = run(core, call)
+    reply = run(core, call)
     assert len(reply.chunks) == 0 and len(reply.sessions) == 0
     assert "How do I write JSON?" in reply.prompt and reply.prompt_ids
-    assert notes_from_metadata(trailing) == ["tenant 'nobody' has no documents"]
+    assert reply.unknown_tenant  # the typed contract the generator reads (NOT_FOUND for Answer)
+    assert list(reply.notes) == ["tenant 'nobody' has no documents"]  # for people
+
+
+def test_known_tenant_is_not_flagged_unknown(core: RetrieverCore) -> None:
+    core.ingest("known-tenant", [Document(id="d1", title="JSON", text="json.dumps writes JSON text.")])
+
+    async def call(stub: retriever_pb2_grpc.RetrieverStub) -> Any:
+        return await retrieve(stub, tenant="known-tenant")
+
+    reply = run(core, call)
+    assert not reply.unknown_tenant and len(reply.chunks) == 1 and list(reply.notes) == []
 
 
 def test_health_serving_and_reflection_lists_the_service(core: RetrieverCore) -> None:
     async def main() -> tuple[Any, list[str], Any]:
-        server, port = await serve(core, port=0)
+        service = retriever_service(core)
+        port = await service.serve(port=0)
         try:
             async with open_channel(f"127.0.0.1:{port}") as channel:
                 health = health_pb2_grpc.HealthStub(channel)
@@ -124,7 +142,7 @@ def test_health_serving_and_reflection_lists_the_service(core: RetrieverCore) ->
                 async for resp in refl.ServerReflectionInfo(iter([request])):
                     names += [s.name for s in resp.list_services_response.service]
         finally:
-            await stop_server(server, grace_s=1.0)
+            await service.stop_serving(grace_s=1.0)
         return checks, names, port
 
     checks, names, port = asyncio.run(main())
@@ -140,7 +158,7 @@ BAD_RETRIEVE: list[tuple[str, dict[str, Any], str]] = [
     ("k too large", {"k": MAX_K + 1}, "k=6 is out of range"),
     ("m too large", {"m": MAX_K + 1}, "m=6 is out of range"),
     ("empty tenant", {"tenant": ""}, "tenant is empty"),
-    ("no room for the prompt", {"max_new_tokens": 2040}, "shorten the question"),
+    ("no room for the prompt", {"max_new_tokens": NO_ROOM}, "shorten the question"),
     ("max_new_tokens over context", {"max_new_tokens": 100_000}, "max_new_tokens=100000 is out of range"),
 ]
 

@@ -83,20 +83,24 @@ class RetrieveRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
 
 class RetrieveResponse(_message.Message):
-    __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms")
+    __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms", "notes", "unknown_tenant")
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
     RETRIEVE_MS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    UNKNOWN_TENANT_FIELD_NUMBER: _ClassVar[int]
     chunks: _containers.RepeatedCompositeFieldContainer[Chunk]
     sessions: _containers.RepeatedCompositeFieldContainer[PastSession]
     prompt: str
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     tokenizer_id: str
     retrieve_ms: float
-    def __init__(self, chunks: _Optional[_Iterable[_Union[Chunk, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[PastSession, _Mapping]]] = ..., prompt: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., tokenizer_id: _Optional[str] = ..., retrieve_ms: _Optional[float] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    unknown_tenant: bool
+    def __init__(self, chunks: _Optional[_Iterable[_Union[Chunk, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[PastSession, _Mapping]]] = ..., prompt: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., tokenizer_id: _Optional[str] = ..., retrieve_ms: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., unknown_tenant: _Optional[bool] = ...) -> None: ...
 
 class RetrieverStatsRequest(_message.Message):
     __slots__ = ("tenant",)

@@ -1,0 +1,94 @@
+"""What one request may ask for, checked the same way by all three services.
+
+The ``[limits]`` section (env ``LAR_LIMITS_*``) is read by every service, so the generator, the
+retriever and the draft cache refuse the same tenant names and resolve ``k = 0`` to the same
+default. Each check raises InvalidArgument with a one-line message (gRPC INVALID_ARGUMENT)::
+
+    limits = RequestLimits()
+    limits.check_tenant("acme")      # -> "acme"
+    limits.resolve_k(0)              # -> 3 (the default)
+    limits.resolve_k(99)             # InvalidArgument: k=99 is out of range (0 = default 3, at most 16)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field, model_validator
+from pydantic_settings import SettingsConfigDict
+
+from services.common.errors import InvalidArgument
+from services.common.settings import ServiceSettings
+
+# a request value resolved against the limits -> (its default's field, its limit's field)
+RESOLVED: dict[str, tuple[str, str]] = {
+    "k": ("default_k", "max_k"),
+    "m": ("default_m", "max_m"),
+    "max_new_tokens": ("default_max_new_tokens", "max_new_tokens"),
+}
+
+
+class RequestLimits(ServiceSettings):
+    """Tenant rules and the sizes a request may ask for (one section shared by all services)."""
+
+    model_config = SettingsConfigDict(env_prefix="LAR_LIMITS_")
+    section: ClassVar[str] = "limits"
+
+    max_tenant_chars: int = Field(128, ge=1, description="longest tenant name accepted")
+    max_question_chars: int = Field(4000, ge=1, description="longest question accepted")
+    max_prompt_chars: int = Field(200_000, ge=1, description="longest raw prompt / all messages / references accepted")
+    default_k: int = Field(3, ge=1, description="documents retrieved when a request says k=0")
+    max_k: int = Field(16, ge=1, description="most documents a request may ask for")
+    default_m: int = Field(2, ge=0, description="past sessions included when a request says m=0")
+    max_m: int = Field(16, ge=0, description="most past sessions a request may ask for")
+    default_max_new_tokens: int = Field(128, ge=1, description="max_new_tokens when a request says 0")
+    max_new_tokens: int = Field(512, ge=1, description="largest max_new_tokens a request may ask for")
+    max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
+    max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
+
+    @model_validator(mode="after")
+    def _defaults_within_limits(self) -> RequestLimits:
+        for name, (default_field, limit_field) in RESOLVED.items():
+            default, limit = getattr(self, default_field), getattr(self, limit_field)
+            if default > limit:
+                raise ValueError(f"default_{name} {default} is over its limit {limit}")
+        return self
+
+    def check_tenant(self, tenant: str) -> str:
+        """A tenant name that is not blank and not over-long."""
+        if not tenant.strip():
+            raise InvalidArgument("tenant is empty")
+        if len(tenant) > self.max_tenant_chars:
+            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.max_tenant_chars}")
+        return tenant
+
+    def check_question(self, question: str) -> str:
+        """A question that is not blank and not over-long."""
+        if not question.strip():
+            raise InvalidArgument("question is empty")
+        if len(question) > self.max_question_chars:
+            raise InvalidArgument(f"question is {len(question)} characters; the limit is {self.max_question_chars}")
+        return question
+
+    def check_prompt_chars(self, what: str, chars: int) -> None:
+        """Raw prompt text (``what``: "prompt", "messages", "references") within max_prompt_chars."""
+        if chars > self.max_prompt_chars:
+            raise InvalidArgument(f"{what}: {chars} characters; the limit is {self.max_prompt_chars}")
+
+    def resolve_k(self, k: int) -> int:
+        """Documents to retrieve: 0 means the default."""
+        return self._resolve("k", k)
+
+    def resolve_m(self, m: int) -> int:
+        """Past sessions to include: 0 means the default."""
+        return self._resolve("m", m)
+
+    def resolve_max_new_tokens(self, max_new_tokens: int) -> int:
+        """Tokens the answer may take: 0 means the default."""
+        return self._resolve("max_new_tokens", max_new_tokens)
+
+    def _resolve(self, name: str, value: int) -> int:
+        default, limit = (getattr(self, f) for f in RESOLVED[name])
+        if value < 0 or value > limit:
+            raise InvalidArgument(f"{name}={value} is out of range (0 = default {default}, at most {limit})")
+        return value or default

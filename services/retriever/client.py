@@ -1,0 +1,48 @@
+"""How another service reaches the retriever: in-process or over gRPC, same protobuf reply.
+
+Either client returns a RetrieveResponse (notes and ``unknown_tenant`` included). Over gRPC the
+caller's own bad input (INVALID_ARGUMENT) is raised as InvalidArgument; any other failure is
+raised as is, and the caller decides to answer without documents. Calls carry the current
+request id (``x-request-id``), so the retriever logs under the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
+
+from services.common.errors import reraise_bad_input
+from services.common.logs import outgoing_metadata
+from services.retriever.convert import retrieve_response
+from services.retriever.core import RetrieverCore
+
+
+class GrpcRetrieverClient:
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.stub = retriever_pb2_grpc.RetrieverStub(channel)
+
+    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
+                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+        req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
+                                            max_new_tokens=max_new_tokens)
+        try:
+            return await self.stub.Retrieve(req, timeout=timeout_s, metadata=outgoing_metadata())
+        except grpc.aio.AioRpcError as err:
+            reraise_bad_input(err)
+            raise
+
+
+class LocalRetrieverClient:
+    """Direct calls into a RetrieverCore in this process (the embedded default)."""
+
+    def __init__(self, core: RetrieverCore) -> None:
+        self.core = core
+
+    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
+                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+        result = await asyncio.wait_for(
+            asyncio.to_thread(self.core.retrieve, tenant, question, k, m, max_new_tokens), timeout_s
+        )
+        return retrieve_response(result)

@@ -1,0 +1,52 @@
+"""Protobuf <-> retriever domain types, in one place: the servicer and both clients use these.
+
+    response = retrieve_response(core.retrieve("acme", "How do I write JSON?"))
+"""
+
+from __future__ import annotations
+
+from lookahead_rag.v1 import retriever_pb2
+
+from services.retriever.core import IngestResult, RetrieveResult, RetrieverStats
+from services.retriever.documents import Document, ScoredChunk
+from services.retriever.sessions import ScoredSession
+
+
+def chunk_to_proto(found: ScoredChunk) -> retriever_pb2.Chunk:
+    c = found.chunk
+    return retriever_pb2.Chunk(
+        chunk_id=c.chunk_id, doc_id=c.doc_id, title=c.title, text=c.text, source=c.source,
+        start=c.start, end=c.end, score=found.score,
+    )
+
+
+def session_to_proto(found: ScoredSession) -> retriever_pb2.PastSession:
+    s = found.session
+    return retriever_pb2.PastSession(question=s.question, answer=s.answer, score=found.score, event_id=s.event_id)
+
+
+def document_from_proto(doc: retriever_pb2.Document) -> Document:
+    return Document(id=doc.id, title=doc.title or doc.id, text=doc.text, source=doc.source)
+
+
+def retrieve_response(result: RetrieveResult) -> retriever_pb2.RetrieveResponse:
+    return retriever_pb2.RetrieveResponse(
+        chunks=[chunk_to_proto(c) for c in result.chunks],
+        sessions=[session_to_proto(s) for s in result.sessions],
+        prompt=result.prompt,
+        prompt_ids=result.prompt_ids,
+        tokenizer_id=result.tokenizer_id,
+        retrieve_ms=result.retrieve_ms,
+        notes=result.notes,
+        unknown_tenant=result.unknown_tenant,
+    )
+
+
+def ingest_response(result: IngestResult) -> retriever_pb2.IngestResponse:
+    return retriever_pb2.IngestResponse(
+        documents=result.documents, chunks=result.chunks, total_chunks=result.total_chunks
+    )
+
+
+def stats_response(stats: RetrieverStats) -> retriever_pb2.RetrieverStatsResponse:
+    return retriever_pb2.RetrieverStatsResponse(chunks=stats.chunks, sessions=stats.sessions, tenants=stats.tenants)
