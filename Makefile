@@ -30,7 +30,7 @@ protos: $(STAMP)
 	$(BIN)/python -m services.common.protogen
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag bench --corpus ../shared/data/squad-dev/corpus.jsonl \
+	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --corpus ../shared/data/squad-dev/corpus.jsonl \
 	  --questions ../shared/data/squad-dev/questions.jsonl --limit 40 --json bench/results/cold.json
 
 clean:

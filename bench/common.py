@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Sequence
@@ -14,6 +15,14 @@ SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question using the documents below. "
     "If they do not contain the answer, say so."
 )  # the bench's grounded-QA instruction
+
+
+def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's parser with the workload every decoding benchmark reads: --corpus and --questions."""
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
+    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    return p
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

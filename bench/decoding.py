@@ -1,6 +1,6 @@
 """Decoding benchmark: greedy vs transformers' prompt lookup vs lookahead modes, side by side.
 
-    lookahead-rag bench --corpus C.jsonl --questions Q.jsonl --limit 40 \
+    lookahead-rag-bench decoding --corpus C.jsonl --questions Q.jsonl --limit 40 \
         --modes greedy,prompt-lookup,none,llma,parallel,hierarchical --max-new-tokens 128 --json out.json
 
 Every question runs through every mode in turn in one process (machine noise is shared). Scenarios:
@@ -14,23 +14,32 @@ KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import platform
+import sys
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from lookahead_core import DecodingConfig, LookaheadDecoder, TokenTrie, load_model
+from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.attention import tree_attention
 from lookahead_core.config import DraftMode
+from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.kernels import CostCurve, KernelSet
+from lookahead_core.models import load_model
 from lookahead_core.scheduler import shared_kernels
 from tqdm import tqdm
 
-from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
+from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, workload_parser, write_json
 from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
+from bench.pipeline import measure_pipeline
+from services.retriever.core import RetrieverCore
+from services.retriever.documents import Document
+from services.retriever.settings import RetrieverSettings
 
 HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
 PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
@@ -46,7 +55,6 @@ class ModeTotals:
     forward_steps: int = 0
     exact: int = 0
     questions: int = 0
-    paths: list[tuple[int, ...]] = field(default_factory=list)
 
     def row(self, baseline: ModeTotals, none: ModeTotals) -> dict[str, Any]:
         """Totals and ratios; ``baseline`` is the faster greedy (HF generate or ``none``)."""
@@ -75,10 +83,7 @@ class CallCounter:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lookahead-rag bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
-    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    p = workload_parser("lookahead-rag-bench decoding", __doc__)
     p.add_argument("--limit", type=int, default=40, help="first N answerable questions")
     p.add_argument("--modes", default=DEFAULT_MODES, help="comma-separated modes")
     p.add_argument("--max-new-tokens", type=int, default=128)
@@ -119,7 +124,6 @@ def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new:
             out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
                                  max_new_tokens=max_new, **extra)
         return out[0, len(ids):].tolist(), counter.calls - before - 1  # minus prefill
-
     return run
 
 
@@ -145,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
 
     base = DecodingConfig(max_new_tokens=args.max_new_tokens)
     if args.branch_length:
-        base = base.with_(trie=replace(base.trie, branch_length=args.branch_length))
+        base = replace(base, trie=replace(base.trie, branch_length=args.branch_length))
     kernels = KernelSet(model, tree_attention(model))  # every lookahead mode runs these twins
     past = int(sum(map(len, prompts)) / len(prompts)) + args.max_new_tokens // 2
     print(f"timing kernels vs tree tokens (cache {past} tokens)...")
@@ -158,18 +162,18 @@ def main(argv: list[str] | None = None) -> int:
         length = base.decoding_length  # a cap: the scheduler sizes every step's tree by measured gain and cost
     elif args.decoding_length == "auto":
         calib_qs = pool[args.limit : args.limit + args.calibrate]
-        wide = base.with_(decoding_length=curve.token_counts[-1] - 1)
-        paths: list[tuple[int, ...]] = []
+        wide = replace(base, decoding_length=curve.token_counts[-1] - 1)
+        recorder = PathRecorder()  # the accepted path of every calibration step
         for q in tqdm(calib_qs, desc="calibrating tree size"):
             ids = grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"])
-            paths += probe.generate(ids, config=wide).stats.accepted_paths
-        length, table = choose_decoding_length(curve, paths)
+            probe.generate(ids, config=wide, observer=recorder)
+        length, table = choose_decoding_length(curve, recorder.paths)
         calibration = {"questions": len(calib_qs), "chosen": length, "table": table}
         print(f"decoding length {length}: {table[length]['tokens_per_step']:.2f} tokens/step expected "
               f"at {table[length]['ms_per_step']:.1f} ms/step")
     else:
         length = int(args.decoding_length)
-    base = base.with_(decoding_length=length)
+    base = replace(base, decoding_length=length)
 
     counter = CallCounter(model)
     tries: dict[str, TokenTrie | None] = {}
@@ -179,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         if m in HF_MODES:
             runners[m] = _hf_runner(model, counter, m, args.max_new_tokens)
             continue
-        cfg = base.with_(mode=m)
+        cfg = replace(base, mode=m)
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
         if args.engine == "scheduler":
             runners[m] = SchedulerRunner(model, tok, cfg, tries[m])
@@ -221,8 +225,6 @@ def main(argv: list[str] | None = None) -> int:
                 tot.new_tokens += len(out)
                 tot.forward_steps += steps
                 tot.questions += 1
-                if len(result) > 2:
-                    tot.paths += result[2].accepted_paths
                 if ref is None and m == "greedy":
                     ref = out
                 tot.exact += int(ref is None or out == ref)
@@ -268,10 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         "modes": rows,
     }
     if args.via_grpc:
-        import asyncio
 
-        from bench.pipeline import measure_pipeline
-        from services.retriever.documents import Document
 
         docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
         print("answering through the pipeline: in-process vs three gRPC services on loopback...")
@@ -308,11 +307,7 @@ def _print_cost(measured: CostCurve, curve: CostCurve) -> None:
 def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str], k: int,
                        max_new: int) -> list[list[int]]:
     """Prompts assembled by the retriever from the top-k chunks of the whole corpus."""
-    import tempfile
 
-    from services.retriever.core import RetrieverCore
-    from services.retriever.documents import Document
-    from services.retriever.settings import RetrieverSettings
 
     with tempfile.TemporaryDirectory() as tmp:
         core = RetrieverCore(RetrieverSettings(data_dir=tmp), tokenizer=tok)
@@ -349,6 +344,4 @@ def _plot(data: dict[str, Any], path: str) -> None:
 
 
 if __name__ == "__main__":
-    import sys
-
     raise SystemExit(main(sys.argv[1:]))

@@ -15,8 +15,9 @@ from typing import Any
 
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
-from services.app import AllSettings, Pipeline
+from services.app import Pipeline
 from services.common.grpcutil import open_channel
+from services.config import AllSettings
 
 TENANT = "bench"
 PERCENT = 100.0
@@ -25,8 +26,8 @@ PERCENT = 100.0
 def _settings(root: str, max_new: int) -> AllSettings:
     return AllSettings.load(
         None,
-        generator={"data_dir": f"{root}/g", "port": 0, "default_max_new_tokens": max_new,
-                   "max_new_tokens_limit": max(max_new, 512)},
+        generator={"data_dir": f"{root}/g", "port": 0},
+        limits={"default_max_new_tokens": max_new, "max_new_tokens": max(max_new, 512)},
         retriever={"data_dir": f"{root}/r", "port": 0}, draftcache={"data_dir": f"{root}/d", "port": 0},
         kafka={"bootstrap_servers": ""},
     )

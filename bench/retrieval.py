@@ -1,6 +1,6 @@
 """Retrieval latency: p50/p99 of embedding a question + searching a flat index of >= 10k chunks.
 
-    python -m bench.retrieval [--squad ../shared/data/squad-dev] [--chunks 10000] [--json out.json]
+    lookahead-rag-bench retrieval [--squad ../shared/data/squad-dev] [--chunks 10000] [--json out.json]
 
 The index holds the bundled stdlib corpus (+ the squad paragraphs if given) and is filled up to
 ``--chunks`` with variants of those chunks: a variant's vector is its source chunk's vector plus
@@ -8,7 +8,7 @@ gaussian noise, renormalized (``--noise``), so the filler needs no minutes of en
 index's search cost is n x dim multiply-adds whatever the vectors hold, so the latency is that of
 the same number of real chunks. Every chunk goes through the normal ingest path (chunking, index,
 id map); only their vectors come from a VectorCache. ``measure_retrieval`` is what
-``lookahead-rag bench`` reports as ``"retrieval"``.
+``lookahead-rag-bench decoding`` reports as ``"retrieval"``.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def questions_for(squad_dir: Path | None) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.retrieval", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="lookahead-rag-bench retrieval", description=__doc__.splitlines()[0])
     parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS, help="index size to reach")
     parser.add_argument("--squad", type=Path, help="folder with corpus.jsonl and questions.jsonl to add")
     parser.add_argument("--k", type=int, default=DEFAULT_K, help="chunks per search")

@@ -1,6 +1,6 @@
 """Serving benchmark: closed-loop clients against the three gRPC services, speculation on vs off vs serial HF.
 
-    lookahead-rag bench-serve --corpus C.jsonl --questions Q.jsonl --pool 100 --requests 200 --zipf 1.1 \\
+    lookahead-rag-bench serve --corpus C.jsonl --questions Q.jsonl --pool 100 --requests 200 --zipf 1.1 \\
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf]
 
@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import os
 import platform
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -31,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lookahead_core.models import load_model
 
-from bench.common import print_table, write_json
+from bench.common import print_table, workload_parser, write_json
 from bench.serve_client import closed_loop
 from bench.serve_hf import fill_greedy, run_serial
 from bench.serve_load import Question, Workload, draw_sequence, load_workload
+from bench.serve_plot import plot
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
 from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
 
@@ -56,10 +59,7 @@ class RunConfig:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="lookahead-rag bench-serve", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
-    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    p = workload_parser("lookahead-rag-bench serve", __doc__)
     p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
     p.add_argument("--requests", type=int, default=200, help="requests per level and way")
     p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
@@ -196,8 +196,6 @@ def _device(name: str) -> str:
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    from lookahead_core import load_model
-
     device = _device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -253,14 +251,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {args.json}")
     png = args.png or (str(args.json).removesuffix(".json") + ".png" if args.json else None)
     if png:
-        from bench.serve_plot import plot
-
         plot(data, png)
         print(f"wrote {png}")
     return 0
 
 
 if __name__ == "__main__":
-    import sys
-
     raise SystemExit(main(sys.argv[1:]))

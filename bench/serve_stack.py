@@ -18,10 +18,14 @@ from typing import Any
 
 from lookahead_rag.v1 import generator_pb2_grpc
 
-from services.app import AllSettings, Pipeline
+from services.app import Pipeline
 from services.common.grpcutil import local_target, open_channel
+from services.common.limits import RequestLimits
+from services.config import AllSettings
 from services.generator.settings import GeneratorSettings
 from services.retriever.documents import Document, make_chunks
+from services.retriever.embeddings import Embedder
+from services.retriever.vector_cache import VectorCache
 
 KIB = 1024
 RSS_POLL_S = 0.2  # how often the resident-memory sampler looks
@@ -40,17 +44,14 @@ class StackConfig:
     kafka: str = ""  # bootstrap HOST:PORT; empty = the in-process bus
     generator: dict[str, Any] = field(default_factory=dict)  # extra generator settings (--gen KEY=VALUE)
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])  # keeps Kafka topics apart between runs
-
     def generator_settings(self, data_dir: Path) -> dict[str, Any]:
         """Generous generator settings (deadlines, capacity at least the highest concurrency level)."""
         known = GeneratorSettings.model_fields
         wanted: dict[str, Any] = {
             "data_dir": data_dir, "port": 0, "model": self.model, "threads": self.threads,
-            "default_max_new_tokens": self.max_new_tokens,
             "retrieve_timeout_s": self.timeout_s, "fetch_timeout_s": self.timeout_s,
         }
         at_least = {  # capacity settings: the field's default, raised to what the run needs
-            "max_new_tokens_limit": self.max_new_tokens,
             "max_running": self.max_concurrency,  # the serving engine: batched together
             "max_waiting": self.max_concurrency,  # ... queued past max_running
         }
@@ -58,6 +59,11 @@ class StackConfig:
             default = known[name].default
             wanted[name] = max(need, default) if isinstance(default, int) else need
         return wanted | self.generator
+
+    def limits(self) -> dict[str, Any]:
+        """Every request asks for max_new_tokens (the default), within the limit."""
+        limit = max(self.max_new_tokens, RequestLimits.model_fields["max_new_tokens"].default)
+        return {"default_max_new_tokens": self.max_new_tokens, "max_new_tokens": limit}
 
     def settings(self, name: str) -> AllSettings:
         base = self.root / name
@@ -70,7 +76,7 @@ class StackConfig:
             None, generator=self.generator_settings(base / "g"),
             retriever={"data_dir": base / "r", "port": 0, "model": self.model,
                        "vector_cache": self.root / "vectors.npz"},
-            draftcache={"data_dir": base / "d", "port": 0}, kafka=kafka,
+            draftcache={"data_dir": base / "d", "port": 0}, limits=self.limits(), kafka=kafka,
         )
 
 
@@ -87,8 +93,6 @@ def check_generator_overrides(pairs: list[str]) -> dict[str, Any]:
 
 def build_vector_cache(cfg: StackConfig, docs: dict[str, list[Document]]) -> int:
     """Embed every chunk of the corpus once into ``root/vectors.npz``; returns the chunk count."""
-    from services.retriever.embeddings import Embedder
-    from services.retriever.vector_cache import VectorCache
 
     rs = cfg.settings("probe").retriever
     texts = list(dict.fromkeys(c.embedding_text() for ds in docs.values() for d in ds

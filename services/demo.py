@@ -19,7 +19,10 @@ from typing import Any
 
 import torch
 
-from services.app import AllSettings, Pipeline
+from services.app import Pipeline
+from services.config import AllSettings
+from services.retriever.corpus import bundled_corpus_path, sample_questions_path
+from services.retriever.ingest import read_jsonl
 
 DEFAULT_QUESTIONS = 3  # sample questions answered per round
 DEFAULT_MAX_NEW_TOKENS = 96  # per answer
@@ -65,9 +68,6 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
 
 
 async def run(args: argparse.Namespace) -> int:
-    from services.retriever.corpus import bundled_corpus_path, sample_questions_path
-    from services.retriever.ingest import read_jsonl
-
     t_start = time.perf_counter()
     print("lookahead-rag demo: loading SmolLM2-135M-Instruct (the first run converts the bundled GGUF, ~25 s)...",
           flush=True)

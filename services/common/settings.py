@@ -17,9 +17,9 @@ field (in the file or as a prefixed variable), an unknown table or an ill-typed 
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
 import tomllib
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -37,16 +37,6 @@ from services.common.ports import CONFIG_ENV
 S = TypeVar("S", bound=BaseSettings)
 PathArg = str | os.PathLike[str] | None
 
-# section -> "module:ClassName", imported only when asked for (the module may not exist yet).
-SECTIONS: dict[str, str] = {
-    "retriever": "services.retriever.settings:RetrieverSettings",
-    "draftcache": "services.draftcache.settings:DraftCacheSettings",
-    "generator": "services.generator.settings:GeneratorSettings",
-    "kafka": "services.common.kafka_settings:KafkaSettings",
-    "logging": "services.common.settings:LoggingSettings",
-}
-
-
 class ConfigError(ValueError):
     """A configuration problem, in one line that names the field and where its value came from."""
 
@@ -63,17 +53,22 @@ def config_path(config_file: PathArg = None) -> Path | None:
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """The whole TOML file; unknown tables are an error (a typo would otherwise be ignored)."""
+    """The whole TOML file, one table per section (``check_tables`` refuses unknown ones)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     for name, table in data.items():
-        if name not in SECTIONS:
-            raise ConfigError(f"{path}: unknown table [{name}]{_did_you_mean(name, SECTIONS)}")
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: {name} must be a table ([{name}]), not a value")
     return data
+
+
+def check_tables(path: Path, known: Collection[str]) -> None:
+    """Refuse a table of ``path`` that names no known section (a typo would otherwise be ignored)."""
+    for name in read_config(path):
+        if name not in known:
+            raise ConfigError(f"{path}: unknown table [{name}]{_did_you_mean(name, known)}")
 
 
 def env_prefix(cls: type[BaseSettings]) -> str:
@@ -197,32 +192,6 @@ def origins(cls: type[BaseSettings], section: str, config_file: PathArg) -> dict
     path = config_path(config_file)
     table = read_config(path).get(section, {}) if path else {}
     return {name: _origin(cls, section, name, table, path) for name in cls.model_fields}
-
-
-def resolve_section(section: str) -> type[BaseSettings] | None:
-    """The settings class of a section, or None while its module does not exist yet."""
-    module_name, _, class_name = SECTIONS[section].partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            return None
-        raise
-    found = getattr(module, class_name, None)
-    return found if isinstance(found, type) and issubclass(found, BaseSettings) else None
-
-
-def available_sections() -> tuple[dict[str, type[BaseSettings]], list[str]]:
-    """(section -> class for those that exist, notes naming those that do not yet)."""
-    found: dict[str, type[BaseSettings]] = {}
-    notes: list[str] = []
-    for section, target in SECTIONS.items():
-        cls = resolve_section(section)
-        if cls is None:
-            notes.append(f"[{section}] skipped: {target} does not exist yet")
-        else:
-            found[section] = cls
-    return found, notes
 
 
 class ServiceSettings(BaseSettings):

@@ -18,6 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from services.retriever.documents import make_chunks
+from services.retriever.embeddings import Embedder
+from services.retriever.ingest import read_jsonl
+from services.retriever.settings import RetrieverSettings
+from services.retriever.vector_cache import VectorCache
+
 # Curated, commonly used modules; dotted names are imported as such.
 MODULES: tuple[str, ...] = (
     "abc",
@@ -206,19 +212,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def chunk_texts(corpus: Path) -> list[str]:
     """The embedding texts of the corpus's chunks under the default chunking settings."""
-    from services.retriever.documents import make_chunks
-    from services.retriever.ingest import read_jsonl
-    from services.retriever.settings import RetrieverSettings
-
     s = RetrieverSettings(data_dir=None)
     return [c.embedding_text() for doc in read_jsonl(corpus) for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)]
 
 
 def write_vectors(corpus: Path, out: Path) -> None:
     """Embed every chunk of ``corpus`` (default settings) into a VectorCache file."""
-    from services.retriever.embeddings import Embedder
-    from services.retriever.vector_cache import VectorCache
-
     texts = chunk_texts(corpus)
     embedder = Embedder()
     cache = VectorCache.build(embedder.name, texts, embedder.encode(texts))

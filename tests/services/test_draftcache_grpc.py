@@ -12,12 +12,17 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lookahead_rag.v1 import draftcache_pb2 as pb
 from lookahead_rag.v1 import draftcache_pb2_grpc
+from prometheus_client import CollectorRegistry
 
 from services.common.grpcutil import open_channel
+from services.common.limits import RequestLimits
+from services.draftcache.build import build_draftcache
 from services.draftcache.codec import SnapshotError
-from services.draftcache.servicer import SERVICE_NAME, serve
+from services.draftcache.servicer import SERVICE_NAME
 from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.testing import TOKENIZER, small_settings
+from services.events.inprocess import InProcessBus
+from tests.builders import TOKENIZER
+from tests.services.draftcache_helpers import small_settings
 
 T = "acme"
 UINT32_MAX = 2**32 - 1  # the largest id the wire can carry, past the largest token id
@@ -26,9 +31,11 @@ Call = Callable[[Stub, grpc.aio.Channel], Awaitable[Any]]
 
 
 async def with_service(settings: DraftCacheSettings, call: Call) -> Any:
-    service = await serve(settings, port=0)
+    service = await build_draftcache(settings, RequestLimits(), InProcessBus(), CollectorRegistry())
+    await service.start()
+    port = await service.serve(port=0)
     try:
-        async with open_channel(f"127.0.0.1:{service.port}") as channel:
+        async with open_channel(f"127.0.0.1:{port}") as channel:
             return await call(Stub(channel), channel)
     finally:
         await service.stop(grace_s=1.0)

@@ -9,138 +9,40 @@ import os
 import re
 import shlex
 import tomllib
-from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from services.common import ports
-from services.common.config_cli import toml_value
-from services.common.settings import (
-    SECTIONS,
-    ConfigError,
-    ServerSettings,
-    env_prefix,
-    load_settings,
-    resolve_section,
+from services.common.settings import ConfigError, ServerSettings, env_prefix, load_settings
+from services.config import SECTIONS
+from services.config_cli import toml_value
+from tests.services.deploy_helpers import (
+    DEPLOY,
+    K8S,
+    NAMESPACE,
+    REPO,
+    all_lar_env,
+    compose,
+    compose_env,
+    configmap_toml,
+    container,
+    dockerfile,
+    dockerfile_env,
+    final_stage,
+    k8s,
+    k8s_docs,
+    k8s_env,
+    kafka_default,
+    section_fields,
+    split_env,
+    workload,
 )
 
-REPO = Path(__file__).resolve().parents[2]
-DEPLOY = REPO / "deploy"
-K8S = DEPLOY / "k8s"
 K8S_VERSION = "1.33"
-NAMESPACE = "lookahead-rag"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"lookahead-rag:{VERSION}"
 DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fields deploy/ sets
-
-
-# --- helpers ----------------------------------------------------------------------------------------
-
-
-def k8s_docs() -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (path.name, doc)
-        for path in sorted(K8S.glob("*.yaml"))
-        if path.name != "kustomization.yaml"
-        for doc in yaml.safe_load_all(path.read_text())
-        if doc
-    ]
-
-
-def k8s(kind: str, name: str) -> dict[str, Any]:
-    found = [doc for _, doc in k8s_docs() if doc["kind"] == kind and doc["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} found"
-    return found[0]
-
-
-def compose() -> dict[str, Any]:
-    return yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
-
-
-def configmap_toml() -> dict[str, Any]:
-    return tomllib.loads(k8s("ConfigMap", "lookahead-rag-config")["data"]["config.toml"])
-
-
-def workload(service: str) -> dict[str, Any]:
-    docs = [doc for _, doc in k8s_docs()
-            if doc["kind"] in ("Deployment", "StatefulSet") and doc["metadata"]["name"] == service]
-    assert len(docs) == 1, f"one Deployment or StatefulSet named {service}"
-    return docs[0]
-
-
-def container(service: str) -> dict[str, Any]:
-    (only,) = workload(service)["spec"]["template"]["spec"]["containers"]
-    return only
-
-
-def dockerfile() -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n", " ", (DEPLOY / "Dockerfile").read_text())
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            word, _, rest = line.partition(" ")
-            out.append((word.upper(), rest.strip()))
-    return out
-
-
-def final_stage() -> list[tuple[str, str]]:
-    instructions = dockerfile()
-    last_from = max(i for i, (word, _) in enumerate(instructions) if word == "FROM")
-    return instructions[last_from:]
-
-
-def section_fields(section: str) -> set[str]:
-    """The fields deploy/ may set in a section: its settings class's (a gRPC service's class is a
-    ServerSettings, so host, port, metrics_port and shutdown_grace_s are among them)."""
-    cls = resolve_section(section)
-    assert cls is not None, f"{SECTIONS[section]} does not exist"
-    if section in ports.GRPC_PORTS:
-        assert issubclass(cls, ServerSettings), f"{cls.__name__} must derive from ServerSettings"
-    return set(cls.model_fields)
-
-
-def kafka_default(field: str) -> Any:
-    cls = resolve_section("kafka")
-    assert cls is not None
-    return cls.model_fields[field].default
-
-
-def split_env(var: str) -> tuple[str, str]:
-    """LAR_<SECTION>_<FIELD> -> (section, field)."""
-    for section, prefix in ports.ENV_PREFIXES.items():
-        if var.startswith(prefix):
-            return section, var[len(prefix):].lower()
-    raise AssertionError(f"{var}: no section has this prefix ({', '.join(ports.ENV_PREFIXES.values())})")
-
-
-def compose_env(service: str) -> dict[str, str]:
-    return {k: str(v) for k, v in (compose()["services"][service].get("environment") or {}).items()}
-
-
-def k8s_env(service: str) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in container(service).get("env", [])}
-
-
-def dockerfile_env() -> dict[str, str]:
-    env: dict[str, str] = {}
-    for word, rest in dockerfile():
-        if word == "ENV":
-            env.update(dict(item.split("=", 1) for item in shlex.split(rest)))
-    return env
-
-
-def all_lar_env() -> list[tuple[str, str, str]]:
-    """(where, name, value) of every LAR_* variable deploy/ sets."""
-    found = [("Dockerfile", k, v) for k, v in dockerfile_env().items()]
-    for service in compose()["services"]:
-        found += [(f"compose {service}", k, v) for k, v in compose_env(service).items()]
-    for service in ports.SERVICES:
-        found += [(f"k8s {service}", k, v) for k, v in k8s_env(service).items()]
-    return [(where, k, v) for where, k, v in found if k.startswith("LAR_")]
 
 
 # --- parse and validate -----------------------------------------------------------------------------
@@ -241,16 +143,12 @@ def test_dockerfile_binds_every_service_on_all_interfaces() -> None:
 
 
 def test_ports_module_agrees_with_the_settings_classes() -> None:
-    kafka_cls = resolve_section("kafka")
-    assert kafka_cls is not None
-    kafka = kafka_cls()
+    kafka = SECTIONS["kafka"]()
     assert kafka.topic == ports.EVENTS_TOPIC and kafka.dlt_suffix == ports.DLT_SUFFIX
     assert kafka.topic + kafka.dlt_suffix == ports.EVENTS_DLT_TOPIC
     assert set(SECTIONS) == set(ports.ENV_PREFIXES)
     assert set(ServerSettings.model_fields) >= DEPLOYED_SERVER_FIELDS
-    for section in SECTIONS:
-        cls = resolve_section(section)
-        assert cls is not None, SECTIONS[section]
+    for section, cls in SECTIONS.items():
         assert env_prefix(cls) == ports.ENV_PREFIXES[section], cls.__name__
         if section in ports.GRPC_PORTS:
             assert issubclass(cls, ServerSettings), cls.__name__
@@ -297,7 +195,7 @@ def topics_created(command: str) -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("where", ["compose", "k8s"])
 def test_topic_creation_matches_kafka_settings(where: str) -> None:
-    kafka = resolve_section("kafka")()
+    kafka = SECTIONS["kafka"]()
     if where == "compose":
         command, replication = " ".join(compose()["services"]["kafka-topics"]["command"]), 1
     else:
@@ -394,8 +292,7 @@ def test_every_lar_variable_in_deploy_names_a_real_field() -> None:
 
 @pytest.mark.parametrize("section", list(SECTIONS))
 def test_deploy_values_load_into_the_real_settings(section: str, tmp_path, monkeypatch) -> None:
-    cls = resolve_section(section)
-    assert cls is not None, SECTIONS[section]
+    cls = SECTIONS[section]
     for var in list(os.environ):
         if var.startswith("LAR_"):
             monkeypatch.delenv(var)

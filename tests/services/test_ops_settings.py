@@ -15,16 +15,11 @@ import pytest
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.common import config_cli, settings
+from services import config_cli
+from services.common import settings
 from services.common.ports import CONFIG_ENV
-from services.common.settings import (
-    SECTIONS,
-    ConfigError,
-    LoggingSettings,
-    ServiceSettings,
-    load_settings,
-    resolve_section,
-)
+from services.common.settings import ConfigError, LoggingSettings, ServiceSettings, load_settings
+from services.config import SECTIONS, AllSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = "opstest"
@@ -45,7 +40,7 @@ def demo(monkeypatch: pytest.MonkeyPatch) -> type[DemoSettings]:
     for var in list(os.environ):
         if var.upper().startswith("LAR_"):
             monkeypatch.delenv(var)
-    monkeypatch.setitem(SECTIONS, SECTION, f"{__name__}:DemoSettings")
+    monkeypatch.setitem(SECTIONS, SECTION, DemoSettings)
     return DemoSettings
 
 
@@ -121,7 +116,6 @@ def test_misspelt_env_variable_is_refused(demo, monkeypatch) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("[opstes]\nworkers = 2\n", "unknown table [opstes]"),
         ("[opstest\nworkers = 2\n", "invalid TOML"),
         ("opstest = 3\n", "must be a table"),
     ],
@@ -130,18 +124,19 @@ def test_bad_file_is_one_line(demo, tmp_path, text: str, expected: str) -> None:
     assert expected in error_of(demo, SECTION, write(tmp_path, text))
 
 
+def test_unknown_table_is_refused_where_the_sections_are_known(demo, tmp_path, capsys) -> None:
+    typo = write(tmp_path, "[generater]\nport = 1\n")
+    with pytest.raises(ConfigError, match=r"unknown table \[generater\] \(did you mean generator\?\)"):
+        AllSettings.load(typo)
+    assert config_cli.main(["show", "--config", str(write(tmp_path, "[opstes]\nworkers = 2\n"))]) == 2
+    assert "unknown table [opstes]" in capsys.readouterr().err
+
+
 def test_missing_config_file(demo, tmp_path) -> None:
     assert "not found" in error_of(demo, SECTION, tmp_path / "nope.toml")
 
 
 # --- the real settings classes ----------------------------------------------------------------------
-
-
-def real_section(section: str) -> type[BaseSettings]:
-    cls = resolve_section(section)
-    if cls is None:
-        pytest.skip(f"{SECTIONS[section]} does not exist yet")
-    return cls
 
 
 def int_field_that_loads(cls: type[BaseSettings], section: str, tmp_path: Path) -> tuple[str, int]:
@@ -159,7 +154,7 @@ def int_field_that_loads(cls: type[BaseSettings], section: str, tmp_path: Path) 
 
 @pytest.mark.parametrize("section", list(SECTIONS))
 def test_real_settings_precedence_and_errors(section: str, tmp_path, monkeypatch) -> None:
-    cls = real_section(section)
+    cls = SECTIONS[section]
     for var in list(os.environ):
         if var.upper().startswith("LAR_"):
             monkeypatch.delenv(var)
@@ -178,7 +173,7 @@ def test_real_settings_precedence_and_errors(section: str, tmp_path, monkeypatch
 
 @pytest.mark.parametrize("section", list(SECTIONS))
 def test_every_field_has_a_default_and_a_one_line_description(section: str) -> None:
-    cls = real_section(section)
+    cls = SECTIONS[section]
     for name, field in cls.model_fields.items():
         assert not field.is_required(), f"{cls.__name__}.{name} has no default"
         assert field.description and "\n" not in field.description, f"{cls.__name__}.{name}: no description"
@@ -203,11 +198,7 @@ def test_config_show_prints_effective_values_with_descriptions(demo, tmp_path, m
     assert parsed[SECTION] == {"workers": 9, "name": "from-file", "ratio": 0.5}
     assert "# worker count\nworkers = 9  # from env LAR_OPSTEST_WORKERS" in out
     assert f'name = "from-file"  # from {path} [{SECTION}]' in out
-    for section in SECTIONS:
-        cls = resolve_section(section)
-        if cls is None:
-            assert f"# [{section}] skipped" in out
-            continue
+    for section, cls in SECTIONS.items():
         for name in cls.model_fields:
             assert f"\n{name} = " in out or f"\n# {name} = (unset)" in out, f"[{section}] {name} missing"
 
@@ -225,9 +216,8 @@ def test_config_table_lists_every_field(demo, capsys) -> None:
     assert config_cli.main(["table"]) == 0
     out = capsys.readouterr().out
     assert "| `[opstest]` | `workers` | `LAR_OPSTEST_WORKERS` | int | `4` | worker count |" in out
-    for section in SECTIONS:
-        cls = resolve_section(section)
-        for name in cls.model_fields if cls else ():
+    for cls in SECTIONS.values():
+        for name in cls.model_fields:
             assert f"| `{settings.env_name(cls, name)}` |" in out
 
 

@@ -12,16 +12,15 @@ from typing import Any
 import pytest
 
 from services.common.errors import InvalidArgument
-from services.common.grpcutil import stop_server
 from services.retriever import ingest_cli
+from services.retriever.build import retriever_service
 from services.retriever.core import RetrieverCore
 from services.retriever.corpus import bundled_corpus_path, bundled_vectors_path, sample_questions_path
 from services.retriever.documents import Document
 from services.retriever.ingest import read_documents, read_jsonl
-from services.retriever.servicer import serve
 from services.retriever.stdlib_corpus import chunk_texts, module_entries
-from services.retriever.testing import settings, shared_embedder, shared_tokenizer
 from services.retriever.vector_cache import VectorCache
+from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer
 
 MAX_CORPUS_BYTES = 3_000_000
 SAMPLE_K = 4
@@ -99,9 +98,10 @@ def target(core: RetrieverCore) -> Iterator[str]:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
-    server, port = asyncio.run_coroutine_threadsafe(serve(core, port=0), loop).result()
+    service = retriever_service(core)
+    port = asyncio.run_coroutine_threadsafe(service.serve(port=0), loop).result()
     yield f"127.0.0.1:{port}"
-    asyncio.run_coroutine_threadsafe(stop_server(server, grace_s=1.0), loop).result()
+    asyncio.run_coroutine_threadsafe(service.stop_serving(grace_s=1.0), loop).result()
     loop.call_soon_threadsafe(loop.stop)
     thread.join()
 

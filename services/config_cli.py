@@ -23,15 +23,8 @@ from pydantic import SecretBytes, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from services.common.settings import (
-    SECTIONS,
-    ConfigError,
-    available_sections,
-    config_path,
-    env_name,
-    load_settings,
-    origins,
-)
+from services.common.settings import ConfigError, check_tables, config_path, env_name, load_settings, origins
+from services.config import SECTIONS
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 TABLE_HEADER = (
@@ -87,12 +80,12 @@ def render_section(section: str, settings: BaseSettings, where: Mapping[str, str
 
 
 def show(config_file: str | None, only: str | None) -> str:
-    classes, notes = available_sections()
     path = config_path(config_file)
+    if path is not None:
+        check_tables(path, SECTIONS)
     lines = ["# lookahead-rag effective configuration: defaults < file < environment"]
     lines.append(f"# file: {path}" if path else "# file: none (use --config FILE or $LAR_CONFIG)")
-    lines += [f"# {note}" for note in notes if only is None or note.startswith(f"[{only}]")]
-    for section, cls in classes.items():
+    for section, cls in SECTIONS.items():
         if only is not None and section != only:
             continue
         settings = load_settings(cls, section, path)
@@ -122,12 +115,11 @@ def _cell(text: str) -> str:
 
 
 def table() -> str:
-    classes, notes = available_sections()
     rows = [
         "| section | field | env var | type | default | description |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for section, cls in classes.items():
+    for section, cls in SECTIONS.items():
         for name, field in cls.model_fields.items():
             cells = [
                 f"`[{section}]`",
@@ -138,8 +130,7 @@ def table() -> str:
                 field.description or "",
             ]
             rows.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    missing = "".join(f"\n> {note}\n" for note in notes)
-    return TABLE_HEADER + missing + "\n" + "\n".join(rows) + "\n"
+    return TABLE_HEADER + "\n" + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

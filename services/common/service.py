@@ -1,0 +1,85 @@
+"""``Service``: what each ``build_<service>`` returns, and the one way to serve it over gRPC.
+
+A builder loads its service's domain object (``core``), subscribes it to the bus and hands back
+its servicers, its metric refresh jobs and its start and stop steps; it opens no port. The
+assembly (``services.app``) then either calls ``core`` in-process or serves the servicers::
+
+    service = await build_retriever(settings, limits, bus, registry)
+    await service.start()                      # background tasks (e.g. periodic snapshots)
+    port = await service.serve(port=0)         # gRPC + health + reflection + the interceptors
+    ...
+    await service.stop()                       # graceful: server first, then the service's own closers
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import grpc
+
+from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, AddFn, start_server, stop_server
+from services.common.settings import ServerSettings
+
+T = TypeVar("T")
+Job = Callable[[], object]  # a cheap metric sampler run by the Refresher
+Step = Callable[[], Awaitable[Any]]  # one start or stop step
+Loop = Callable[[], Coroutine[Any, Any, None]]  # a background task that runs until cancelled
+
+
+@dataclass
+class Service(Generic[T]):
+    """One built service: its domain object, its gRPC servicers and its lifecycle steps."""
+
+    name: str  # "retriever", "draftcache" or "generator"
+    core: T  # the domain object in-process callers use (RetrieverCore, DraftCacheStore, GeneratorEngine)
+    settings: ServerSettings  # host, port, grace
+    handlers: Sequence[tuple[AddFn, Any]]  # (add_XServicer_to_server, servicer) pairs
+    service_names: Sequence[str]  # full gRPC service names, for health and reflection
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES  # largest gRPC message sent or received
+    jobs: list[Job] = field(default_factory=list)  # metric samplers for the Refresher
+    loops: list[Loop] = field(default_factory=list)  # background tasks start() runs until stop()
+    closers: list[Step] = field(default_factory=list)  # run in order by stop(), after the server
+    server: grpc.aio.Server | None = None  # set by serve()
+    port: int | None = None  # the bound gRPC port, set by serve()
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, repr=False)
+
+    async def start(self) -> None:
+        """Start the background tasks."""
+        self._tasks = [asyncio.create_task(loop(), name=f"{self.name}-{i}") for i, loop in enumerate(self.loops)]
+
+    async def serve(self, port: int | None = None, host: str | None = None,
+                    interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> int:
+        """Serve the servicers (health and reflection on) on ``host:port`` (default: the settings';
+        port 0 = any free port); returns the bound port."""
+        self.server, self.port = await start_server(
+            list(self.handlers), list(self.service_names),
+            port=self.settings.port if port is None else port,
+            host=self.settings.host if host is None else host,
+            max_message_bytes=self.max_message_bytes, interceptors=interceptors,
+        )
+        return self.port
+
+    async def stop_serving(self, grace_s: float | None = None) -> None:
+        """Graceful: the server finishes in-flight calls within the grace (the settings' by default)."""
+        if self.server is not None:
+            await stop_server(self.server, self.settings.shutdown_grace_s if grace_s is None else grace_s)
+            self.server = None
+
+    async def close(self) -> None:
+        """Stop the background tasks, then run the closers in order (save state, free the model)."""
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        for close in self.closers:
+            await close()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """``stop_serving`` then ``close`` (a pipeline drains its bus in between)."""
+        await self.stop_serving(grace_s)
+        await self.close()

@@ -1,0 +1,58 @@
+"""The configuration's sections, at the top of the house: one table, one ``AllSettings``.
+
+Each section is one TOML table and one env prefix (``services.common.ports.ENV_PREFIXES``)::
+
+    settings = AllSettings.load("lar.toml", generator={"port": 0})   # defaults < file < env < overrides
+
+``services.common`` knows how to load one section; only this module knows which sections exist,
+so an unknown table in the file is refused here with a did-you-mean.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_settings import BaseSettings
+
+from services.common.limits import RequestLimits
+from services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
+from services.draftcache.settings import DraftCacheSettings
+from services.events.kafka.settings import KafkaSettings
+from services.generator.settings import GeneratorSettings
+from services.retriever.settings import RetrieverSettings
+
+# section (TOML table) -> its settings class
+SECTIONS: dict[str, type[BaseSettings]] = {
+    "retriever": RetrieverSettings,
+    "draftcache": DraftCacheSettings,
+    "generator": GeneratorSettings,
+    "limits": RequestLimits,
+    "kafka": KafkaSettings,
+    "logging": LoggingSettings,
+}
+
+
+@dataclass
+class AllSettings:
+    """The sections the services run with (logging is read on its own, once per process)."""
+
+    generator: GeneratorSettings
+    retriever: RetrieverSettings
+    draftcache: DraftCacheSettings
+    limits: RequestLimits
+    kafka: KafkaSettings
+
+    @classmethod
+    def load(cls, config_file: PathArg = None, **sections: dict[str, Any]) -> AllSettings:
+        """Defaults < TOML file < environment < ``sections`` overrides (e.g. generator={"port": 0})."""
+        path = config_path(config_file)
+        if path is not None:
+            check_tables(path, SECTIONS)
+        return cls(
+            generator=load_settings(GeneratorSettings, "generator", path, **sections.get("generator", {})),
+            retriever=load_settings(RetrieverSettings, "retriever", path, **sections.get("retriever", {})),
+            draftcache=load_settings(DraftCacheSettings, "draftcache", path, **sections.get("draftcache", {})),
+            limits=load_settings(RequestLimits, "limits", path, **sections.get("limits", {})),
+            kafka=load_settings(KafkaSettings, "kafka", path, **sections.get("kafka", {})),
+        )

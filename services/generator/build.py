@@ -1,0 +1,49 @@
+"""``build_generator``: the generator as one Service (engine, servicer, metrics).
+
+    service = await build_generator(settings, limits, bus, registry, retriever_client, draft_client)
+    await service.serve(port=0)          # or call service.core (the GeneratorEngine) in-process
+
+The model loads here unless the caller already holds one (``model``/``tokenizer``); the engine
+publishes finished answers on ``bus`` and reaches the other two services through the clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from lookahead_core.models import load_model
+from lookahead_rag.v1 import generator_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from services.common.limits import RequestLimits
+from services.common.service import Service
+from services.events.protocols import EventPublisher
+from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.engine import GeneratorEngine
+from services.generator.metrics import GeneratorMetrics
+from services.generator.servicer import SERVICE_NAME, GeneratorServicer
+from services.generator.settings import GeneratorSettings
+
+
+async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
+                          registry: CollectorRegistry, retriever: RetrieverClient | None,
+                          drafts: DraftClient | None, model: Any = None, tokenizer: Any = None,
+                          ) -> Service[GeneratorEngine]:
+    """Load the model (unless given) and start the engine's step scheduler."""
+    if model is None or tokenizer is None:
+        model, tokenizer = await asyncio.to_thread(load_model, settings.model)
+    engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
+                             metrics=GeneratorMetrics.of(registry), limits=limits)
+
+    async def close() -> None:
+        engine.close()
+
+    return Service(
+        "generator", engine, settings,
+        handlers=[(generator_pb2_grpc.add_GeneratorServicer_to_server, GeneratorServicer(engine))],
+        service_names=[SERVICE_NAME],
+        max_message_bytes=settings.max_message_bytes,
+        jobs=[engine.observe_metrics],
+        closers=[close],
+    )

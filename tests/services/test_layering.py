@@ -1,0 +1,56 @@
+"""Dependencies point one way: bench -> services.app -> each service -> events, common -> lookahead_core.
+
+Read from the source with ``ast`` (every import, also those inside functions), so a wrong-way
+import fails here before it tangles the graph.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVICE_PACKAGES = ("services.retriever", "services.draftcache", "services.generator")
+TOP = ("services.app", "services.serve", "services.config", "services.config_cli", "services.demo", "services.cli")
+
+# (files, module prefixes they must never import)
+RULES: dict[str, tuple[Path, tuple[str, ...]]] = {
+    "core is a library": (REPO / "libs" / "lookahead_core", ("services", "bench", "grpc", "aiokafka", "lookahead_rag")),
+    "events import no service": (REPO / "services" / "events", (*SERVICE_PACKAGES, *TOP, "bench")),
+    "common imports no service": (REPO / "services" / "common", (*SERVICE_PACKAGES, *TOP, "services.events", "bench")),
+    "services never import bench": (REPO / "services", ("bench",)),
+}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (absolute names; relative imports are not used in this repo)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def violations(root: Path, banned: tuple[str, ...]) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for module in sorted(imported_modules(path)):
+            if any(module == b or module.startswith(b + ".") for b in banned):
+                out.append(f"{path.relative_to(root)} imports {module}")
+    return out
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_imports_point_one_way(rule: str) -> None:
+    root, banned = RULES[rule]
+    assert violations(root, banned) == []
+
+
+def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from services.generator.engine import GeneratorEngine\n")  # hidden in a function
+    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports services.generator.engine"]
