@@ -1,49 +1,53 @@
 """Helpers for the generator / pipeline tests: a Pipeline on real gRPC (loopback, port 0) driven
-from synchronous test code.
+from async tests (pytest-asyncio).
 
-    loop = LoopThread()                                   # one asyncio loop in a background thread
-    p = RunningPipeline.start(loop, pipeline_settings(tmp_dir, generator={"max_running": 1}))
-    p.ingest("acme", DOCS)
-    got = p.answer("acme", "How do I pretty-print JSON?", max_new_tokens=32)
-    assert got.final.output_ids == greedy(p.model, got.final.prompt_ids, 32)
-    p.stop(); loop.close()
+    @module_loop                                          # the module's loop: its pipelines live there
+    async def test_answer(tmp_path):
+        async with running_pipeline(tmp_path, generator={"max_running": 1}) as p:
+            p.ingest("acme", DOCS)
+            got = await p.answer("acme", "How do I pretty-print JSON?", max_new_tokens=32)
+            assert got.final.output_ids == greedy(p.model, got.final.prompt_ids, 32)
 
-The pipeline (grpc.aio servers, in-process bus) lives on the loop thread; tests call it through a
-grpc sync channel, and run coroutines on that loop with ``loop.run``. The model is loaded once per
-process and shared by every pipeline (engines share the scheduler's kernel twins, built once per
-process; the stock model is the greedy baseline). ``RecordingPublisher``, ``ForwardGate`` and
-``SubmitSpy`` are test instruments attached to one pipeline's engine.
+The pipeline (grpc.aio servers, in-process bus) runs on the test's event loop; tests call it through
+a grpc.aio channel. A module that shares a pipeline between its tests starts it in a module-scoped
+async fixture, so its tests run on the module's loop (``module_loop``). Nothing in a test may block
+the loop while it waits for the pipeline: waits poll (``wait_until``, ``ForwardGate.wait_reached``).
+The model is loaded once per process and shared by every pipeline (engines share the scheduler's
+kernel twins, built once per process; the stock model is the greedy baseline).
+``RecordingPublisher``, ``ForwardGate`` and ``SubmitSpy`` are test instruments attached to one
+pipeline's engine.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import functools
+import inspect
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
+import pytest
+import pytest_asyncio
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from lookahead_core.kernels import KernelSet
 from lookahead_core.serve_request import Phase, ServeRequest
 from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
-from services.app import AllSettings, Pipeline
+from services.app import Pipeline
+from services.config import AllSettings
 from services.retriever.documents import Document
 
-T = TypeVar("T")
-
 CALL_TIMEOUT_S = 300.0  # generous: 2 shared cores; a hung call fails instead of stalling
-LOOP_TIMEOUT_S = 300.0  # the longest a coroutine run on the loop thread may take
+STOP_TIMEOUT_S = 300.0  # the longest a pipeline's graceful stop may take
 IDLE_TIMEOUT_S = 120.0  # waiting for the engine to finish in-flight work
 GATE_TIMEOUT_S = 120.0  # a gated forward proceeds after this even if never released
 
@@ -69,12 +73,16 @@ DOCS = [
 ]
 QUESTION = "How do I pretty-print JSON with json.dumps?"
 
+# The mark for a test that shares its module's event loop, where the module's pipeline fixtures
+# (scope="module", loop_scope="module") run: ``pytestmark = module_loop`` or ``@module_loop``.
+module_loop = pytest.mark.asyncio(loop_scope="module")
+
 
 @functools.cache
 def shared_model() -> tuple[Any, Any]:
     """(stock SmolLM2 model, tokenizer), loaded once per process (a cached fp32 copy: seconds)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from lookahead_core import load_model
+    from lookahead_core.models import load_model
 
     return load_model()
 
@@ -110,58 +118,30 @@ def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
     ret = {"data_dir": root / "retriever", **server, **sections.get("retriever", {})}
     dc = {"data_dir": root / "draftcache", **server, "snapshot_interval_s": 0, **sections.get("draftcache", {})}
     kafka = {"bootstrap_servers": "", **sections.get("kafka", {})}
-    return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, kafka=kafka)
+    return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, limits=sections.get("limits", {}),
+                            kafka=kafka)
 
 
-class LoopThread:
-    """An asyncio event loop running in a daemon thread; ``run`` executes a coroutine on it."""
+def module_pipeline(**sections: dict[str, Any]) -> Any:
+    """A module-scoped fixture: one pipeline with these settings sections for all the module's tests
+    (its name is the name it is assigned to: ``small = module_pipeline(generator={"max_running": 1})``)."""
 
-    def __init__(self, name: str = "pipeline-loop") -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self.thread.start()
+    @pytest_asyncio.fixture(scope="module", loop_scope="module")
+    async def pipeline(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RunningPipeline]:
+        async with running_pipeline(tmp_path_factory.mktemp("pipeline"), **sections) as p:
+            yield p
 
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = LOOP_TIMEOUT_S) -> T:
-        return self.submit(coro).result(timeout)
-
-    def close(self) -> None:
-        async def shutdown() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            await self.loop.shutdown_asyncgens()
-
-        if self.loop.is_running():
-            self.run(shutdown(), timeout=60)
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(60)
-        if not self.loop.is_running():
-            self.loop.close()
+    return pipeline
 
 
-@contextlib.contextmanager
-def running_pipeline(root: Path, loop: LoopThread | None = None,
-                     **sections: dict[str, Any]) -> Iterator[RunningPipeline]:
-    """A started pipeline, on ``loop`` or a loop thread of its own; stopped (gracefully) on exit."""
-    own = loop is None
-    thread = LoopThread() if loop is None else loop
+@contextlib.asynccontextmanager
+async def running_pipeline(root: Path, **sections: dict[str, Any]) -> AsyncIterator[RunningPipeline]:
+    """A pipeline started on the running event loop; stopped (gracefully) on exit."""
+    pipeline = await RunningPipeline.start(pipeline_settings(root, **sections))
     try:
-        pipeline = RunningPipeline.start(thread, pipeline_settings(root, **sections))
-        try:
-            yield pipeline
-        finally:
-            pipeline.stop()
+        yield pipeline
     finally:
-        if own:
-            thread.close()
+        await pipeline.stop()
 
 
 class RecordingPublisher:
@@ -213,6 +193,10 @@ class ForwardGate:
 
     def release(self) -> None:
         self.released.set()
+
+    async def wait_reached(self, timeout: float = GATE_TIMEOUT_S) -> bool:
+        """Whether the blocked forward started within ``timeout`` (polled: the event loop runs on)."""
+        return await wait_until(self.reached.is_set, timeout)
 
     def __enter__(self) -> ForwardGate:
         self._handles = [runner.register_forward_pre_hook(self._hook) for runner in self.runners]
@@ -287,10 +271,11 @@ class Answered:
         return [t for d in self.deltas for t in d.token_ids]
 
 
-def collect(chunks: Iterator[generator_pb2.AnswerChunk]) -> Answered:
-    """Read a stream to its end; exactly one final message must come, and it must come last."""
+async def collect(call: Any) -> Answered:
+    """Read a stream (a grpc.aio call) to its end; exactly one final message must come, and it must
+    come last. Raises the call's ``grpc.RpcError`` when it ends with an error status."""
     got = Answered()
-    for chunk in chunks:
+    while (chunk := await call.read()) is not grpc.aio.EOF:
         assert got.final is None, "a message came after the final one"
         if chunk.HasField("final"):
             got.final = chunk.final
@@ -307,25 +292,24 @@ def params(**kw: Any) -> generator_pb2.GenerationParams:
 
 @dataclass
 class RunningPipeline:
-    """A started Pipeline (gRPC servers) plus a sync channel to its generator."""
+    """A started Pipeline (gRPC servers) plus a grpc.aio channel to its generator."""
 
-    loop: LoopThread
     pipeline: Pipeline
-    channel: grpc.Channel
+    channel: grpc.aio.Channel
     stub: generator_pb2_grpc.GeneratorStub
     events: RecordingPublisher
     model: Any
     tokenizer: Any
-    stopped: bool = False
+    stopping: asyncio.Task[None] | None = None
 
     @classmethod
-    def start(cls, loop: LoopThread, settings: AllSettings) -> RunningPipeline:
+    async def start(cls, settings: AllSettings) -> RunningPipeline:
         model, tokenizer = shared_model()
-        pipeline = loop.run(Pipeline.start(settings, grpc_servers=True, model=model, tokenizer=tokenizer))
+        pipeline = await Pipeline.start(settings, grpc_servers=True, model=model, tokenizer=tokenizer)
         recorder = RecordingPublisher(pipeline.engine.publisher)
         pipeline.engine.publisher = recorder
-        channel = grpc.insecure_channel(cls._target(pipeline, "generator"))
-        return cls(loop, pipeline, channel, generator_pb2_grpc.GeneratorStub(channel), recorder, model, tokenizer)
+        channel = grpc.aio.insecure_channel(cls._target(pipeline, "generator"))
+        return cls(pipeline, channel, generator_pb2_grpc.GeneratorStub(channel), recorder, model, tokenizer)
 
     @staticmethod
     def _target(pipeline: Pipeline, service: str) -> str:
@@ -338,16 +322,15 @@ class RunningPipeline:
     def engine(self) -> Any:
         return self.pipeline.engine
 
-    def begin_stop(self) -> concurrent.futures.Future[None]:
-        """Start ``Pipeline.stop()`` (graceful) on the loop; ``stop()`` will not run it again."""
-        self.stopped = True
-        return self.loop.submit(self.pipeline.stop())
+    def begin_stop(self) -> asyncio.Task[None]:
+        """Start ``Pipeline.stop()`` (graceful) as a task; ``stop()`` waits for it, never runs it again."""
+        if self.stopping is None:
+            self.stopping = asyncio.ensure_future(self.pipeline.stop())
+        return self.stopping
 
-    def stop(self) -> None:
-        self.channel.close()
-        if not self.stopped:
-            self.stopped = True
-            self.loop.run(self.pipeline.stop())
+    async def stop(self) -> None:
+        await self.channel.close()
+        await asyncio.wait_for(self.begin_stop(), STOP_TIMEOUT_S)
 
     # ---- calls --------------------------------------------------------------------------------
     def ingest(self, tenant: str, docs: Sequence[Document] = DOCS) -> None:
@@ -363,16 +346,16 @@ class RunningPipeline:
                        **gen: Any) -> generator_pb2.AnswerRequest:
         return generator_pb2.AnswerRequest(tenant=tenant, question=question, k=k, m=m, params=params(**gen))
 
-    def answer(self, tenant: str, question: str = QUESTION, k: int = 0, m: int = 0,
-               timeout: float = CALL_TIMEOUT_S, **gen: Any) -> Answered:
-        return collect(self.stub.Answer(self.answer_request(tenant, question, k, m, **gen), timeout=timeout))
+    async def answer(self, tenant: str, question: str = QUESTION, k: int = 0, m: int = 0,
+                     timeout: float = CALL_TIMEOUT_S, **gen: Any) -> Answered:
+        return await collect(self.stub.Answer(self.answer_request(tenant, question, k, m, **gen), timeout=timeout))
 
-    def generate(self, request: generator_pb2.GenerateRequest, timeout: float = CALL_TIMEOUT_S) -> Answered:
-        return collect(self.stub.Generate(request, timeout=timeout))
+    async def generate(self, request: generator_pb2.GenerateRequest, timeout: float = CALL_TIMEOUT_S) -> Answered:
+        return await collect(self.stub.Generate(request, timeout=timeout))
 
-    def drain(self) -> None:
+    async def drain(self) -> None:
         """Wait until every published event reached the draft cache and the past sessions."""
-        self.loop.run(self.pipeline.bus.drain(60))
+        await self.pipeline.bus.drain(60)
 
     # ---- state --------------------------------------------------------------------------------
     @property
@@ -380,31 +363,36 @@ class RunningPipeline:
         """Requests waiting or running in the engine's scheduler."""
         return int(self.engine.inflight)
 
-    def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> int:
+    async def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> int:
         """Wait until no request is in flight in the engine; returns the in-flight count then."""
-        wait_until(lambda: self.inflight == 0, timeout)
+        await wait_until(lambda: self.inflight == 0, timeout)
         return self.inflight
 
-    def health(self, service: str, target: str | None = None) -> int:
-        with grpc.insecure_channel(target or self.target()) as channel:
+    async def health(self, service: str, target: str | None = None) -> int:
+        async with grpc.aio.insecure_channel(target or self.target()) as channel:
             stub = health_pb2_grpc.HealthStub(channel)
-            return stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status
+            return (await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=30)).status
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = IDLE_TIMEOUT_S) -> bool:
-    """Poll ``predicate`` until it holds (True) or ``timeout`` passes (False)."""
+async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = IDLE_TIMEOUT_S) -> bool:
+    """Poll ``predicate`` (plain or async) until it holds (True) or ``timeout`` passes (False); the
+    event loop runs on between polls."""
     end = time.monotonic() + timeout
-    while not predicate():
+    while True:
+        held = predicate()
+        if inspect.isawaitable(held):
+            held = await held
+        if held:
+            return True
         if time.monotonic() > end:
             return False
-        time.sleep(0.02)
-    return True
+        await asyncio.sleep(0.02)
 
 
-def rpc_error(call: Callable[[], Any]) -> grpc.RpcError:
-    """The RpcError ``call`` raises (an AssertionError when it succeeds)."""
+async def rpc_error(call: Callable[[], Awaitable[Any]]) -> grpc.RpcError:
+    """The RpcError awaiting ``call()`` raises (an AssertionError when it succeeds)."""
     try:
-        call()
+        await call()
     except grpc.RpcError as err:
         return err
     raise AssertionError("the call succeeded; an error status was expected")

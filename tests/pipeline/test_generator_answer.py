@@ -3,14 +3,11 @@ decoding of the same assembled prompt, the feedback loop makes a repeated questi
 never see each other's drafts or past sessions, health and reflection.
 
 One pipeline for the module; every test uses its own tenant. Past sessions are off by default here
-(default_m=0 in both services) so a repeated question has the same prompt; tests that want them
+([limits] default_m=0) so a repeated question has the same prompt; tests that want them
 ask for m explicitly.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -21,29 +18,22 @@ from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2,
 from services.draftcache.servicer import SERVICE_NAME as DRAFTCACHE_SERVICE
 from services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
 from services.retriever.servicer import SERVICE_NAME as RETRIEVER_SERVICE
-from tests.pipeline.helpers import QUESTION, RunningPipeline, greedy, params, running_pipeline
+from tests.pipeline.helpers import QUESTION, RunningPipeline, greedy, module_loop, module_pipeline, params
+
+pytestmark = module_loop
 
 N = 24  # max_new_tokens of most answers here
 MODES = ["hierarchical", "parallel", "llma", "none"]
 CSV_QUESTION = "How do I read the rows of a CSV file?"
 
 
-@pytest.fixture(scope="module")
-def pipe(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    root: Path = tmp_path_factory.mktemp("answer-pipeline")
-    with running_pipeline(root, generator={"default_m": 0}, retriever={"default_m": 0}) as p:
-        yield p
-
-
-@pytest.fixture
-def tenant(request: pytest.FixtureRequest, pipe: RunningPipeline) -> str:
-    return pipe.new_tenant(request.node.name)
+pipe = module_pipeline(limits={"default_m": 0})
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeline, tenant: str,
+async def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeline, tenant: str,
                                                              mode: str) -> None:
-    cold = pipe.answer(tenant, max_new_tokens=N, mode=mode)
+    cold = await pipe.answer(tenant, max_new_tokens=N, mode=mode)
     final = cold.final
     assert final is not None
     assert cold.text == final.answer_text and final.answer_text.strip()
@@ -51,7 +41,7 @@ def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeli
     assert final.stats.new_tokens == len(final.output_ids) == N  # this answer runs to the limit
     assert final.stats.finish_reason == "length"
     # The prompt is the retriever's grounded prompt for the same request (k default, no sessions).
-    expected = pipe.pipeline.retriever.retrieve(tenant, QUESTION, pipe.engine.settings.default_k, 0, N)
+    expected = pipe.pipeline.retriever.retrieve(tenant, QUESTION, pipe.engine.limits.default_k, 0, N)
     assert list(final.prompt_ids) == expected.prompt_ids
     assert final.stats.documents_available and final.stats.drafts_available
     assert [d.chunk_id for d in final.documents] == [c.chunk.chunk_id for c in expected.chunks]
@@ -68,8 +58,8 @@ def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeli
         return
     # The finished answer fed the tenant's draft cache: the same prompt again is decoded from its
     # own past output, in far fewer forwards, and the tokens do not change.
-    pipe.drain()
-    warm = pipe.answer(tenant, max_new_tokens=N, mode=mode)
+    await pipe.drain()
+    warm = await pipe.answer(tenant, max_new_tokens=N, mode=mode)
     assert warm.final is not None
     assert list(warm.final.prompt_ids) == list(final.prompt_ids)
     assert list(warm.final.output_ids) == list(final.output_ids)
@@ -78,11 +68,11 @@ def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: RunningPipeli
     assert warm.final.stats.forward_steps < final.stats.forward_steps
 
 
-def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pipe: RunningPipeline,
+async def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pipe: RunningPipeline,
                                                                       tenant: str) -> None:
-    first = pipe.answer(tenant, m=2, max_new_tokens=N)
+    first = await pipe.answer(tenant, m=2, max_new_tokens=N)
     assert first.final is not None
-    pipe.drain()
+    await pipe.drain()
     # The GenerationCompleted event carried the answer to both consumers.
     (event,) = pipe.events.for_tenant(tenant)
     assert event.question == QUESTION and event.answer_text == first.final.answer_text
@@ -93,7 +83,7 @@ def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pipe: Run
     assert [s.outputs for s in pipe.pipeline.draftcache.stats(tenant)] == [1]
     assert pipe.pipeline.retriever.stats(tenant).sessions == 1
 
-    second = pipe.answer(tenant, m=2, max_new_tokens=N)
+    second = await pipe.answer(tenant, m=2, max_new_tokens=N)
     final = second.final
     assert final is not None
     assert first.final.answer_text in pipe.tokenizer.decode(list(final.prompt_ids))
@@ -107,8 +97,8 @@ STOPS = ["JSON", "\n"]  # both occur in this answer's greedy output
 
 
 @pytest.mark.parametrize("stop", STOPS)
-def test_stop_string_ends_the_answer_before_it(pipe: RunningPipeline, tenant: str, stop: str) -> None:
-    got = pipe.answer(tenant, max_new_tokens=N, stop=[stop])
+async def test_stop_string_ends_the_answer_before_it(pipe: RunningPipeline, tenant: str, stop: str) -> None:
+    got = await pipe.answer(tenant, max_new_tokens=N, stop=[stop])
     final = got.final
     assert final is not None
     assert final.stats.finish_reason == "stop"
@@ -122,14 +112,14 @@ def test_stop_string_ends_the_answer_before_it(pipe: RunningPipeline, tenant: st
 
 
 @pytest.mark.parametrize("stop", STOPS)
-def test_streamed_text_never_passes_a_stop_string(pipe: RunningPipeline, tenant: str, stop: str) -> None:
-    got = pipe.answer(tenant, max_new_tokens=N, stop=[stop])
+async def test_streamed_text_never_passes_a_stop_string(pipe: RunningPipeline, tenant: str, stop: str) -> None:
+    got = await pipe.answer(tenant, max_new_tokens=N, stop=[stop])
     assert got.final is not None and got.final.stats.finish_reason == "stop"
     assert stop not in got.text
     assert got.text == got.final.answer_text
 
 
-def test_generate_with_chat_messages_equals_greedy(pipe: RunningPipeline, tenant: str) -> None:
+async def test_generate_with_chat_messages_equals_greedy(pipe: RunningPipeline, tenant: str) -> None:
     messages = [
         {"role": "system", "content": "You are a concise assistant."},
         {"role": "user", "content": "Name three uses of the Python csv module."},
@@ -139,7 +129,7 @@ def test_generate_with_chat_messages_equals_greedy(pipe: RunningPipeline, tenant
         messages=generator_pb2.ChatMessages(messages=[generator_pb2.ChatMessage(**m) for m in messages]),
         params=params(max_new_tokens=N),
     )
-    got = pipe.generate(request)
+    got = await pipe.generate(request)
     final = got.final
     assert final is not None
     templated = pipe.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -149,7 +139,7 @@ def test_generate_with_chat_messages_equals_greedy(pipe: RunningPipeline, tenant
     assert got.text == final.answer_text and got.streamed_ids == list(final.output_ids)
 
 
-def test_generate_with_raw_prompt_and_references_equals_greedy(pipe: RunningPipeline, tenant: str) -> None:
+async def test_generate_with_raw_prompt_and_references_equals_greedy(pipe: RunningPipeline, tenant: str) -> None:
     prompt = "Question: What does json.dumps do?\nAnswer:"
     reference = "json.dumps serializes obj to a JSON formatted str; indent=2 pretty-prints it."
     request = generator_pb2.GenerateRequest(
@@ -157,7 +147,7 @@ def test_generate_with_raw_prompt_and_references_equals_greedy(pipe: RunningPipe
         reference_ids=pipe.tokenizer("sort_keys=True sorts the keys", add_special_tokens=False)["input_ids"],
         params=params(max_new_tokens=N),
     )
-    got = pipe.generate(request)
+    got = await pipe.generate(request)
     final = got.final
     assert final is not None
     assert list(final.prompt_ids) == list(pipe.tokenizer(prompt)["input_ids"])
@@ -165,63 +155,63 @@ def test_generate_with_raw_prompt_and_references_equals_greedy(pipe: RunningPipe
     assert got.text == final.answer_text and got.streamed_ids == list(final.output_ids)
 
 
-def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tenant: str) -> None:
+async def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tenant: str) -> None:
     tenant_a, tenant_b = tenant, pipe.new_tenant("tenant-b")
-    b1 = pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)
-    pipe.drain()
-    b2 = pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)
-    pipe.drain()
+    b1 = await pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)
+    await pipe.drain()
+    b2 = await pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)
+    await pipe.drain()
     assert b1.final is not None and b2.final is not None
     tok = pipe.engine.tokenizer_id
     prompt_ids = list(b2.final.prompt_ids)  # contains tenant B's first answer (a past session)
 
-    with grpc.insecure_channel(pipe.target("draftcache")) as ch:
+    async with grpc.aio.insecure_channel(pipe.target("draftcache")) as ch:
         drafts = draftcache_pb2_grpc.DraftCacheStub(ch)
 
-        def fetch(t: str) -> draftcache_pb2.FetchResponse:
+        async def fetch(t: str) -> draftcache_pb2.FetchResponse:
             req = draftcache_pb2.FetchRequest(tenant=t, tokenizer_id=tok, prompt_ids=prompt_ids,
                                               reference_ids=list(b1.final.output_ids), budget=4096)
-            return drafts.Fetch(req, timeout=60)
+            return await drafts.Fetch(req, timeout=60)
 
-        own = fetch(tenant_b)
-        other = fetch(tenant_a)
+        own = await fetch(tenant_b)
+        other = await fetch(tenant_a)
     assert own.tokens > 0  # control: B's outputs are there for B
     assert other.tokens == 0 and not other.branches
 
-    with grpc.insecure_channel(pipe.target("retriever")) as ch:
+    async with grpc.aio.insecure_channel(pipe.target("retriever")) as ch:
         retriever = retriever_pb2_grpc.RetrieverStub(ch)
 
-        def sessions(t: str) -> list[str]:
+        async def sessions(t: str) -> list[str]:
             req = retriever_pb2.RetrieveRequest(tenant=t, question=CSV_QUESTION, k=1, m=5, max_new_tokens=N)
-            return [s.answer for s in retriever.Retrieve(req, timeout=60).sessions]
+            return [s.answer for s in (await retriever.Retrieve(req, timeout=60)).sessions]
 
-        assert b1.final.answer_text in sessions(tenant_b)
-        assert sessions(tenant_a) == []
+        assert b1.final.answer_text in await sessions(tenant_b)
+        assert await sessions(tenant_a) == []
 
-    a = pipe.answer(tenant_a, question=CSV_QUESTION, m=2, max_new_tokens=N)
+    a = await pipe.answer(tenant_a, question=CSV_QUESTION, m=2, max_new_tokens=N)
     assert a.final is not None
     assert a.final.stats.draft_tokens_from_cache == 0
     assert b1.final.answer_text not in pipe.tokenizer.decode(list(a.final.prompt_ids))
-    pipe.drain()
+    await pipe.drain()
     assert [s.outputs for s in pipe.pipeline.draftcache.stats(tenant_b)] == [2]
     assert [s.outputs for s in pipe.pipeline.draftcache.stats(tenant_a)] == [1]  # A's own answer only
     assert pipe.pipeline.retriever.stats(tenant_a).sessions == 1
 
 
-def test_health_serving_and_reflection_lists_the_generator(pipe: RunningPipeline) -> None:
+async def test_health_serving_and_reflection_lists_the_generator(pipe: RunningPipeline) -> None:
     serving = health_pb2.HealthCheckResponse.SERVING
-    assert pipe.health(GENERATOR_SERVICE) == serving
-    assert pipe.health("") == serving
-    assert pipe.health(RETRIEVER_SERVICE, pipe.target("retriever")) == serving
-    assert pipe.health(DRAFTCACHE_SERVICE, pipe.target("draftcache")) == serving
+    assert await pipe.health(GENERATOR_SERVICE) == serving
+    assert await pipe.health("") == serving
+    assert await pipe.health(RETRIEVER_SERVICE, pipe.target("retriever")) == serving
+    assert await pipe.health(DRAFTCACHE_SERVICE, pipe.target("draftcache")) == serving
     with pytest.raises(grpc.RpcError) as info:
-        pipe.health("lookahead_rag.v1.NoSuchService")
+        await pipe.health("lookahead_rag.v1.NoSuchService")
     assert info.value.code() == grpc.StatusCode.NOT_FOUND  # type: ignore[attr-defined]
 
-    with grpc.insecure_channel(pipe.target()) as ch:
+    async with grpc.aio.insecure_channel(pipe.target()) as ch:
         stub = reflection_pb2_grpc.ServerReflectionStub(ch)
         request = reflection_pb2.ServerReflectionRequest(list_services="")
-        (reply,) = list(stub.ServerReflectionInfo(iter([request]), timeout=60))
+        (reply,) = [r async for r in stub.ServerReflectionInfo(iter([request]), timeout=60)]
     names = {s.name for s in reply.list_services_response.service}
     assert GENERATOR_SERVICE == "lookahead_rag.v1.Generator"
     assert {GENERATOR_SERVICE, "grpc.health.v1.Health"} <= names

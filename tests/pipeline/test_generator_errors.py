@@ -8,7 +8,8 @@ the test the engine's own request objects (cancelled flag, phase, output).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,8 @@ from lookahead_rag.v1 import generator_pb2
 
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
-    GATE_TIMEOUT_S,
     Answered,
     ForwardGate,
-    LoopThread,
     RunningPipeline,
     SubmitSpy,
     TimeoutRecorder,
@@ -29,10 +28,11 @@ from tests.pipeline.helpers import (
     collect,
     ended,
     greedy,
+    module_loop,
+    module_pipeline,
     params,
     pipeline_settings,
     rpc_error,
-    running_pipeline,
     unique_tenant,
     wait_until,
 )
@@ -41,51 +41,29 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 MAX_QUESTION = 1500
 MAX_K = 5
-MAX_NEW = 64  # max_new_tokens_limit
+MAX_NEW = 64  # [limits] max_new_tokens
 CONTEXT = 512  # the retriever's prompt context (max_context_tokens): prompt budget = CONTEXT - max_new
 SMALL_MESSAGE_BYTES = 64 * 1024
 DEADLINE_S = 5.0
 REFUSAL_TIMEOUT_S = 60.0  # a refused call must not wait for the held one (gated for GATE_TIMEOUT_S)
 
 
-@pytest.fixture(scope="module")
-def pipe(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    gen = {"max_question_chars": MAX_QUESTION, "max_k": MAX_K, "max_new_tokens_limit": MAX_NEW,
-           "default_max_new_tokens": MAX_NEW // 2}
-    with running_pipeline(tmp_path_factory.mktemp("errors"), loop, generator=gen,
-                          retriever={"max_context_tokens": CONTEXT}) as p:
-        yield p
+pipe = module_pipeline(limits={"max_question_chars": MAX_QUESTION, "max_k": MAX_K, "max_new_tokens": MAX_NEW,
+                               "default_max_new_tokens": MAX_NEW // 2},
+                       retriever={"max_context_tokens": CONTEXT})
+# one request at a time, no waiting queue, and small gRPC messages
+limited = module_pipeline(generator={"max_running": 1, "max_waiting": 0, "max_message_bytes": SMALL_MESSAGE_BYTES})
+queued = module_pipeline(generator={"max_running": 1, "max_waiting": 2})  # one running, two more may wait
 
 
-@pytest.fixture(scope="module")
-def limited(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """One request at a time, no waiting queue, and small gRPC messages."""
-    gen = {"max_running": 1, "max_waiting": 0, "max_message_bytes": SMALL_MESSAGE_BYTES}
-    with running_pipeline(tmp_path_factory.mktemp("limited"), loop, generator=gen) as p:
-        yield p
-
-
-@pytest.fixture(scope="module")
-def queued(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """One request running at a time, two more may wait."""
-    gen = {"max_running": 1, "max_waiting": 2}
-    with running_pipeline(tmp_path_factory.mktemp("queued"), loop, generator=gen) as p:
-        yield p
-
-
-@pytest.fixture
-def tenant(request: pytest.FixtureRequest, pipe: RunningPipeline) -> str:
-    return pipe.new_tenant(request.node.name)
-
-
-def answer_call(p: RunningPipeline, **fields: Any) -> Callable[[], Answered]:
+def answer_call(p: RunningPipeline, **fields: Any) -> Callable[[], Awaitable[Answered]]:
     gen = fields.pop("params", {})
     request = generator_pb2.AnswerRequest(**{"tenant": "acme", "question": "What is csv?", **fields},
                                           params=params(**gen))
     return lambda: collect(p.stub.Answer(request, timeout=CALL_TIMEOUT_S))
 
 
-def generate_call(p: RunningPipeline, **fields: Any) -> Callable[[], Answered]:
+def generate_call(p: RunningPipeline, **fields: Any) -> Callable[[], Awaitable[Answered]]:
     gen = fields.pop("params", {"max_new_tokens": 4})
     request = generator_pb2.GenerateRequest(**{"tenant": "acme", **fields}, params=params(**gen))
     return lambda: collect(p.stub.Generate(request, timeout=CALL_TIMEOUT_S))
@@ -120,110 +98,114 @@ ANSWER_REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
 }
 
 
+@module_loop
 @pytest.mark.parametrize("case", list(ANSWER_REFUSALS))
-def test_answer_bad_input_is_invalid_argument(pipe: RunningPipeline, case: str) -> None:
+async def test_answer_bad_input_is_invalid_argument(pipe: RunningPipeline, case: str) -> None:
     fields, words = ANSWER_REFUSALS[case]
-    assert_status(rpc_error(answer_call(pipe, **fields)), INVALID, *words)
+    assert_status(await rpc_error(answer_call(pipe, **fields)), INVALID, *words)
     assert pipe.inflight == 0
 
 
-def test_generate_bad_input_is_invalid_argument(pipe: RunningPipeline) -> None:
-    vocab = pipe.engine.vocab_size
-    context = pipe.engine.context_tokens  # the model's window (8192 for SmolLM2)
-    limit = pipe.engine.settings.max_prompt_chars
-    msgs = generator_pb2.ChatMessages
-    cases: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
-        "neither prompt nor messages": ({}, ("prompt or chat messages",)),
-        "empty prompt": ({"prompt": ""}, ("prompt is empty",)),
-        "empty messages": ({"messages": msgs()}, ("messages is empty",)),
-        "unknown role": ({"messages": msgs(messages=[generator_pb2.ChatMessage(role="tool", content="x")])},
-                         ("role",)),
-        "reference id == vocab size": ({"prompt": "Hi", "reference_ids": [5, vocab]}, (str(vocab), "vocabulary")),
-        "reference id 2**32-1": ({"prompt": "Hi", "reference_ids": [2**32 - 1]}, ("vocabulary",)),
-        "too many references": ({"prompt": "Hi", "references": ["r"] * 17}, ("references",)),
-        "prompt over max_prompt_chars": ({"prompt": "a " * (limit // 2 + 1)}, (f"limit is {limit}",)),
-        "prompt cannot fit the context": (
-            {"prompt": digits(context), "params": {"max_new_tokens": 16}},
-            ("does not fit", str(context)),
-        ),
-        "empty tenant": ({"tenant": "", "prompt": "Hi"}, ("tenant is empty",)),
-        "max_new_tokens over the limit": ({"prompt": "Hi", "params": {"max_new_tokens": MAX_NEW + 1}},
-                                          ("max_new_tokens",)),
-    }
-    for case, (fields, words) in cases.items():
-        err = rpc_error(generate_call(pipe, **fields))
-        try:
-            assert_status(err, INVALID, *words)
-        except AssertionError as exc:
-            raise AssertionError(f"{case}: {exc}") from exc
+Msgs = generator_pb2.ChatMessages
+# Each case is made from the running engine ``e``: some depend on its vocabulary, window or limits.
+GENERATE_REFUSALS: dict[str, Callable[[Any], tuple[dict[str, Any], tuple[str, ...]]]] = {
+    "neither prompt nor messages": lambda e: ({}, ("prompt or chat messages",)),
+    "empty prompt": lambda e: ({"prompt": ""}, ("prompt is empty",)),
+    "empty messages": lambda e: ({"messages": Msgs()}, ("messages is empty",)),
+    "unknown role": lambda e: ({"messages": Msgs(messages=[generator_pb2.ChatMessage(role="tool", content="x")])},
+                               ("role",)),
+    "reference id == vocab size": lambda e: ({"prompt": "Hi", "reference_ids": [5, e.vocab_size]},
+                                             (str(e.vocab_size), "vocabulary")),
+    "reference id 2**32-1": lambda e: ({"prompt": "Hi", "reference_ids": [2**32 - 1]}, ("vocabulary",)),
+    "too many references": lambda e: ({"prompt": "Hi", "references": ["r"] * 17}, ("references",)),
+    "prompt over max_prompt_chars": lambda e: ({"prompt": "a " * (e.limits.max_prompt_chars // 2 + 1)},
+                                               (f"limit is {e.limits.max_prompt_chars}",)),
+    # context_tokens: the model's window (8192 for SmolLM2)
+    "prompt cannot fit the context": lambda e: ({"prompt": digits(e.context_tokens), "params": {"max_new_tokens": 16}},
+                                                ("does not fit", str(e.context_tokens))),
+    "empty tenant": lambda e: ({"tenant": "", "prompt": "Hi"}, ("tenant is empty",)),
+    "max_new_tokens over the limit": lambda e: ({"prompt": "Hi", "params": {"max_new_tokens": MAX_NEW + 1}},
+                                                ("max_new_tokens",)),
+}
+
+
+@module_loop
+@pytest.mark.parametrize("case", list(GENERATE_REFUSALS))
+async def test_generate_bad_input_is_invalid_argument(pipe: RunningPipeline, case: str) -> None:
+    fields, words = GENERATE_REFUSALS[case](pipe.engine)
+    assert_status(await rpc_error(generate_call(pipe, **fields)), INVALID, *words)
     assert pipe.inflight == 0
 
 
-def test_generate_accepts_the_largest_vocabulary_id(pipe: RunningPipeline) -> None:
-    got = generate_call(pipe, prompt="Hello", reference_ids=[0, pipe.engine.vocab_size - 1],
-                        params={"max_new_tokens": 1})()
+@module_loop
+async def test_generate_accepts_the_largest_vocabulary_id(pipe: RunningPipeline) -> None:
+    got = await generate_call(pipe, prompt="Hello", reference_ids=[0, pipe.engine.vocab_size - 1],
+                              params={"max_new_tokens": 1})()
     assert got.final is not None and got.final.stats.new_tokens == 1
 
 
-def test_answer_for_unknown_tenant_is_not_found(pipe: RunningPipeline) -> None:
+@module_loop
+async def test_answer_for_unknown_tenant_is_not_found(pipe: RunningPipeline) -> None:
     unknown = unique_tenant("never-ingested")
-    err = rpc_error(answer_call(pipe, tenant=unknown, params={"max_new_tokens": 2}))
+    err = await rpc_error(answer_call(pipe, tenant=unknown, params={"max_new_tokens": 2}))
     assert_status(err, grpc.StatusCode.NOT_FOUND, "unknown tenant", unknown)
     assert pipe.inflight == 0
 
 
-@pytest.mark.parametrize("limits", [
-    {"default_max_new_tokens": MAX_NEW + 1, "max_new_tokens_limit": MAX_NEW},  # every default request refused
-    {"decoding_length": 9, "max_decoding_length": 8},
+@pytest.mark.parametrize(("section", "limits"), [
+    ("limits", {"default_max_new_tokens": MAX_NEW + 1, "max_new_tokens": MAX_NEW}),  # every default refused
+    ("generator", {"decoding_length": 9, "max_decoding_length": 8}),
 ])
-def test_settings_refuse_defaults_over_their_limits(tmp_path: Path, limits: dict[str, int]) -> None:
+def test_settings_refuse_defaults_over_their_limits(tmp_path: Path, section: str, limits: dict[str, int]) -> None:
     with pytest.raises(ValueError, match=next(iter(limits))):
-        pipeline_settings(tmp_path, generator=limits)
+        pipeline_settings(tmp_path, **{section: limits})
 
 
-def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPipeline, tenant: str) -> None:
+@module_loop
+async def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPipeline, tenant: str) -> None:
     request = pipe.answer_request(tenant, max_new_tokens=MAX_NEW, mode="none")
     scheduler = pipe.engine.scheduler
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
         call = pipe.stub.Answer(request, timeout=CALL_TIMEOUT_S)
-        first = next(call)  # the prefill's token
+        first = await call.read()  # the prefill's token
         assert first.HasField("delta") and len(first.delta.token_ids) == 1
-        assert gate.reached.wait(GATE_TIMEOUT_S)  # the second step's forward waits at the gate
+        assert await gate.wait_reached()  # the second step's forward waits at the gate
         (req,) = spy.requests
         call.cancel()
-        assert wait_until(req.cancelled.is_set)  # the server saw it and told the scheduler
+        assert await wait_until(req.cancelled.is_set)  # the server saw it and told the scheduler
         assert not ended(req)  # still in the forward under way
         gate.release()
-        assert wait_until(lambda: ended(req))
-        assert pipe.wait_idle() == 0
+        assert await wait_until(lambda: ended(req))
+        assert await pipe.wait_idle() == 0
         assert gate.calls == 3  # the forward under way finished; no step after the cancel
     assert req.stats.finish_reason == "cancelled" and req.kv is None
     assert len(req.output) == 3  # the prefill's token and one per finished step (mode none)
-    with pytest.raises(grpc.RpcError) as info:
-        list(call)
-    assert info.value.code() == grpc.StatusCode.CANCELLED  # type: ignore[attr-defined]
-    pipe.drain()
+    with pytest.raises(asyncio.CancelledError):  # grpc.aio: reading a call the client cancelled
+        await call.read()
+    assert await call.code() == grpc.StatusCode.CANCELLED
+    await pipe.drain()
     assert pipe.events.for_tenant(tenant) == []  # a cancelled answer is not published
     assert pipe.pipeline.draftcache.stats(tenant) == []
     assert pipe.pipeline.retriever.stats(tenant).sessions == 0
-    after = pipe.answer(tenant, max_new_tokens=8)  # the server is fine
+    after = await pipe.answer(tenant, max_new_tokens=8)  # the server is fine
     assert after.final is not None and after.final.stats.new_tokens == 8
 
 
-def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenant: str) -> None:
+@module_loop
+async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenant: str) -> None:
     engine = pipe.engine
     retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.drafts)
     engine.retriever, engine.drafts = retriever, drafts
     try:
         with SubmitSpy(engine.scheduler) as spy, ForwardGate(engine.scheduler.kernels, block_at=2) as gate:
             call = pipe.stub.Answer(pipe.answer_request(tenant, max_new_tokens=MAX_NEW), timeout=DEADLINE_S)
-            err = rpc_error(lambda: collect(call))
+            err = await rpc_error(lambda: collect(call))
             assert_status(err, grpc.StatusCode.DEADLINE_EXCEEDED)
             req = spy.last()
             if req is not None:  # decoding had started: it is told to stop
-                assert wait_until(req.cancelled.is_set)
+                assert await wait_until(req.cancelled.is_set)
             gate.release()
-            assert pipe.wait_idle() == 0
+            assert await pipe.wait_idle() == 0
             assert gate.calls <= 2  # nothing decoded after the deadline
         if req is not None:
             assert ended(req) and req.stats.finish_reason == "cancelled"
@@ -234,39 +216,41 @@ def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenan
     assert configured > DEADLINE_S
     assert retriever.timeouts and all(0 < t < DEADLINE_S for t in retriever.timeouts)  # the time left
     assert all(0 < t < DEADLINE_S for t in drafts.timeouts)
-    pipe.drain()
+    await pipe.drain()
     assert pipe.events.for_tenant(tenant) == []
-    after = pipe.answer(tenant, max_new_tokens=8)
+    after = await pipe.answer(tenant, max_new_tokens=8)
     assert after.final is not None and after.final.stats.new_tokens == 8
 
 
-def test_overload_is_refused_at_once(limited: RunningPipeline) -> None:
+@module_loop
+async def test_overload_is_refused_at_once(limited: RunningPipeline) -> None:
     tenant = limited.new_tenant("overload")
     n = 8
     with ForwardGate(limited.engine.scheduler.kernels, block_at=2) as gate:
         held = limited.stub.Answer(limited.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
-        first = next(held)
-        assert gate.reached.wait(GATE_TIMEOUT_S)
+        first = await held.read()
+        assert await gate.wait_reached()
         assert limited.inflight == 1
         second = limited.stub.Answer(limited.answer_request(tenant, max_new_tokens=n), timeout=REFUSAL_TIMEOUT_S)
-        assert_status(rpc_error(lambda: collect(second)), EXHAUSTED, "overloaded")
+        assert_status(await rpc_error(lambda: collect(second)), EXHAUSTED, "overloaded")
         generate = generator_pb2.GenerateRequest(tenant=tenant, prompt="Hi", params=params(max_new_tokens=2))
         refused = limited.stub.Generate(generate, timeout=REFUSAL_TIMEOUT_S)
-        assert_status(rpc_error(lambda: collect(refused)), EXHAUSTED, "overloaded")
+        assert_status(await rpc_error(lambda: collect(refused)), EXHAUSTED, "overloaded")
         gate.release()
-        rest = collect(held)  # the held request is unaffected
+        rest = await collect(held)  # the held request is unaffected
     assert rest.final is not None
     ids = [*first.delta.token_ids, *rest.streamed_ids]
     assert ids == list(rest.final.output_ids) == greedy(limited.model, rest.final.prompt_ids, n)
-    assert limited.wait_idle() == 0
-    after = limited.answer(tenant, max_new_tokens=4)  # admission is free again
+    assert await limited.wait_idle() == 0
+    after = await limited.answer(tenant, max_new_tokens=4)  # admission is free again
     assert after.final is not None and after.final.stats.new_tokens == 4
 
 
 QUEUED_QUESTIONS = ["How do I read the rows of a CSV file?", "What does Path.exists() tell?"]
 
 
-def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline) -> None:
+@module_loop
+async def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline) -> None:
     # one request running (held in its step), two more wait instead of being refused and then decode
     # exactly as alone; the one after them, past the queue, is refused at once
     p = queued
@@ -275,32 +259,33 @@ def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline) -> N
     n = 8
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
-        first = next(held)
-        assert gate.reached.wait(GATE_TIMEOUT_S)  # the one running place is taken
+        first = await held.read()
+        assert await gate.wait_reached()  # the one running place is taken
         waiting = [p.stub.Answer(p.answer_request(tenant, question=q, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
                    for q in QUEUED_QUESTIONS]
-        assert wait_until(lambda: scheduler.state().waiting == len(QUEUED_QUESTIONS))  # queued, not refused
+        assert await wait_until(lambda: scheduler.state().waiting == len(QUEUED_QUESTIONS))  # queued, not refused
         assert p.inflight == 3 and scheduler.state().running == 1
         over = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=REFUSAL_TIMEOUT_S)
-        assert_status(rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")  # past the queue: at once
+        assert_status(await rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")  # past the queue: at once
         assert scheduler.state().waiting == len(QUEUED_QUESTIONS) and len(spy.requests) == 3
         gate.release()
-        rest = collect(held)
+        rest = await collect(held)
     assert rest.final is not None
     assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, n)
     for call in waiting:  # each waited its turn, then decoded exactly as alone
-        got = collect(call)
+        got = await collect(call)
         assert got.final is not None and got.final.stats.finish_reason == "length"
         assert got.streamed_ids == list(got.final.output_ids) == greedy(p.model, got.final.prompt_ids, n)
     assert all(ended(req) and req.error is None for req in spy.requests)
-    assert p.wait_idle() == 0
+    assert await p.wait_idle() == 0
 
 
-def test_oversize_message_is_resource_exhausted(limited: RunningPipeline) -> None:
+@module_loop
+async def test_oversize_message_is_resource_exhausted(limited: RunningPipeline) -> None:
     prompt = "word " * (SMALL_MESSAGE_BYTES // 4)  # under max_prompt_chars, over max_message_bytes
-    assert len(prompt) < limited.engine.settings.max_prompt_chars
-    err = rpc_error(generate_call(limited, tenant="acme", prompt=prompt))
+    assert len(prompt) < limited.engine.limits.max_prompt_chars
+    err = await rpc_error(generate_call(limited, tenant="acme", prompt=prompt))
     assert_status(err, EXHAUSTED)
     assert limited.inflight == 0
-    small = generate_call(limited, tenant="acme", prompt="word " * 10, params={"max_new_tokens": 2})()
+    small = await generate_call(limited, tenant="acme", prompt="word " * 10, params={"max_new_tokens": 2})()
     assert small.final is not None and small.final.stats.new_tokens == 2

@@ -8,32 +8,33 @@ test stops parts of the pipeline, so each gets a pipeline of its own (the model 
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
+import pytest_asyncio
 from grpc_health.v1 import health_pb2
 
-from services.common.grpcutil import stop_server
 from services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
-    GATE_TIMEOUT_S,
-    LOOP_TIMEOUT_S,
     QUESTION,
+    STOP_TIMEOUT_S,
     Answered,
     ForwardGate,
-    LoopThread,
     RunningPipeline,
     collect,
     greedy,
+    module_loop,
     rpc_error,
     running_pipeline,
-    unique_tenant,
     wait_until,
 )
+
+pytestmark = module_loop
 
 N = 24
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -41,30 +42,25 @@ SHORT_TIMEOUT_S = 1.0  # the slow-dependency pipeline's retrieve and fetch deadl
 SLOW_S = 30.0  # a slow dependency holds its reply this long at most (released when the test ends)
 
 
-@pytest.fixture
-def fresh(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    with running_pipeline(tmp_path_factory.mktemp("faults"), loop) as p:
+@pytest_asyncio.fixture(loop_scope="module")
+async def fresh(tmp_path: Path) -> AsyncIterator[RunningPipeline]:
+    async with running_pipeline(tmp_path / "faults") as p:
         yield p
 
 
-@pytest.fixture
-def tenant(request: pytest.FixtureRequest) -> str:
-    return unique_tenant(request.node.name)
-
-
-def down(p: RunningPipeline, service: str) -> bool:
+async def down(p: RunningPipeline, service: str) -> bool:
     """Whether ``service``'s gRPC server no longer answers (health check refused)."""
     try:
-        p.health("", p.target(service))
+        await p.health("", p.target(service))
     except grpc.RpcError as err:
         return err.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
     return False
 
 
-def not_serving(p: RunningPipeline) -> bool:
+async def not_serving(p: RunningPipeline) -> bool:
     """Whether the generator has begun shutting down (health NOT_SERVING or refused)."""
     try:
-        return p.health(GENERATOR_SERVICE) != SERVING
+        return await p.health(GENERATOR_SERVICE) != SERVING
     except grpc.RpcError:
         return True
 
@@ -81,59 +77,59 @@ def assert_greedy(p: RunningPipeline, got: Answered, n: int = N) -> None:
     assert list(got.final.output_ids) == greedy(p.model, got.final.prompt_ids, n)
 
 
-def answer_while_stopping(p: RunningPipeline, tenant: str, stop: Callable[[], None]) -> Answered:
+async def answer_while_stopping(p: RunningPipeline, tenant: str, stop: Callable[[], Awaitable[None]]) -> Answered:
     """Answer with ``stop`` run while the request is decoding (its forward held at a gate)."""
     with ForwardGate(p.engine.scheduler.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = next(call)
-        assert gate.reached.wait(GATE_TIMEOUT_S)
-        stop()
+        first = await call.read()
+        assert await gate.wait_reached()
+        await stop()
         gate.release()
-        rest = collect(call)
+        rest = await collect(call)
     rest.deltas.insert(0, first.delta)
     return rest
 
 
-def test_draft_cache_stopped_mid_run(fresh: RunningPipeline, tenant: str) -> None:
-    p = fresh
+async def test_draft_cache_stopped_mid_run(fresh: RunningPipeline, tenant_name: str) -> None:
+    p, tenant = fresh, tenant_name
     p.ingest(tenant)
-    warm = p.answer(tenant, max_new_tokens=N)
-    p.drain()  # the tenant's draft cache now holds this answer
+    warm = await p.answer(tenant, max_new_tokens=N)
+    await p.drain()  # the tenant's draft cache now holds this answer
     assert warm.final is not None and warm.final.stats.drafts_available
 
-    def stop_draft_cache() -> None:
-        p.loop.run(p.pipeline.draftcache_service.stop(0))
-        assert down(p, "draftcache")
+    async def stop_draft_cache() -> None:
+        await p.pipeline.services["draftcache"].stop(0)
+        assert await down(p, "draftcache")
 
-    during = answer_while_stopping(p, tenant, stop_draft_cache)
+    during = await answer_while_stopping(p, tenant, stop_draft_cache)
     assert_greedy(p, during)  # it had fetched its drafts before the cache went away
     assert during.final is not None and during.final.stats.drafts_available
 
-    after = p.answer(tenant, max_new_tokens=N)
+    after = await p.answer(tenant, max_new_tokens=N)
     assert_greedy(p, after)
     assert after.final is not None
     stats = after.final.stats
     assert not stats.drafts_available and stats.draft_tokens_from_cache == 0
     assert stats.documents_available and after.final.documents
-    assert p.health(GENERATOR_SERVICE) == SERVING
+    assert await p.health(GENERATOR_SERVICE) == SERVING
 
 
-def test_retriever_stopped_mid_run(fresh: RunningPipeline, tenant: str) -> None:
-    p = fresh
+async def test_retriever_stopped_mid_run(fresh: RunningPipeline, tenant_name: str) -> None:
+    p, tenant = fresh, tenant_name
     p.ingest(tenant)
-    retriever_server = p.pipeline.servers[0]
+    retriever = p.pipeline.services["retriever"]
 
-    def stop_retriever() -> None:
-        p.loop.run(stop_server(retriever_server, 0))
-        assert down(p, "retriever")
-        assert p.health(GENERATOR_SERVICE) == SERVING  # servers[0] was the retriever, not the generator
+    async def stop_retriever() -> None:
+        await retriever.stop_serving(0)
+        assert await down(p, "retriever")
+        assert await p.health(GENERATOR_SERVICE) == SERVING  # only the retriever's server stopped
 
-    during = answer_while_stopping(p, tenant, stop_retriever)
+    during = await answer_while_stopping(p, tenant, stop_retriever)
     assert_greedy(p, during)
     assert during.final is not None and during.final.stats.documents_available and during.final.documents
 
     question = "How do I read the rows of a CSV file?"
-    after = p.answer(tenant, question=question, max_new_tokens=N)
+    after = await p.answer(tenant, question=question, max_new_tokens=N)
     assert_greedy(p, after)
     assert after.final is not None
     assert not after.final.stats.documents_available and not after.final.documents
@@ -141,8 +137,8 @@ def test_retriever_stopped_mid_run(fresh: RunningPipeline, tenant: str) -> None:
     assert after.final.stats.drafts_available
 
 
-def test_dependencies_past_their_deadline(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory,
-                                          tenant: str) -> None:
+async def test_dependencies_past_their_deadline(tmp_path: Path, tenant_name: str) -> None:
+    tenant = tenant_name
     gen = {"retrieve_timeout_s": SHORT_TIMEOUT_S, "fetch_timeout_s": SHORT_TIMEOUT_S}
     release = threading.Event()
 
@@ -152,12 +148,12 @@ def test_dependencies_past_their_deadline(loop: LoopThread, tmp_path_factory: py
             return method(*args, **kwargs)
         return wrapper
 
-    with running_pipeline(tmp_path_factory.mktemp("slow"), loop, generator=gen) as p:
+    async with running_pipeline(tmp_path / "slow", generator=gen) as p:
         p.ingest(tenant)
         retriever, store = p.pipeline.retriever, p.pipeline.draftcache
         retriever.retrieve, store.fetch = slow(retriever.retrieve), slow(store.fetch)  # shadow the methods
         try:
-            got = p.answer(tenant, max_new_tokens=N)
+            got = await p.answer(tenant, max_new_tokens=N)
         finally:
             release.set()
             del retriever.retrieve, store.fetch
@@ -167,21 +163,21 @@ def test_dependencies_past_their_deadline(loop: LoopThread, tmp_path_factory: py
         assert list(got.final.prompt_ids) == fallback_prompt(p, QUESTION)
 
 
-def test_graceful_shutdown_finishes_the_stream_in_flight(fresh: RunningPipeline, tenant: str) -> None:
-    p = fresh
+async def test_graceful_shutdown_finishes_the_stream_in_flight(fresh: RunningPipeline, tenant_name: str) -> None:
+    p, tenant = fresh, tenant_name
     p.ingest(tenant)
     with ForwardGate(p.engine.scheduler.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = next(call)
-        assert gate.reached.wait(GATE_TIMEOUT_S)
+        first = await call.read()
+        assert await gate.wait_reached()
         stopping = p.begin_stop()
-        assert wait_until(lambda: not_serving(p))
-        refused = rpc_error(lambda: p.answer(tenant, max_new_tokens=2))  # no new calls meanwhile
+        assert await wait_until(lambda: not_serving(p))
+        refused = await rpc_error(lambda: p.answer(tenant, max_new_tokens=2))  # no new calls meanwhile
         assert refused.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
         assert not stopping.done()  # it waits for the stream
         gate.release()
-        rest = collect(call)
-    stopping.result(LOOP_TIMEOUT_S)
+        rest = await collect(call)
+    await asyncio.wait_for(stopping, STOP_TIMEOUT_S)
     rest.deltas.insert(0, first.delta)
     assert_greedy(p, rest)
     assert rest.final is not None and rest.final.stats.finish_reason == "length"

@@ -14,10 +14,10 @@ queued). One pipeline per capacity setting for the module; the model is loaded o
 
 from __future__ import annotations
 
-import concurrent.futures
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -27,20 +27,19 @@ from lookahead_rag.v1 import generator_pb2
 from services.common.errors import DeadlineExceeded
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
-    GATE_TIMEOUT_S,
     QUESTION,
     Answered,
     ForwardGate,
-    LoopThread,
     RunningPipeline,
     SubmitSpy,
     assert_status,
     collect,
     ended,
     greedy,
+    module_loop,
+    module_pipeline,
     params,
     rpc_error,
-    running_pipeline,
     wait_until,
 )
 
@@ -59,21 +58,14 @@ SHORT_DEADLINE_S = 3.0  # a waiting request's gRPC timeout: long enough to reach
 REFUSAL_TIMEOUT_S = 60.0  # a refused call must not wait for the held one (gated for GATE_TIMEOUT_S)
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
-
-@pytest.fixture(scope="module")
-def load(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """The default capacity (16 running, 64 waiting); no past sessions, so a repeat has the same prompt."""
-    gen = {"max_running": 16, "max_waiting": 64, "default_m": 0}
-    with running_pipeline(tmp_path_factory.mktemp("load"), loop, generator=gen, retriever={"default_m": 0}) as p:
-        yield p
+pytestmark = module_loop
 
 
-@pytest.fixture(scope="module")
-def small(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """One request running and one waiting at most."""
-    gen = {"max_running": 1, "max_waiting": 1}
-    with running_pipeline(tmp_path_factory.mktemp("small"), loop, generator=gen) as p:
-        yield p
+# the default capacity (16 running, 64 waiting); no past sessions, so a repeat has the same prompt
+load = module_pipeline(generator={"max_running": 16, "max_waiting": 64}, limits={"default_m": 0})
+
+
+small = module_pipeline(generator={"max_running": 1, "max_waiting": 1})  # one running and one waiting at most
 
 
 class Greedy:
@@ -90,9 +82,9 @@ class Greedy:
         return self.done[key]
 
 
-def assert_idle(p: RunningPipeline) -> None:
+async def assert_idle(p: RunningPipeline) -> None:
     """Nothing waiting or running in the engine, and no KV held."""
-    assert p.wait_idle() == 0
+    assert await p.wait_idle() == 0
     state = p.engine.scheduler.state()
     assert (state.waiting, state.running, state.kv_bytes) == (0, 0, 0)
 
@@ -114,24 +106,25 @@ class Outcome:
     got: Answered | None = None  # a stream read to its end
     first: generator_pb2.AnswerChunk | None = None  # a cancelled stream's first chunk
     error: grpc.RpcError | None = None
+    code: grpc.StatusCode | None = None  # the status the call ended with, as the client sees it
 
 
-def run_client(p: RunningPipeline, index: int, request: generator_pb2.AnswerRequest) -> Outcome:
+async def run_client(p: RunningPipeline, index: int, request: generator_pb2.AnswerRequest) -> Outcome:
     out = Outcome(index)
     call = p.stub.Answer(request, timeout=CALL_TIMEOUT_S)
     try:
         if index in CANCELLED:
-            out.first = next(call)
+            out.first = await call.read()
             call.cancel()  # the client goes away mid-stream
-            list(call)
         else:
-            out.got = collect(call)
+            out.got = await collect(call)
     except grpc.RpcError as err:
         out.error = err
+    out.code = await call.code()
     return out
 
 
-def test_64_concurrent_answers_with_10_cancelled_mid_stream(load: RunningPipeline) -> None:
+async def test_64_concurrent_answers_with_10_cancelled_mid_stream(load: RunningPipeline) -> None:
     # 64 streams at once (more than max_running: the rest queue): the 54 read to the end each equal
     # plain greedy of their own prompt, the 10 cancelled end as cancelled, and none is refused
     p = load
@@ -144,18 +137,18 @@ def test_64_concurrent_answers_with_10_cancelled_mid_stream(load: RunningPipelin
         else:
             requests.append(p.answer_request(tenant, question, max_new_tokens=N))
     assert len(CANCELLED) == 10
-    with SubmitSpy(p.engine.scheduler) as spy, concurrent.futures.ThreadPoolExecutor(STREAMS) as pool:
-        outcomes = list(pool.map(lambda i: run_client(p, i, requests[i]), range(STREAMS)))
-    assert_idle(p)
+    with SubmitSpy(p.engine.scheduler) as spy:
+        outcomes = await asyncio.gather(*(run_client(p, i, requests[i]) for i in range(STREAMS)))
+    await assert_idle(p)
 
     baseline = Greedy(p)
     finals = []
     for out in outcomes:
         if out.index in CANCELLED:
             assert out.first is not None and out.first.HasField("delta"), out  # it was streaming
-            assert out.error is not None and out.error.code() == grpc.StatusCode.CANCELLED  # type: ignore[attr-defined]
+            assert out.code == grpc.StatusCode.CANCELLED, out
             continue
-        assert out.error is None, (out.index, out.error)  # nothing refused or failed
+        assert out.error is None and out.code == grpc.StatusCode.OK, (out.index, out.error)  # nothing refused or failed
         assert out.got is not None and out.got.final is not None
         final = out.got.final
         assert final.stats.finish_reason == "length"
@@ -173,7 +166,7 @@ def test_64_concurrent_answers_with_10_cancelled_mid_stream(load: RunningPipelin
     assert len(published) == len(finals)  # every finished answer, and no cancelled one
 
 
-def test_waiting_request_past_its_deadline_and_request_past_the_queue(small: RunningPipeline) -> None:
+async def test_waiting_request_past_its_deadline_and_request_past_the_queue(small: RunningPipeline) -> None:
     # one request runs (held in its step), one waits: a waiting request whose deadline passes gets
     # DEADLINE_EXCEEDED, never runs and frees its place at once; with the queue full the next request
     # is refused at once; the held and the queued requests then finish equal to greedy
@@ -182,33 +175,33 @@ def test_waiting_request_past_its_deadline_and_request_past_the_queue(small: Run
     scheduler = p.engine.scheduler
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = next(held)
-        assert gate.reached.wait(GATE_TIMEOUT_S)  # the one running place is taken
+        first = await held.read()
+        assert await gate.wait_reached()  # the one running place is taken
 
         late = p.stub.Generate(generate_request(tenant, "Count to five:", N), timeout=SHORT_DEADLINE_S)
-        assert wait_until(lambda: len(spy.requests) == 2)  # it reached the queue
+        assert await wait_until(lambda: len(spy.requests) == 2)  # it reached the queue
         late_req = spy.requests[1]
         assert scheduler.state().waiting == 1
-        assert_status(rpc_error(lambda: collect(late)), grpc.StatusCode.DEADLINE_EXCEEDED)
-        assert wait_until(lambda: ended(late_req) and scheduler.state().waiting == 0)  # freed while still held
+        assert_status(await rpc_error(lambda: collect(late)), grpc.StatusCode.DEADLINE_EXCEEDED)
+        assert await wait_until(lambda: ended(late_req) and scheduler.state().waiting == 0)  # freed while still held
         assert late_req.output == [] and late_req.stats.forward_steps == 0 and late_req.kv is None
 
         queued = p.stub.Generate(generate_request(tenant, "Name three colours:", N), timeout=CALL_TIMEOUT_S)
-        assert wait_until(lambda: scheduler.state().waiting == 1)
+        assert await wait_until(lambda: scheduler.state().waiting == 1)
         over = p.stub.Generate(generate_request(tenant, "Name three fruits:", N), timeout=REFUSAL_TIMEOUT_S)
-        assert_status(rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")
+        assert_status(await rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")
         assert len(spy.requests) == 3 and gate.calls == 2  # the refused one never queued; nothing ran meanwhile
         gate.release()
-        rest = collect(held)
+        rest = await collect(held)
     assert rest.final is not None
     assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, N)
-    after = collect(queued)
+    after = await collect(queued)
     assert after.final is not None
     assert after.streamed_ids == list(after.final.output_ids) == greedy(p.model, after.final.prompt_ids, N)
-    assert_idle(p)
+    await assert_idle(p)
 
 
-def test_engine_expires_a_waiting_request_whose_deadline_passed(small: RunningPipeline) -> None:
+async def test_engine_expires_a_waiting_request_whose_deadline_passed(small: RunningPipeline) -> None:
     # without gRPC's own deadline: the engine ends a request whose deadline passes in the queue with
     # DeadlineExceeded before it ever runs, and the request holding the running place is unaffected
     p = small
@@ -216,37 +209,37 @@ def test_engine_expires_a_waiting_request_whose_deadline_passed(small: RunningPi
     scheduler = p.engine.scheduler
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = next(held)
-        assert gate.reached.wait(GATE_TIMEOUT_S)
+        first = await held.read()
+        assert await gate.wait_reached()
         deadline = time.monotonic() + 1.0
 
         async def drive() -> list[generator_pb2.AnswerChunk]:
             return [c async for c in p.engine.generate(generate_request(tenant, "Count to five:", N), deadline)]
 
-        waiting = p.loop.submit(drive())
-        assert wait_until(lambda: len(spy.requests) == 2 and scheduler.state().waiting == 1)
+        waiting = asyncio.ensure_future(drive())
+        assert await wait_until(lambda: len(spy.requests) == 2 and scheduler.state().waiting == 1)
         expired = spy.requests[1]
-        assert wait_until(lambda: time.monotonic() > deadline)
+        assert await wait_until(lambda: time.monotonic() > deadline)
         assert not ended(expired)  # the engine notices between steps (this one is held)
         gate.release()
         with pytest.raises(DeadlineExceeded, match="waited"):
-            waiting.result(CALL_TIMEOUT_S)
-        rest = collect(held)
+            await asyncio.wait_for(waiting, CALL_TIMEOUT_S)
+        rest = await collect(held)
     assert expired.output == [] and expired.stats.forward_steps == 0 and ended(expired)
     assert rest.final is not None
     assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, N)
-    assert_idle(p)
+    await assert_idle(p)
 
 
-def test_repeated_answer_reuses_the_prompt_prefix(load: RunningPipeline) -> None:
+async def test_repeated_answer_reuses_the_prompt_prefix(load: RunningPipeline) -> None:
     # the same question twice for one tenant: the second prefills only its last prompt token (the rest
     # of its KV comes from the prefix cache) and its tokens do not change
     p = load
     tenant = p.new_tenant("prefix")
     counter = "generator_prefix_cache_hit_tokens_total"
-    cold = p.answer(tenant, max_new_tokens=N)
+    cold = await p.answer(tenant, max_new_tokens=N)
     before = gauge(p, counter) or 0.0
-    warm = p.answer(tenant, max_new_tokens=N)
+    warm = await p.answer(tenant, max_new_tokens=N)
     assert cold.final is not None and warm.final is not None
     prompt = list(cold.final.prompt_ids)
     assert list(warm.final.prompt_ids) == prompt
@@ -255,10 +248,10 @@ def test_repeated_answer_reuses_the_prompt_prefix(load: RunningPipeline) -> None
     assert (gauge(p, counter) or 0.0) - before == warm.final.stats.prefix_hit_tokens
     assert list(warm.final.output_ids) == list(cold.final.output_ids) == greedy(p.model, prompt, N)
     assert warm.streamed_ids == list(warm.final.output_ids)
-    assert_idle(p)
+    await assert_idle(p)
 
 
-def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipeline) -> None:
+async def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipeline) -> None:
     # sampled gauges: one running (held) and one waiting show up after a refresh; after all of this
     # module's load the engine is idle and the gauges read 0
     p = load
@@ -267,18 +260,18 @@ def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipeline) 
     refresh = p.pipeline.refresh_metrics
     with ForwardGate(scheduler.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        next(held)
-        assert gate.reached.wait(GATE_TIMEOUT_S)
+        await held.read()
+        assert await gate.wait_reached()
         queued = p.stub.Generate(generate_request(tenant, "Name three colours:", N), timeout=CALL_TIMEOUT_S)
-        assert wait_until(lambda: scheduler.state().waiting == 1)  # the scheduler thread is held: it waits
+        assert await wait_until(lambda: scheduler.state().waiting == 1)  # the scheduler thread is held: it waits
         refresh()
         assert gauge(p, "generator_queue_depth") == 1
         assert gauge(p, "generator_running_requests") == 1
         assert (gauge(p, "generator_kv_bytes") or 0) > 0
         gate.release()
-        collect(held)
-        collect(queued)
-    assert_idle(p)
+        await collect(held)
+        await collect(queued)
+    await assert_idle(p)
     refresh()
     assert gauge(p, "generator_queue_depth") == 0
     assert gauge(p, "generator_running_requests") == 0

@@ -13,6 +13,7 @@ Counts are exact (one answer each); nothing here depends on timing.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -34,19 +35,19 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from services.app import Pipeline
-from services.common.broker import LocalBroker
-from services.common.logging import REQUEST_ID_HEADER, setup_logging
-from tests.kafka.helpers import broker, fast_settings, new_topic  # noqa: F401  (broker: started on first use)
+from services.common.logs import REQUEST_ID_HEADER, setup_logging
+from services.events.kafka.broker import LocalBroker
+from tests.kafka.helpers import fast_settings, new_topic
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     DOCS,
     QUESTION,
-    LoopThread,
     RunningPipeline,
     collect,
+    module_loop,
+    module_pipeline,
     pipeline_settings,
     rpc_error,
-    running_pipeline,
     shared_model,
     unique_tenant,
     wait_until,
@@ -90,49 +91,37 @@ def answer_request(tenant: str, question: str = QUESTION) -> generator_pb2.Answe
                                        params=generator_pb2.GenerationParams(max_new_tokens=MAX_NEW))
 
 
-@pytest.fixture(scope="module")
-def pipe(loop: LoopThread, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningPipeline]:
-    """A pipeline with the three gRPC servers, shared by the tests of this module."""
-    with running_pipeline(tmp_path_factory.mktemp("wiring"), loop) as p:
-        yield p
+pipe = module_pipeline()  # the three gRPC servers, shared by the tests of this module
 
 
 # --- in-process: the embedded default --------------------------------------------------------------
 
 
-def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, pipe: RunningPipeline) -> None:
+@module_loop
+async def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, pipe: RunningPipeline) -> None:
     """Exact counts of this pipeline's one answer, while another pipeline (``pipe``) in the same
     process answers too: each has its own registry."""
     model, tokenizer = shared_model()
-    own_loop = LoopThread("in-process-loop")
+    pipeline = await Pipeline.start(pipeline_settings(tmp_path), model=model, tokenizer=tokenizer, metrics_port=0)
     try:
-        pipeline: Pipeline = own_loop.run(Pipeline.start(pipeline_settings(tmp_path), model=model,
-                                                         tokenizer=tokenizer, metrics_port=0))
-        try:
-            assert pipeline.metrics_port and not pipeline.servers
-            tenant = unique_tenant("in-process")
-            pipeline.retriever.ingest(tenant, DOCS)
-            before = scrape(pipeline.metrics_port)
-            assert sample(before, "generator_new_tokens_total") == 0
-            assert sample(before, "generator_draft_source_hits_total", source="prompt") == 0  # exported at 0
+        assert pipeline.metrics_port and not pipeline.ports
+        tenant = unique_tenant("in-process")
+        pipeline.retriever.ingest(tenant, DOCS)
+        before = scrape(pipeline.metrics_port)
+        assert sample(before, "generator_new_tokens_total") == 0
+        assert sample(before, "generator_draft_source_hits_total", source="prompt") == 0  # exported at 0
 
-            async def ask() -> generator_pb2.FinalInfo:
-                final = None
-                async for chunk in pipeline.engine.answer(answer_request(tenant)):
-                    final = chunk.final if chunk.HasField("final") else final
-                assert final is not None
-                return final
-
-            final = own_loop.run(ask())
-            collect(pipe.stub.Answer(answer_request(pipe.new_tenant("neighbour")), timeout=CALL_TIMEOUT_S))
-            own_loop.run(pipeline.bus.drain(60))
-            pipeline.refresh_metrics()
-            after = scrape(pipeline.metrics_port)
-            forwards = pipeline.engine.scheduler.state().forwards
-        finally:
-            own_loop.run(pipeline.stop())
+        final = None
+        async for chunk in pipeline.engine.answer(answer_request(tenant)):
+            final = chunk.final if chunk.HasField("final") else final
+        assert final is not None
+        await collect(pipe.stub.Answer(answer_request(pipe.new_tenant("neighbour")), timeout=CALL_TIMEOUT_S))
+        await pipeline.bus.drain(60)
+        pipeline.refresh_metrics()
+        after = scrape(pipeline.metrics_port)
+        forwards = pipeline.engine.scheduler.state().forwards
     finally:
-        own_loop.close()
+        await pipeline.stop()
     stats = final.stats
     assert stats.new_tokens > 0
     assert sample(after, "generator_new_tokens_total") == stats.new_tokens
@@ -158,10 +147,12 @@ def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, pipe: 
 
 def test_trie_sizes_are_measured_only_for_tenants_that_changed() -> None:
     """Cheap by construction: an applied event marks its tenant; a refresh measures only marked ones."""
-    from services.common.metrics import ConsumerMetrics, DraftCacheMetrics
-    from services.draftcache.servicer import StoreMeter
+    from services.draftcache.meter import StoreMeter
+    from services.draftcache.metrics import DraftCacheMetrics
     from services.draftcache.store import DraftCacheStore
-    from services.draftcache.testing import completed, small_settings, store_with
+    from services.events.metrics import ConsumerMetrics
+    from tests.builders import completed
+    from tests.services.draftcache_helpers import small_settings, store_with
 
     registry = CollectorRegistry()
     store = store_with([("acme", [1, 2, 3, 4, 5]), ("beta", [6, 7, 8])])
@@ -171,8 +162,9 @@ def test_trie_sizes_are_measured_only_for_tenants_that_changed() -> None:
     nodes = value(registry, "draftcache_trie_nodes", tenant="acme")
     assert nodes == store.stats("acme")[0].nodes > 0
     assert meter.refresh_sizes() == 0  # nothing changed: no trie is walked
-    assert applier.apply(completed("e9", "acme", [9, 10, 11, 12]))
-    assert not applier.apply(completed("e9", "acme", [9, 10, 11, 12]))  # a duplicate changes nothing
+    assert applier.apply(completed("acme", event_id="e9", output_ids=[9, 10, 11, 12]))
+    duplicate = completed("acme", event_id="e9", output_ids=[9, 10, 11, 12])
+    assert not applier.apply(duplicate)  # a duplicate changes nothing
     assert meter.refresh_sizes() == 1
     assert value(registry, "draftcache_trie_nodes", tenant="acme") == store.stats("acme")[0].nodes > nodes
     assert value(registry, "consumer_event_age_seconds_count", consumer="draftcache") == 0  # no created time
@@ -189,12 +181,12 @@ def test_trie_sizes_are_measured_only_for_tenants_that_changed() -> None:
 def test_outbox_job_samples_depth_and_acknowledged_events() -> None:
     from types import SimpleNamespace
 
-    from services.common.metrics import OutboxMetrics, outbox_job
+    from services.events import BusStats, OutboxStats
+    from services.events.metrics import OutboxMetrics, outbox_job
 
     registry = CollectorRegistry()
     counters = SimpleNamespace(sent=0)
-    bus = SimpleNamespace(depth=3, outbox_depth=lambda: bus.depth,
-                          publisher=SimpleNamespace(flusher=SimpleNamespace(counters=counters)))
+    bus = SimpleNamespace(depth=3, stats=lambda: BusStats(outbox=OutboxStats(depth=bus.depth, sent=counters.sent)))
     job = outbox_job(bus, OutboxMetrics.of(registry))
     job()
     assert (value(registry, "outbox_depth"), value(registry, "outbox_sent_events_total")) == (3, 0)
@@ -205,30 +197,22 @@ def test_outbox_job_samples_depth_and_acknowledged_events() -> None:
 
 @pytest.mark.kafka
 @pytest.mark.timeout(600)
-def test_kafka_pipeline_metrics_come_from_the_kafka_bus(tmp_path: Path, broker: LocalBroker) -> None:  # noqa: F811
+@pytest.mark.asyncio  # a loop of its own: this test starts its own pipeline
+async def test_kafka_pipeline_metrics_come_from_the_kafka_bus(tmp_path: Path, broker: LocalBroker) -> None:
     """With Kafka: the outbox and both Kafka consumers feed the pipeline's metrics."""
     model, tokenizer = shared_model()
     kafka = fast_settings(broker.bootstrap, new_topic()).model_dump()
-    own_loop = LoopThread("kafka-loop")
+    pipeline = await Pipeline.start(pipeline_settings(tmp_path, kafka=kafka), model=model, tokenizer=tokenizer)
     try:
-        pipeline: Pipeline = own_loop.run(Pipeline.start(pipeline_settings(tmp_path, kafka=kafka), model=model,
-                                                         tokenizer=tokenizer))
-        try:
-            tenant = unique_tenant("kafka")
-            pipeline.retriever.ingest(tenant, DOCS)
-
-            async def ask() -> None:
-                async for _chunk in pipeline.engine.answer(answer_request(tenant)):
-                    pass
-
-            own_loop.run(ask())
-            own_loop.run(pipeline.bus.drain(120))
-            pipeline.refresh_metrics()
-            registry = pipeline.registry
-        finally:
-            own_loop.run(pipeline.stop())
+        tenant = unique_tenant("kafka")
+        pipeline.retriever.ingest(tenant, DOCS)
+        async for _chunk in pipeline.engine.answer(answer_request(tenant)):
+            pass
+        await pipeline.bus.drain(120)
+        pipeline.refresh_metrics()
+        registry = pipeline.registry
     finally:
-        own_loop.close()
+        await pipeline.stop()
     assert value(registry, "outbox_sent_events_total") == 1
     assert value(registry, "outbox_depth") == 0
     for consumer in ("draftcache", "retriever"):
@@ -240,20 +224,23 @@ def test_kafka_pipeline_metrics_come_from_the_kafka_bus(tmp_path: Path, broker: 
 # --- through the gRPC servers ------------------------------------------------------------------------
 
 
-def test_grpc_calls_are_counted_by_method_and_status(pipe: RunningPipeline) -> None:
+@module_loop
+async def test_grpc_calls_are_counted_by_method_and_status(pipe: RunningPipeline) -> None:
     registry = pipe.pipeline.registry
     tenant = pipe.new_tenant("grpc-metrics")
     counted = {(m, c): calls(registry, m, c) for m in (ANSWER, RETRIEVE, FETCH) for c in ("OK", "INVALID_ARGUMENT")}
     tokens_before = value(registry, "generator_new_tokens_total")
-    got = collect(pipe.stub.Answer(answer_request(tenant), timeout=CALL_TIMEOUT_S))
-    err = rpc_error(lambda: collect(pipe.stub.Answer(answer_request(tenant, question="  "), timeout=CALL_TIMEOUT_S)))
+    got = await collect(pipe.stub.Answer(answer_request(tenant), timeout=CALL_TIMEOUT_S))
+    err = await rpc_error(lambda: collect(pipe.stub.Answer(answer_request(tenant, question="  "),
+                                                           timeout=CALL_TIMEOUT_S)))
     assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert wait_until(lambda: calls(registry, ANSWER, "INVALID_ARGUMENT") > counted[ANSWER, "INVALID_ARGUMENT"], 60)
+    assert await wait_until(lambda: calls(registry, ANSWER, "INVALID_ARGUMENT") > counted[ANSWER, "INVALID_ARGUMENT"],
+                            60)
 
     def moved(method: str, code: str = "OK") -> float:
         return calls(registry, method, code) - counted[method, code]
 
-    assert wait_until(lambda: moved(ANSWER) == 1, 60)  # recorded once the stream has closed on the server
+    assert await wait_until(lambda: moved(ANSWER) == 1, 60)  # recorded once the stream has closed on the server
     assert (moved(ANSWER), moved(RETRIEVE), moved(FETCH)) == (1, 1, 1)
     assert (moved(ANSWER, "INVALID_ARGUMENT"), moved(RETRIEVE, "INVALID_ARGUMENT")) == (1, 0)  # refused up front
     for method in (ANSWER, RETRIEVE, FETCH):
@@ -279,15 +266,16 @@ def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
-def test_every_log_line_of_a_request_has_its_id_and_tenant_and_no_text_at_info(
+@module_loop
+async def test_every_log_line_of_a_request_has_its_id_and_tenant_and_no_text_at_info(
         pipe: RunningPipeline, log_stream: io.StringIO) -> None:
     tenant = pipe.new_tenant("logs")
     log_stream.seek(0)
     log_stream.truncate()
     rid = "req-ops-wiring-1"
-    got = collect(pipe.stub.Answer(answer_request(tenant), metadata=((REQUEST_ID_HEADER, rid),),
-                                   timeout=CALL_TIMEOUT_S))
-    assert wait_until(lambda: any(x["msg"].startswith(ANSWER) for x in lines_of(log_stream)), 60)
+    got = await collect(pipe.stub.Answer(answer_request(tenant), metadata=((REQUEST_ID_HEADER, rid),),
+                                         timeout=CALL_TIMEOUT_S))
+    assert await wait_until(lambda: any(x["msg"].startswith(ANSWER) for x in lines_of(log_stream)), 60)
     lines = lines_of(log_stream)
     text = log_stream.getvalue()
     assert got.final.request_id == rid  # the caller's id is the request's id end to end
@@ -301,14 +289,15 @@ def test_every_log_line_of_a_request_has_its_id_and_tenant_and_no_text_at_info(
     assert all(x["level"] != "DEBUG" for x in lines)
 
 
-def test_answer_text_is_logged_at_debug_only(pipe: RunningPipeline, log_stream: io.StringIO) -> None:
+@module_loop
+async def test_answer_text_is_logged_at_debug_only(pipe: RunningPipeline, log_stream: io.StringIO) -> None:
     """The check above can fail: at DEBUG the same request does log its answer."""
     setup_logging("DEBUG", stream=log_stream)
     tenant = pipe.new_tenant("debug-logs")
     rid = "req-ops-wiring-debug"
-    got = collect(pipe.stub.Answer(answer_request(tenant), metadata=((REQUEST_ID_HEADER, rid),),
-                                   timeout=CALL_TIMEOUT_S))
-    assert wait_until(lambda: any(x["msg"].startswith(ANSWER) for x in lines_of(log_stream)), 60)
+    got = await collect(pipe.stub.Answer(answer_request(tenant), metadata=((REQUEST_ID_HEADER, rid),),
+                                         timeout=CALL_TIMEOUT_S))
+    assert await wait_until(lambda: any(x["msg"].startswith(ANSWER) for x in lines_of(log_stream)), 60)
     debug = [x for x in lines_of(log_stream) if x["level"] == "DEBUG" and x["request_id"] == rid]
     assert any(got.final.answer_text in x["msg"] for x in debug)
     assert all(x["tenant"] == tenant for x in debug)
@@ -328,16 +317,18 @@ def free_ports(n: int) -> list[int]:
             s.close()
 
 
-def serving(port: int) -> bool:
+async def serving(port: int) -> bool:
     try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
-            status = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=5)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            request = health_pb2.HealthCheckRequest(service="")
+            status = await health_pb2_grpc.HealthStub(channel).Check(request, timeout=5)
             return status.status == health_pb2.HealthCheckResponse.SERVING
     except grpc.RpcError:
         return False
 
 
-def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Path) -> None:
+@pytest.mark.asyncio  # a loop of its own: the services run in a subprocess
+async def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Path) -> None:
     grpc_ports = dict(zip(("retriever", "draftcache", "generator"), free_ports(3), strict=True))
     metrics_ports = dict(zip(("retriever", "draftcache", "generator"), free_ports(3), strict=True))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAR_")}
@@ -353,18 +344,26 @@ def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Pa
         proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "all"], cwd=REPO, env=env,
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
-        up = wait_until(lambda: proc.poll() is not None or all(serving(p) for p in grpc_ports.values()),
-                        STARTUP_TIMEOUT_S)
+
+        async def exited_or_serving() -> bool:
+            if proc.poll() is not None:
+                return True
+            for port in grpc_ports.values():
+                if not await serving(port):
+                    return False
+            return True
+
+        up = await wait_until(exited_or_serving, STARTUP_TIMEOUT_S)
         assert up and proc.poll() is None, log_path.read_text()[-4000:]
         tenant = unique_tenant("serve-all")
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_ports['retriever']}") as channel:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_ports['retriever']}") as channel:
             docs = [retriever_pb2.Document(id=d.id, title=d.title, text=d.text) for d in DOCS[:1]]
-            ingested = retriever_pb2_grpc.RetrieverStub(channel).Ingest(
+            ingested = await retriever_pb2_grpc.RetrieverStub(channel).Ingest(
                 retriever_pb2.IngestRequest(tenant=tenant, documents=docs), timeout=CALL_TIMEOUT_S)
             assert ingested.chunks >= 1
-        with grpc.insecure_channel(f"127.0.0.1:{grpc_ports['generator']}") as channel:
-            got = collect(generator_pb2_grpc.GeneratorStub(channel).Answer(answer_request(tenant),
-                                                                          timeout=CALL_TIMEOUT_S))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_ports['generator']}") as channel:
+            got = await collect(generator_pb2_grpc.GeneratorStub(channel).Answer(answer_request(tenant),
+                                                                                timeout=CALL_TIMEOUT_S))
         assert got.final.stats.new_tokens > 0
 
         def applied(samples: Samples) -> bool:
@@ -372,7 +371,7 @@ def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Pa
                     and sample(samples, "consumer_applied_events_total", consumer="retriever") == 1
                     and sample(samples, "draftcache_trie_nodes", tenant=tenant) > 0)
 
-        assert wait_until(lambda: applied(scrape(metrics_ports["draftcache"])), METRICS_WAIT_S)
+        assert await wait_until(lambda: applied(scrape(metrics_ports["draftcache"])), METRICS_WAIT_S)
         for name, port in metrics_ports.items():  # every configured port serves the process's metrics
             samples = scrape(port)
             assert sample(samples, "rpc_requests_total", method=INGEST, code="OK") == 1, name
@@ -384,7 +383,7 @@ def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_path: Pa
             assert applied(samples), name
             assert any(key[0] == "process_cpu_seconds_total" for key in samples), name  # the default registry
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(EXIT_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
+        assert await asyncio.to_thread(proc.wait, EXIT_TIMEOUT_S) == 0, log_path.read_text()[-4000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,6 +1,6 @@
 """DraftCacheStore.fetch: which branches come back for a request, in what order, within the budget.
 
-Settings are services.draftcache.testing.SMALL: depth-4 tries, bigram seeds, bigram similarity
+Settings are tests.services.draftcache_helpers.SMALL: depth-4 tries, bigram seeds, bigram similarity
 (2 shared bigrams make a past output "similar"), half the budget for whole outputs.
 """
 
@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from services.draftcache.fetch import Branch
-from services.draftcache.testing import TOKENIZER, small_settings, store_with
+from tests.builders import TOKENIZER
+from tests.services.draftcache_helpers import small_settings, store_with
 
 T = "acme"
 Outputs = list[Sequence[int]]

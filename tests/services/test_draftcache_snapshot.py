@@ -9,7 +9,8 @@ import pytest
 
 from services.draftcache.codec import MAGIC, SnapshotError
 from services.draftcache.store import DraftCacheStore
-from services.draftcache.testing import TOKENIZER, small_settings
+from tests.builders import TOKENIZER
+from tests.services.draftcache_helpers import small_settings
 
 TENANTS = ["acme", "globex", "initech"]
 EVENTS = 120  # events filled_store applies

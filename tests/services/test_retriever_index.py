@@ -17,8 +17,8 @@ from services.retriever.embeddings import Embedder
 from services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
 from services.retriever.settings import IndexKind
 from services.retriever.store import INDEX_DIR
-from services.retriever.testing import settings, shared_embedder, shared_tokenizer
 from services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
+from tests.services.retriever_helpers import settings
 
 DOCS = [
     Document("json.dumps", "json.dumps(obj, ...)", "Serialize obj to a JSON formatted str."),
@@ -27,16 +27,6 @@ DOCS = [
     Document("heapq.nlargest", "heapq.nlargest(n, iterable)", "Find the n largest elements in a dataset."),
 ]
 QUESTIONS = ["How do I write JSON?", "How can I read a CSV file?", "get the file extension of a path"]
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return shared_embedder()
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return shared_tokenizer()
 
 
 def make_core(embedder: Embedder, tok: Any, data_dir: Path | None, **overrides: Any) -> RetrieverCore:

@@ -7,16 +7,10 @@ from typing import Any
 import pytest
 
 from services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
-from services.retriever.testing import shared_tokenizer
 
 SYSTEM = "Answer from the documents."
 QUESTION = "How do I serialize an object to a JSON string?"
 MIN_TRUNC = 8
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return shared_tokenizer()
 
 
 def passages() -> list[Passage]:

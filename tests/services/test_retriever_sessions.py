@@ -10,15 +10,11 @@ from lookahead_rag.v1 import events_pb2
 from services.retriever.core import RetrieverCore
 from services.retriever.embeddings import Embedder
 from services.retriever.sessions import PastSessions
-from services.retriever.testing import completed_event, settings, shared_embedder, shared_tokenizer
+from tests.builders import completed
+from tests.services.retriever_helpers import settings, shared_tokenizer
 
 CAPACITY = 100
 MAX_IDS = 1000
-
-
-@pytest.fixture(scope="module")
-def embedder() -> Embedder:
-    return shared_embedder()
 
 
 @pytest.fixture
@@ -31,7 +27,7 @@ def search(s: PastSessions, embedder: Embedder, tenant: str, question: str, m: i
 
 
 def test_same_event_twice_is_applied_once(sessions: PastSessions, embedder: Embedder) -> None:
-    event = completed_event("a", "How do I sort a list?", "Use sorted(xs).")
+    event = completed("a", question="How do I sort a list?", answer="Use sorted(xs).")
     assert sessions.apply(event) is True
     assert sessions.apply(event) is False
     assert sessions.count("a") == 1
@@ -39,9 +35,9 @@ def test_same_event_twice_is_applied_once(sessions: PastSessions, embedder: Embe
 
 
 def test_tenants_never_see_each_others_sessions(sessions: PastSessions, embedder: Embedder) -> None:
-    sessions.apply(completed_event("a", "How do I sort a list?", "A: use sorted."))
-    sessions.apply(completed_event("b", "How do I sort a list?", "B: secret answer."))
-    sessions.apply(completed_event("b", "How do I reverse a list?", "B: reversed."))
+    sessions.apply(completed("a", question="How do I sort a list?", answer="A: use sorted."))
+    sessions.apply(completed("b", question="How do I sort a list?", answer="B: secret answer."))
+    sessions.apply(completed("b", question="How do I reverse a list?", answer="B: reversed."))
     assert search(sessions, embedder, "a", "How do I sort a list?") == ["A: use sorted."]
     assert set(search(sessions, embedder, "b", "How do I sort a list?")) == {
         "B: secret answer.",
@@ -52,8 +48,8 @@ def test_tenants_never_see_each_others_sessions(sessions: PastSessions, embedder
 
 
 def test_best_match_comes_first(sessions: PastSessions, embedder: Embedder) -> None:
-    sessions.apply(completed_event("a", "What is the capital of France?", "Paris."))
-    sessions.apply(completed_event("a", "How do I read a CSV file in Python?", "Use csv.reader."))
+    sessions.apply(completed("a", question="What is the capital of France?", answer="Paris."))
+    sessions.apply(completed("a", question="How do I read a CSV file in Python?", answer="Use csv.reader."))
     hits = sessions.search("a", embedder.encode_one("reading csv files with python"), 2)
     assert [h.session.answer for h in hits] == ["Use csv.reader.", "Paris."]
     assert hits[0].score > hits[1].score
@@ -62,9 +58,9 @@ def test_best_match_comes_first(sessions: PastSessions, embedder: Embedder) -> N
 def test_snapshot_restore_roundtrip_keeps_sessions_and_applied_ids(
     sessions: PastSessions, embedder: Embedder
 ) -> None:
-    first = completed_event("a", "How do I sort a list?", "Use sorted.")
+    first = completed("a", question="How do I sort a list?", answer="Use sorted.")
     sessions.apply(first)
-    sessions.apply(completed_event("b", "How do I open a file?", "Use open()."))
+    sessions.apply(completed("b", question="How do I open a file?", answer="Use open()."))
     blob = sessions.snapshot()
     fresh = PastSessions(embedder, CAPACITY, MAX_IDS)
     fresh.restore(blob)
@@ -76,13 +72,13 @@ def test_snapshot_restore_roundtrip_keeps_sessions_and_applied_ids(
 
 def test_restore_replaces_state(sessions: PastSessions, embedder: Embedder) -> None:
     empty = sessions.snapshot()
-    sessions.apply(completed_event("a", "q?", "an answer"))
+    sessions.apply(completed("a", question="q?", answer="an answer"))
     sessions.restore(empty)
     assert sessions.count() == 0 and sessions.tenants() == []
 
 
 def test_events_without_question_are_consumed_but_not_indexed(sessions: PastSessions) -> None:
-    raw = completed_event("a", "", "generated text")
+    raw = completed("a", question="", answer="generated text")
     assert sessions.apply(raw) is True
     assert sessions.apply(raw) is False
     assert sessions.count() == 0
@@ -91,7 +87,7 @@ def test_events_without_question_are_consumed_but_not_indexed(sessions: PastSess
 def test_oldest_sessions_are_evicted_beyond_capacity(embedder: Embedder) -> None:
     small = PastSessions(embedder, max_per_tenant=2, max_event_ids=MAX_IDS)
     for n in range(3):
-        small.apply(completed_event("a", f"question number {n}", f"answer {n}"))
+        small.apply(completed("a", question=f"question number {n}", answer=f"answer {n}"))
     assert small.count("a") == 2
     assert sorted(search(small, embedder, "a", "question number")) == ["answer 1", "answer 2"]
 
@@ -110,8 +106,8 @@ def make_core(embedder: Embedder, data_dir: Path | None) -> RetrieverCore:
 
 def test_prompt_holds_own_tenants_past_answers_only(embedder: Embedder) -> None:
     core = make_core(embedder, None)
-    core.sessions.apply(completed_event("a", "How do I sort a list?", "ANSWER-FOR-A: use sorted()."))
-    core.sessions.apply(completed_event("b", "How do I sort a list?", "ANSWER-FOR-B: secret."))
+    core.sessions.apply(completed("a", question="How do I sort a list?", answer="ANSWER-FOR-A: use sorted()."))
+    core.sessions.apply(completed("b", question="How do I sort a list?", answer="ANSWER-FOR-B: secret."))
     result = core.retrieve("a", "How can I sort a list?", m=5)
     assert [s.session.answer for s in result.sessions] == ["ANSWER-FOR-A: use sorted()."]
     assert "ANSWER-FOR-A" in result.prompt and "ANSWER-FOR-B" not in result.prompt
@@ -120,7 +116,7 @@ def test_prompt_holds_own_tenants_past_answers_only(embedder: Embedder) -> None:
 
 def test_past_sessions_survive_a_restart(tmp_path: Path, embedder: Embedder) -> None:
     core = make_core(embedder, tmp_path)
-    event = completed_event("a", "How do I sort a list?", "Use sorted().")
+    event = completed("a", question="How do I sort a list?", answer="Use sorted().")
     core.sessions.apply(event)
     core.close()
     reloaded = make_core(embedder, tmp_path)

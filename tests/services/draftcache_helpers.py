@@ -1,4 +1,4 @@
-"""Helpers for draft cache tests and benchmarks: tiny settings and a store filled from token lists."""
+"""Draft cache test helpers: tiny settings and a store filled from token lists."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from lookahead_rag.v1 import events_pb2
-
 from services.draftcache.settings import DraftCacheSettings
 from services.draftcache.store import DraftCacheStore
-
-TOKENIZER = "tok-a"  # the tokenizer id tests use unless they test tokenizer isolation
+from tests.builders import TOKENIZER
 
 # Small on purpose: depth-4 tries and bigram seeds make expected branches easy to write by hand.
 SMALL = {
@@ -44,11 +41,3 @@ def store_with(
         store.add_output(tenant, tokenizer_id, ids, f"e{i}")
     return store
 
-
-def completed(
-    event_id: str, tenant: str, output_ids: Sequence[int], tokenizer_id: str = TOKENIZER
-) -> events_pb2.GenerationCompleted:
-    """A GenerationCompleted event carrying ``output_ids``."""
-    return events_pb2.GenerationCompleted(
-        event_id=event_id, tenant=tenant, tokenizer_id=tokenizer_id, output_ids=list(output_ids)
-    )

@@ -1,14 +1,11 @@
-"""Helpers for tests and benchmarks: one embedder and tokenizer per process, small settings, events."""
+"""Retriever test helpers: one embedder and tokenizer per process, settings that never touch the user's cache."""
 
 from __future__ import annotations
 
 import functools
 import os
-import uuid
 from pathlib import Path
 from typing import Any
-
-from lookahead_rag.v1 import events_pb2
 
 from services.retriever.embeddings import Embedder
 from services.retriever.settings import RetrieverSettings
@@ -34,15 +31,3 @@ def settings(data_dir: Path | None = None, **overrides: Any) -> RetrieverSetting
     """RetrieverSettings for a test: in memory unless ``data_dir`` is given, never the user's cache."""
     return RetrieverSettings(data_dir=data_dir, **overrides)
 
-
-def completed_event(
-    tenant: str, question: str, answer: str, event_id: str | None = None
-) -> events_pb2.GenerationCompleted:
-    """A GenerationCompleted event as the generator would publish it (token ids left empty)."""
-    return events_pb2.GenerationCompleted(
-        event_id=event_id or uuid.uuid4().hex,
-        tenant=tenant,
-        question=question,
-        answer_text=answer,
-        created_unix_ms=0,
-    )
