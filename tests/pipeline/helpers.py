@@ -14,8 +14,8 @@ async fixture, so its tests run on the module's loop (``module_loop``). Nothing 
 the loop while it waits for the pipeline: waits poll (``wait_until``, ``ForwardGate.wait_reached``).
 The model is loaded once per process and shared by every pipeline (engines share the scheduler's
 kernel twins, built once per process; the stock model is the greedy baseline).
-``RecordingPublisher``, ``ForwardGate`` and ``SubmitSpy`` are test instruments attached to one
-pipeline's engine.
+``RecordingPublisher`` (here) and ``ForwardGate``/``SubmitSpy`` (``tests.pipeline.spies``) are test
+instruments attached to one pipeline's engine.
 """
 
 from __future__ import annotations
@@ -38,8 +38,6 @@ import pytest
 import pytest_asyncio
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_core.kernels import KernelSet
-from lookahead_core.serve_request import Phase, ServeRequest
 from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
 from services.app import Pipeline
@@ -49,7 +47,6 @@ from services.retriever.documents import Document
 CALL_TIMEOUT_S = 300.0  # generous: 2 shared cores; a hung call fails instead of stalling
 STOP_TIMEOUT_S = 300.0  # the longest a pipeline's graceful stop may take
 IDLE_TIMEOUT_S = 120.0  # waiting for the engine to finish in-flight work
-GATE_TIMEOUT_S = 120.0  # a gated forward proceeds after this even if never released
 
 DOCS = [
     Document(
@@ -162,97 +159,6 @@ class RecordingPublisher:
     def for_tenant(self, tenant: str) -> list[events_pb2.GenerationCompleted]:
         with self._lock:
             return [e for e in self.events if e.tenant == tenant]
-
-
-class ForwardGate:
-    """Counts the engine's batched forwards; the ``block_at``-th one waits until ``release()``.
-
-    A request alone in the engine has one forward for its prefill (a prompt of at most
-    ``prefill_chunk`` tokens), then one per step. Blocking a forward blocks the scheduler thread:
-    every running request is held in flight and newcomers stay in the queue, deterministically (no
-    timing involved). Every twin of the scheduler's KernelSet is watched (each forward runs through
-    one of them). Use as a context manager.
-    """
-
-    def __init__(self, kernels: KernelSet, block_at: int = 0) -> None:
-        self.runners = list(kernels.twins.values())
-        self.block_at = block_at
-        self.calls = 0
-        self.reached = threading.Event()  # the blocked forward has started and waits
-        self.released = threading.Event()
-        self._lock = threading.Lock()
-        self._handles: list[Any] = []
-
-    def _hook(self, module: torch.nn.Module, args: Any) -> None:
-        with self._lock:
-            self.calls += 1
-            n = self.calls
-        if n == self.block_at:
-            self.reached.set()
-            self.released.wait(GATE_TIMEOUT_S)
-
-    def release(self) -> None:
-        self.released.set()
-
-    async def wait_reached(self, timeout: float = GATE_TIMEOUT_S) -> bool:
-        """Whether the blocked forward started within ``timeout`` (polled: the event loop runs on)."""
-        return await wait_until(self.reached.is_set, timeout)
-
-    def __enter__(self) -> ForwardGate:
-        self._handles = [runner.register_forward_pre_hook(self._hook) for runner in self.runners]
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-        for handle in self._handles:
-            handle.remove()
-
-
-class SubmitSpy:
-    """Records every ServeRequest the engine hands to its scheduler (``scheduler.submit``)."""
-
-    def __init__(self, scheduler: Any) -> None:
-        self.scheduler = scheduler
-        self.requests: list[ServeRequest] = []
-        self._orig = scheduler.submit
-        self._lock = threading.Lock()
-
-    def _submit(self, req: ServeRequest) -> None:
-        self._orig(req)  # a request refused here (QueueFull) is not recorded: it never waited
-        with self._lock:
-            self.requests.append(req)
-
-    def __enter__(self) -> SubmitSpy:
-        self.scheduler.submit = self._submit  # instance attribute shadows the method
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        del self.scheduler.submit
-
-    def last(self) -> ServeRequest | None:
-        with self._lock:
-            return self.requests[-1] if self.requests else None
-
-
-def ended(req: ServeRequest) -> bool:
-    """Whether the scheduler is done with ``req`` (its place and cache are freed)."""
-    return req.phase is Phase.DONE
-
-
-class TimeoutRecorder:
-    """Wraps the engine's retriever or draft client: records the timeout of every call."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.timeouts: list[float] = []
-
-    async def retrieve(self, *args: Any) -> Any:
-        self.timeouts.append(float(args[-1]))  # (tenant, question, k, m, max_new_tokens, timeout_s)
-        return await self.inner.retrieve(*args)
-
-    async def fetch(self, *args: Any) -> Any:
-        self.timeouts.append(float(args[-1]))  # (tenant, tokenizer_id, prompt, refs, budget, timeout_s)
-        return await self.inner.fetch(*args)
 
 
 @dataclass

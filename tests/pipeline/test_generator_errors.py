@@ -20,13 +20,9 @@ from lookahead_rag.v1 import generator_pb2
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     Answered,
-    ForwardGate,
     RunningPipeline,
-    SubmitSpy,
-    TimeoutRecorder,
     assert_status,
     collect,
-    ended,
     greedy,
     module_loop,
     module_pipeline,
@@ -36,6 +32,7 @@ from tests.pipeline.helpers import (
     unique_tenant,
     wait_until,
 )
+from tests.pipeline.spies import ForwardGate, SubmitSpy, TimeoutRecorder, ended
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED

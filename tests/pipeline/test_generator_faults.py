@@ -24,7 +24,6 @@ from tests.pipeline.helpers import (
     QUESTION,
     STOP_TIMEOUT_S,
     Answered,
-    ForwardGate,
     RunningPipeline,
     collect,
     greedy,
@@ -33,6 +32,7 @@ from tests.pipeline.helpers import (
     running_pipeline,
     wait_until,
 )
+from tests.pipeline.spies import ForwardGate
 
 pytestmark = module_loop
 

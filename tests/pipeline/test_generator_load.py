@@ -29,12 +29,9 @@ from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     QUESTION,
     Answered,
-    ForwardGate,
     RunningPipeline,
-    SubmitSpy,
     assert_status,
     collect,
-    ended,
     greedy,
     module_loop,
     module_pipeline,
@@ -42,6 +39,7 @@ from tests.pipeline.helpers import (
     rpc_error,
     wait_until,
 )
+from tests.pipeline.spies import ForwardGate, SubmitSpy, ended
 
 N = 8  # max_new_tokens of the answers compared with greedy (small: CI time)
 CANCELLED_N = 64  # max_new_tokens of the streams cancelled mid-way: far from done when cancelled
