@@ -7,6 +7,7 @@ trie stay light. Torch users import from the submodules explicitly:
     from lookahead_core.decoder import LookaheadDecoder      # the batch-1 loop (the tests' oracle)
     from lookahead_core.models import load_model             # model + tokenizer, built-ins cached
     from lookahead_core.scheduler import StepScheduler       # the serving engine
+    from lookahead_core.sampling import TokenChooser, generate_sampled  # seeded lossless sampling
 """
 
 from __future__ import annotations

@@ -47,6 +47,13 @@ class DecodingConfig:
     stop_strings: tuple[str, ...] = ()  # generation stops before any of these strings
     trie: TrieConfig = field(default_factory=TrieConfig)  # trie shape and capacity
     insert_output: bool = True  # insert the output into the trie as it grows (self-repetition drafts)
+    # Sampling, with transformers' GenerationConfig names and semantics (sampling.py).
+    temperature: float = 0.0  # 0: greedy; > 0: sample from the processed distribution
+    top_p: float = 1.0  # nucleus: keep the fewest most likely tokens holding this much probability (1: off)
+    top_k: int = 0  # keep only the k most likely tokens (0: off)
+    min_p: float = 0.0  # drop tokens under min_p x the most likely token's probability (0: off)
+    repetition_penalty: float | None = None  # CTRL penalty on tokens already seen (None: the model's, else 1.0)
+    seed: int | None = None  # sampling key: the draw for output position t is a function of (seed, t) only
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings
@@ -58,3 +65,20 @@ class DecodingConfig:
             raise ValueError("need 1 <= min_match <= max_match")
         if self.trie.branch_length < 2:
             raise ValueError("branch_length must be >= 2")
+        if not self.temperature >= 0:  # also refuses NaN
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if not 0 <= self.min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
+        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.seed is not None and not 0 <= self.seed < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+
+    @property
+    def sampling(self) -> bool:
+        """Whether tokens are drawn (temperature > 0) rather than taken greedily."""
+        return self.temperature > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from .calibration import decoder_kernels
+from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
 from .draft import Drafter, DraftTree, retrieve_draft
@@ -36,7 +38,9 @@ class GenerationResult:
 class LookaheadDecoder:
     """Lossless lookahead decoding over any Hugging Face causal LM.
 
-    Greedy output is token-for-token that of ``model.generate(do_sample=False)``. Concurrency:
+    Greedy output is token-for-token that of ``model.generate(do_sample=False)`` (the model's
+    generation_config processors included); sampled output is that of ``sampling.generate_sampled``
+    with the same seed, in every draft mode (chooser.py). Concurrency:
     one decoder may serve concurrent requests from several threads; each call has its own KV
     cache, and the shared trie (if any) guards every read and write with its own lock. The model
     is only read. Throughput does not scale on CPU (the threads share the cores).
@@ -59,6 +63,8 @@ class LookaheadDecoder:
         self.config = config or DecodingConfig()
         self.trie = trie  # shared trie (outputs accumulate); None = a fresh trie per request
         self.eos = eos_ids(model, tokenizer)
+        # Read once, like the EOS: requests build their processors from this copy (processors.py).
+        self.generation_config = copy.deepcopy(model.generation_config)
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
 
@@ -131,7 +137,10 @@ class DecodeRun:
         self.should_stop = should_stop
         self.drafter = drafter
         self.observer = observer
-        self.stats = GenerationStats()
+        self.stats = GenerationStats(sampled=config.sampling, seed=resolve_seed(config))
+        self.chooser = TokenChooser.for_request(
+            decoder.generation_config, config, len(prompt_ids), self.stats.seed, decoder.device
+        )
         self.output: list[int] = []
         self.done = False
         self._iter = self._run()
@@ -178,7 +187,7 @@ class DecodeRun:
             with torch.inference_mode():
                 ids = torch.tensor([self.prompt_ids], dtype=torch.long, device=dec.device)  # [1, prompt]
                 logits = self._forward(cache, 0, input_ids=ids, logits_to_keep=1)  # [1, 1, vocab]
-                first = int(logits[0, -1].argmax())
+                first = self.chooser.choose(logits[0, -1:], self.prompt_ids, position=0)[0]
                 past_len = len(self.prompt_ids)
                 new = self._trim_step_tokens([first])
                 yield from self._emit(new, cursor)
@@ -196,7 +205,9 @@ class DecodeRun:
                         position_ids=inputs.position_ids,
                         attention_mask=inputs.attention_mask,
                     )  # logits: [1, q, vocab]
-                    predicted = logits[0].argmax(-1).tolist()  # [q]
+                    predicted = self.chooser.choose(
+                        logits[0], self.prompt_ids + self.output, tree.parents, tree.tokens, len(self.output)
+                    )  # [q]: the choice after every node
                     path = accept_longest(tree.tokens, tree.parents, predicted)
                     compact_cache(cache, past_len, path)
                     past_len += len(path)

@@ -54,6 +54,32 @@ def pack_step(decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chun
     return step
 
 
+def choose_step(
+    logits: torch.Tensor, decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chunks: Sequence[Chunk]
+) -> list[int]:
+    """The token chosen after each kept row of ``pack_step``'s forward ([K, vocab] logits -> [K] ids).
+
+    Each request's rows go through its own chooser (its processors, its seed); when every request is
+    greedy without processors, one argmax over the whole row does it.
+    """
+    finishing = [req for req, _first, end in chunks if end == len(req.prompt_ids)]
+    choosers = [req.chooser for req in (*decoding, *finishing)]
+    if all(c is not None and c.plain for c in choosers):
+        return logits.argmax(-1).tolist()  # [K]
+    out: list[int] = []
+    at = 0
+    for req, tree in zip(decoding, trees, strict=True):
+        assert req.chooser is not None
+        n = len(tree) + 1
+        out += req.chooser.choose(logits[at : at + n], req.context(), tree.parents, tree.tokens, len(req.output))
+        at += n
+    for req in finishing:
+        assert req.chooser is not None
+        out += req.chooser.choose(logits[at : at + 1], req.prompt_ids, position=0)
+        at += 1
+    return out
+
+
 class RaggedProbe:
     """``probe(runner, n)``: one ragged forward of ``n`` prompt-like tokens over ``past`` cached entries.
 

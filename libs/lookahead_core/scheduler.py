@@ -15,6 +15,7 @@ The per-request ``DecodeRun`` (decoder.py) stays the batch-1 path and the tests'
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -28,6 +29,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .admission import FairQueue, QueueFull
 from .budget import split_budget
+from .chooser import TokenChooser
 from .draft import DraftTree
 from .finish import eos_ids
 from .gains import GainsModel
@@ -35,7 +37,7 @@ from .kernels import KernelSet
 from .kvstore import KVShape, RequestKV, compact, export_prefix, load_prefix
 from .prefix_cache import PrefixCacheConfig, PrefixKVCache
 from .ragged import PLAN_KWARG, RAGGED_ATTENTION
-from .ragged_step import Chunk, RaggedProbe, pack_step
+from .ragged_step import Chunk, RaggedProbe, choose_step, pack_step
 from .serve_request import Phase, RequestExpired, ServeRequest
 from .support import check_supported
 from .verify import accept_longest
@@ -124,6 +126,7 @@ class StepScheduler:
         self.shape = KVShape.of(model)
         self.device = self.shape.device
         self.eos = eos_ids(model, tokenizer)
+        self.generation_config = copy.deepcopy(model.generation_config)  # each request's processors start here
         self.prefix_cache = prefix_cache or PrefixKVCache(
             PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
         )
@@ -211,7 +214,11 @@ class StepScheduler:
                     self.running.clear()
                     break
             for req in admitted:
-                self._start(req)
+                try:
+                    self._start(req)
+                except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
+                    req.error = exc
+                    self._end(req)
             try:
                 self._step()
             except Exception as exc:  # a failed forward fails its requests, never the engine
@@ -247,8 +254,11 @@ class StepScheduler:
 
     def _start(self, req: ServeRequest) -> None:
         """Give an admitted request its cache, reusing a cached prefix of its prompt."""
+        chooser = TokenChooser.for_request(
+            self.generation_config, req.config, len(req.prompt_ids), req.stats.seed, self.device
+        )
         kv = RequestKV(self.shape, req.capacity)
-        req.start(kv, self.eos, self._decode)
+        req.start(kv, self.eos, self._decode, chooser)
         # Leave at least one prompt token to run: its logits give the first output token.
         hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
         if prefix is not None and hit:
@@ -336,7 +346,7 @@ class StepScheduler:
                 input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep_idx,
                 **{PLAN_KWARG: step.plan},
             ).logits  # logits: [1, K, vocab]
-            predicted = logits[0].argmax(-1).tolist()  # [K]
+            predicted = choose_step(logits[0], decoding, trees, chunks)  # [K]: each request's chooser
         self.forwards += 1
         self.forward_sizes[total] += 1
         batch = len(decoding) + len(chunks)

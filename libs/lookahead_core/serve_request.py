@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .draft import Drafter, DraftTree, retrieve_draft
 from .finish import trim_step
@@ -35,7 +36,11 @@ class Phase(enum.Enum):
 
 @dataclass
 class ServeStats(GenerationStats):
-    """Decoding counts plus what the engine did for this request and when (the service reports these)."""
+    """Decoding counts plus what the engine did for this request and when (the service reports these).
+
+    ``sampled`` and ``seed`` (from GenerationStats) are set when the request is built: the seed a
+    sampled request runs with, its own or a random one, so the caller can replay it.
+    """
 
     queue_wait_s: float = 0.0  # submitted -> admitted to run
     prefill_s: float = 0.0  # admitted -> prompt in the cache (first token verified)
@@ -102,7 +107,9 @@ class ServeRequest:
         self.id = uuid.uuid4().hex
         self.phase = Phase.WAITING
         self.output: list[int] = []
-        self.stats = ServeStats()
+        # The seed is resolved now (a random one when sampling without one), so callers can read it at once.
+        self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config))
+        self.chooser: TokenChooser | None = None  # set by start(): the model's processors + the seed
         self.kv: RequestKV | None = None
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
@@ -115,9 +122,11 @@ class ServeRequest:
         self._decode: Callable[[list[int]], str] = lambda ids: ""
 
     # ---- lifecycle (scheduler thread) -----------------------------------------------------------
-    def start(self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str]) -> None:
-        """Admitted: take a cache, fill the trie with the prompt and references."""
-        self.kv, self._eos, self._decode = kv, eos, decode
+    def start(
+        self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str], chooser: TokenChooser
+    ) -> None:
+        """Admitted: take a cache and a token chooser, fill the trie with the prompt and references."""
+        self.kv, self._eos, self._decode, self.chooser = kv, eos, decode, chooser
         self.phase = Phase.PREFILL
         self.stats.queue_wait_s = time.perf_counter() - self.submitted
         self.trie.insert_prompt(self.prompt_ids, self._owner)
@@ -149,6 +158,10 @@ class ServeRequest:
         return len(self.prompt_ids) + cfg.max_new_tokens + max(cfg.decoding_length, cfg.max_decoding_length) + 1
 
     # ---- steps ----------------------------------------------------------------------------------
+    def context(self) -> list[int]:
+        """Prompt and output so far: what the chooser's processors see before this step's tree."""
+        return self.prompt_ids + self.output
+
     def root(self) -> int:
         """The last emitted token: verified, not yet in the cache; every tree hangs below it."""
         return self.output[-1]

@@ -18,6 +18,8 @@ class GenerationStats:
     accepted_per_step: list[int] = field(default_factory=list)  # tokens emitted by each forward
     draft_tokens: int = 0  # draft tokens sent through the model
     finish_reason: str = ""  # "eos" | "stop" | "length" | "cancelled"
+    sampled: bool = False  # tokens were drawn (temperature > 0), not taken greedily
+    seed: int | None = None  # the sampling key used (the request's or a random one); None when greedy
 
     @property
     def mean_accepted_per_step(self) -> float:

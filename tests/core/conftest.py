@@ -6,6 +6,12 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from lookahead_core.scheduler import SchedulerConfig, StepScheduler
+from transformers import PreTrainedModel
+
+from tests.core.helpers import StubTokenizer
+
+NO_CALIBRATION = SchedulerConfig(calibrate=False)  # schedulers of the tests skip start-up measurement
 
 
 @pytest.fixture(scope="module")
@@ -20,3 +26,18 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.fixture
+def scheduler_of() -> Iterator:
+    """``make(model, config=calibration off, **kw)``: started StepSchedulers, closed after the test."""
+    made: list[StepScheduler] = []
+
+    def make(model: PreTrainedModel, config: SchedulerConfig = NO_CALIBRATION, **kw: object) -> StepScheduler:
+        sched = StepScheduler(model, StubTokenizer(), config, **kw).start()  # type: ignore[arg-type]
+        made.append(sched)
+        return sched
+
+    yield make
+    for sched in made:
+        sched.close()

@@ -11,10 +11,12 @@ import copy
 import functools
 import os
 import random
+import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 from lookahead_core.config import DecodingConfig, DraftMode
@@ -22,12 +24,17 @@ from lookahead_core.draft import Drafter, DraftTree
 from lookahead_core.trie import Node, TokenTrie
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
 
+if TYPE_CHECKING:
+    from lookahead_core.scheduler import StepScheduler
+    from lookahead_core.serve_request import ServeRequest
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TINY_VOCAB = 256  # vocabulary of the tiny random models
 FAMILIES = ("llama", "qwen2")  # two model families with different attention code
 ATTNS = ("sdpa", "eager")  # sdpa takes the float mask as is; eager adds it to the scores
 MODES = ("hierarchical", "parallel", "llma", "none")
+WAIT_S = 120.0  # a scheduled request that never finishes fails the test instead of hanging it
 
 
 # ---- trie oracles ------------------------------------------------------------------------------
@@ -161,6 +168,20 @@ def eos_as(model: PreTrainedModel, eos: int | None) -> Iterator[None]:
         yield
     finally:
         model.generation_config.eos_token_id = old
+
+
+@contextmanager
+def generation_config_as(model: PreTrainedModel, **fields: Any) -> Iterator[None]:
+    """Temporarily set fields of the model's generation_config (repetition_penalty, suppress_tokens, ...)."""
+    g = model.generation_config
+    old = {name: getattr(g, name) for name in fields}
+    for name, value in fields.items():
+        setattr(g, name, value)
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            setattr(g, name, value)
 
 
 class StubTokenizer:
@@ -297,3 +318,31 @@ def eos_drafter(prompt_len: int, truth: Sequence[int], eos: int, vocab: int = TI
         return tree
 
     return draft
+
+
+# ---- scheduler clients ---------------------------------------------------------------------------
+@dataclass
+class Client:
+    """Collects what the scheduler hands one request (called from the scheduler thread)."""
+
+    streamed: list[int] = field(default_factory=list)
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+    gate: threading.Event | None = None  # when set up, the first tokens wait for it (holds the step)
+
+    def on_tokens(self, _req: ServeRequest, ids: list[int]) -> None:
+        self.streamed.extend(ids)
+        if self.gate is not None:
+            self.gate.wait(WAIT_S)
+
+    def on_done(self, _req: ServeRequest, exc: BaseException | None) -> None:
+        self.error = exc
+        self.done.set()
+
+
+
+def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client]) -> None:
+    for req in reqs:
+        sched.submit(req)
+    for client in clients:
+        assert client.done.wait(WAIT_S)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 import pytest
 from lookahead_core import PathRecorder
@@ -21,43 +20,23 @@ from lookahead_core.kernels import KernelSet
 from lookahead_core.ragged import RAGGED_ATTENTION
 from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.serve_request import Phase, RequestExpired, ServeRequest
-from transformers import PreTrainedModel
 
 from tests.core.helpers import (
     FAMILIES,
+    WAIT_S,
+    Client,
     StubTokenizer,
     eos_as,
     forking_drafter,
     greedy,
     oracle_drafter,
     random_prompt,
+    run_all,
     tiny_model,
     wrong_drafter,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-WAIT_S = 120.0  # a request that never finishes fails the test instead of hanging it
-NO_CALIBRATION = SchedulerConfig(calibrate=False)
-
-
-@dataclass
-class Client:
-    """Collects what the scheduler hands one request (called from the scheduler thread)."""
-
-    streamed: list[int] = field(default_factory=list)
-    error: BaseException | None = None
-    done: threading.Event = field(default_factory=threading.Event)
-    gate: threading.Event | None = None  # when set up, the first tokens wait for it (holds the step)
-
-    def on_tokens(self, _req: ServeRequest, ids: list[int]) -> None:
-        self.streamed.extend(ids)
-        if self.gate is not None:
-            self.gate.wait(WAIT_S)
-
-    def on_done(self, _req: ServeRequest, exc: BaseException | None) -> None:
-        self.error = exc
-        self.done.set()
 
 
 def request(prompt: Sequence[int], client: Client, tenant: str = "t", **cfg: object) -> ServeRequest:
@@ -67,27 +46,6 @@ def request(prompt: Sequence[int], client: Client, tenant: str = "t", **cfg: obj
     config = DecodingConfig(**{"max_new_tokens": 24, "decoding_length": 6, **cfg})  # type: ignore[arg-type]
     return ServeRequest(prompt, config, tenant=tenant, on_tokens=client.on_tokens, on_done=client.on_done,
                         drafter=drafter, deadline=deadline, observer=observer)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def scheduler_of() -> Iterator:
-    made: list[StepScheduler] = []
-
-    def make(model: PreTrainedModel, config: SchedulerConfig = NO_CALIBRATION, **kw: object) -> StepScheduler:
-        sched = StepScheduler(model, StubTokenizer(), config, **kw).start()  # type: ignore[arg-type]
-        made.append(sched)
-        return sched
-
-    yield make
-    for sched in made:
-        sched.close()
-
-
-def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client]) -> None:
-    for req in reqs:
-        sched.submit(req)
-    for client in clients:
-        assert client.done.wait(WAIT_S)
 
 
 def assert_idle(sched: StepScheduler) -> None:
