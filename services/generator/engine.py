@@ -7,7 +7,8 @@ runs on the engine's step scheduler (lookahead_core.scheduler: one thread owns t
 verifies every in-flight request in one batched forward per step; a bounded queue with fair share
 by tenant holds the rest) and each verified step is streamed; the finished answer is published as
 a ``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
-change the answer (decoding is lossless).
+change the answer (decoding is lossless: greedy, or sampled with draws keyed by the request's seed,
+so a sampled answer is plain sampling with that seed; the final stats carry the seed used).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
@@ -36,6 +37,7 @@ from services.common.logs import log_text
 from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.params import decoding_config
 from services.generator.settings import GeneratorSettings
 
 log = logging.getLogger(__name__)
@@ -124,27 +126,8 @@ class GeneratorEngine:
 
     # ---- validation -------------------------------------------------------------------------------
     def decoding_config(self, params: generator_pb2.GenerationParams) -> DecodingConfig:
-        """The request's decoding config from its params (0 / empty = server default)."""
-        s, base, limits = self.settings, self.config, self.limits
-        max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
-        mode = params.mode or s.mode
-        if mode not in {m.value for m in DraftMode}:
-            raise InvalidArgument(f"unknown mode {mode!r} (hierarchical, parallel, llma or none)")
-        if len(params.stop) > limits.max_stop_strings:
-            raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
-        if any(not stop for stop in params.stop):
-            raise InvalidArgument("empty stop string")
-        length = params.decoding_length or base.decoding_length
-        if length > s.max_decoding_length:
-            raise InvalidArgument(f"decoding_length {length} is over the limit of {s.max_decoding_length}")
-        trie = base.trie
-        if params.branch_length:
-            if not 2 <= params.branch_length <= s.branch_length:
-                raise InvalidArgument(f"branch_length must be in 2..{s.branch_length}")
-            trie = TrieConfig(branch_length=params.branch_length, prompt_weight=trie.prompt_weight,
-                              capacity=trie.capacity)
-        return replace(base, mode=mode, max_new_tokens=max_new, decoding_length=length,
-                       stop_strings=tuple(params.stop), trie=trie)
+        """The request's decoding config from its params (0 / empty = server default; temperature 0 = greedy)."""
+        return decoding_config(params, self.config, self.settings, self.limits)
 
     def _check_fits(self, prompt_ids: Sequence[int], config: DecodingConfig) -> None:
         if not prompt_ids:
@@ -348,6 +331,7 @@ class GeneratorEngine:
             mean_batch_size=st.mean_batch_size, max_batch_size=max(st.batch_sizes, default=0),
             mean_tokens_per_forward=st.mean_tokens_per_forward, mean_draft_budget=st.mean_budget,
             kernel=",".join(sorted(st.kernels)),
+            sampled=st.sampled, seed=st.seed or 0,
         )
 
     def _record(self, st: ServeStats, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:

@@ -87,6 +87,16 @@ ANSWER_REFUSALS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     "branch_length too long": ({"params": {"branch_length": 1000}}, ("branch_length",)),
     "empty stop string": ({"params": {"stop": ["\n", ""]}}, ("empty stop string",)),
     "too many stop strings": ({"params": {"stop": [f"s{i}" for i in range(9)]}}, ("stop strings",)),
+    # sampling: refused before any retrieval, NaN included (it compares false with every bound)
+    "negative temperature": ({"params": {"temperature": -0.5}}, ("temperature", ">= 0")),
+    "NaN temperature": ({"params": {"temperature": float("nan")}}, ("temperature",)),
+    "infinite temperature": ({"params": {"temperature": float("inf")}}, ("temperature", "finite")),
+    "top_p over 1": ({"params": {"temperature": 0.7, "top_p": 1.5}}, ("top_p", "(0, 1]")),
+    "negative top_p": ({"params": {"temperature": 0.7, "top_p": -0.1}}, ("top_p",)),
+    "min_p over 1": ({"params": {"temperature": 0.7, "min_p": 1.5}}, ("min_p", "[0, 1]")),
+    "negative min_p": ({"params": {"temperature": 0.7, "min_p": -0.5}}, ("min_p",)),
+    "negative repetition_penalty": ({"params": {"repetition_penalty": -1.0}}, ("repetition_penalty", "> 0")),
+    "NaN repetition_penalty": ({"params": {"repetition_penalty": float("nan")}}, ("repetition_penalty",)),
     # ~1000 question tokens do not fit CONTEXT - max_new_tokens: refused by the retriever's budget
     "prompt cannot fit with max_new_tokens": (
         {"question": digits(MAX_QUESTION // 2 - 1), "params": {"max_new_tokens": MAX_NEW}},
@@ -123,6 +133,12 @@ GENERATE_REFUSALS: dict[str, Callable[[Any], tuple[dict[str, Any], tuple[str, ..
     "empty tenant": lambda e: ({"tenant": "", "prompt": "Hi"}, ("tenant is empty",)),
     "max_new_tokens over the limit": lambda e: ({"prompt": "Hi", "params": {"max_new_tokens": MAX_NEW + 1}},
                                                 ("max_new_tokens",)),
+    # sampling: the same checks as Answer (one mapping for both calls)
+    "negative temperature": lambda e: ({"prompt": "Hi", "params": {"temperature": -1.0}}, ("temperature",)),
+    "NaN top_p": lambda e: ({"prompt": "Hi", "params": {"temperature": 0.7, "top_p": float("nan")}}, ("top_p",)),
+    "min_p over 1": lambda e: ({"prompt": "Hi", "params": {"temperature": 0.7, "min_p": 2.0}}, ("min_p",)),
+    "negative repetition_penalty": lambda e: ({"prompt": "Hi", "params": {"repetition_penalty": -0.5}},
+                                              ("repetition_penalty",)),
 }
 
 

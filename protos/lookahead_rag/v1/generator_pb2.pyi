@@ -9,18 +9,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop")
+    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DECODING_LENGTH_FIELD_NUMBER: _ClassVar[int]
     BRANCH_LENGTH_FIELD_NUMBER: _ClassVar[int]
     STOP_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_FIELD_NUMBER: _ClassVar[int]
+    TOP_P_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    MIN_P_FIELD_NUMBER: _ClassVar[int]
+    REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     mode: str
     decoding_length: int
     branch_length: int
     stop: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ...) -> None: ...
+    temperature: float
+    top_p: float
+    top_k: int
+    min_p: float
+    repetition_penalty: float
+    seed: int
+    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
 
 class AnswerRequest(_message.Message):
     __slots__ = ("tenant", "question", "params", "k", "m")

@@ -1,0 +1,74 @@
+"""A request's GenerationParams -> its DecodingConfig, checked (one-line InvalidArgument on bad input)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from lookahead_core import DecodingConfig, TrieConfig
+from lookahead_core.config import DraftMode
+from lookahead_rag.v1 import generator_pb2
+
+from services.common.errors import InvalidArgument
+from services.common.limits import RequestLimits
+from services.generator.settings import GeneratorSettings
+
+
+def _f32(value: float) -> float:
+    """A proto ``float`` as the decimal its sender wrote: 0.7 arrives as 0.699999988 and is read as 0.7."""
+    return float(str(np.float32(value)))
+
+
+def sampling_fields(params: generator_pb2.GenerationParams) -> dict[str, object]:
+    """DecodingConfig's sampling fields from the request's params (0 = off / greedy / the model's).
+
+    Refuses out-of-range values with a one-line InvalidArgument (NaN and infinities included).
+    """
+    temperature, top_p, min_p = _f32(params.temperature), _f32(params.top_p), _f32(params.min_p)
+    penalty = _f32(params.repetition_penalty)
+    if not (math.isfinite(temperature) and temperature >= 0):
+        raise InvalidArgument(f"temperature must be a finite number >= 0 (0 = greedy), got {temperature}")
+    if not (0 <= top_p <= 1):
+        raise InvalidArgument(f"top_p must be in (0, 1] (0 = off), got {top_p}")
+    if not (0 <= min_p <= 1):
+        raise InvalidArgument(f"min_p must be in [0, 1] (0 = off), got {min_p}")
+    if not (math.isfinite(penalty) and penalty >= 0):
+        raise InvalidArgument(f"repetition_penalty must be a finite number > 0 (0 = the model's), got {penalty}")
+    return {
+        "temperature": temperature,
+        "top_p": top_p or 1.0,
+        "top_k": params.top_k,
+        "min_p": min_p,
+        "repetition_penalty": penalty or None,
+        "seed": params.seed if params.HasField("seed") else None,
+    }
+
+
+def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig, s: GeneratorSettings,
+                    limits: RequestLimits) -> DecodingConfig:
+    """The request's decoding config: ``base`` (the server's) changed by ``params`` (0 / empty = the
+    server default; temperature 0 = greedy); bad values raise a one-line InvalidArgument."""
+    max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
+    mode = params.mode or s.mode
+    if mode not in {m.value for m in DraftMode}:
+        raise InvalidArgument(f"unknown mode {mode!r} (hierarchical, parallel, llma or none)")
+    if len(params.stop) > limits.max_stop_strings:
+        raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
+    if any(not stop for stop in params.stop):
+        raise InvalidArgument("empty stop string")
+    length = params.decoding_length or base.decoding_length
+    if length > s.max_decoding_length:
+        raise InvalidArgument(f"decoding_length {length} is over the limit of {s.max_decoding_length}")
+    trie = base.trie
+    if params.branch_length:
+        if not 2 <= params.branch_length <= s.branch_length:
+            raise InvalidArgument(f"branch_length must be in 2..{s.branch_length}")
+        trie = TrieConfig(branch_length=params.branch_length, prompt_weight=trie.prompt_weight,
+                          capacity=trie.capacity)
+    sampling = sampling_fields(params)
+    try:
+        return replace(base, mode=mode, max_new_tokens=max_new, decoding_length=length,
+                       stop_strings=tuple(params.stop), trie=trie, **sampling)
+    except ValueError as exc:  # DecodingConfig's own checks: a value the lines above let through
+        raise InvalidArgument(str(exc)) from None
