@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,22 @@ def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
     p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
     return p
+
+
+def cpu_name() -> str:
+    """The CPU model (from /proc/cpuinfo), else what platform knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    """OS, architecture and core count, e.g. ``Linux x86_64, 2 cores``."""
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
 
 
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:

@@ -9,6 +9,12 @@ cold (default: each question's trie holds only its prompt and its own output), -
 the second reported). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
 generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop on one
 KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is the greedy baseline.
+
+Sampling (``--temperature T [--top-p P --top-k K --seed S]``, T > 0): ``greedy`` gives way to
+``reference`` (lookahead_core.sampling.generate_sampled, plain sampling on the stock model, one token
+per forward), the baseline of ``speedup_vs_reference`` and ``exact_match_vs_reference``; every
+question uses the same seed S; ``prompt-lookup`` is transformers' sampling (torch.manual_seed(S)
+before each question), which is not expected to match the reference token for token.
 """
 
 from __future__ import annotations
@@ -33,15 +39,27 @@ from lookahead_core.models import load_model
 from lookahead_core.scheduler import shared_kernels
 from tqdm import tqdm
 
-from bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, workload_parser, write_json
+from bench.common import (
+    answerable,
+    cpu_name,
+    grounded_prompt_ids,
+    machine,
+    print_table,
+    read_jsonl,
+    workload_parser,
+    write_json,
+)
+from bench.decoding_plot import REFERENCE, plot
 from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
+from bench.sampling_args import Sampling, add_sampling_args, sampling_from_args, speedup
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document
 from services.retriever.settings import RetrieverSettings
 
 HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
+STATELESS = (*HF_MODES, REFERENCE)  # no trie: nothing to warm in a first --repeat pass
 PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
 DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
 
@@ -56,8 +74,9 @@ class ModeTotals:
     exact: int = 0
     questions: int = 0
 
-    def row(self, baseline: ModeTotals, none: ModeTotals) -> dict[str, Any]:
-        """Totals and ratios; ``baseline`` is the faster greedy (HF generate or ``none``)."""
+    def row(self, baseline: ModeTotals, none: ModeTotals, ref: str = "greedy") -> dict[str, Any]:
+        """Totals and ratios against ``ref`` ("greedy": the faster of HF generate and ``none``;
+        "reference": the reference sampler); ``exact`` counts questions equal to ref's output."""
         steps = self.forward_steps
         return {
             "new_tokens": self.new_tokens,
@@ -65,10 +84,23 @@ class ModeTotals:
             "tokens_per_s": round(self.new_tokens / self.wall_s, 2) if self.wall_s else None,
             "forward_steps": steps,
             "mean_accepted_per_step": round(self.new_tokens / steps, 3) if steps else None,
-            "speedup_vs_greedy": round(baseline.wall_s / self.wall_s, 3) if self.wall_s else None,
-            "speedup_vs_none": round(none.wall_s / self.wall_s, 3) if self.wall_s else None,
-            "exact_match_vs_greedy": round(self.exact / self.questions, 4) if self.questions else None,
+            f"speedup_vs_{ref}": speedup(baseline.wall_s, self.wall_s),
+            "speedup_vs_none": speedup(none.wall_s, self.wall_s),
+            f"exact_match_vs_{ref}": round(self.exact / self.questions, 4) if self.questions else None,
         }
+
+
+def resolve_modes(spec: str, sampling: bool) -> list[str]:
+    """The modes to run, baseline first: greedy (or, sampling, reference), then none, then the rest."""
+    ref = REFERENCE if sampling else "greedy"
+    asked = [m.strip() for m in spec.split(",") if m.strip()]
+    # greedy is not a mode of a sampling run; reference may be one of a greedy run (its loop at T=0)
+    dropped = ("greedy",) if sampling else ()
+    modes = [ref, "none", *dict.fromkeys(m for m in asked if m not in (ref, "none", *dropped))]
+    for m in modes:
+        if m not in STATELESS and m not in {d.value for d in DraftMode}:
+            raise SystemExit(f"unknown mode {m!r}")
+    return modes
 
 
 class CallCounter:
@@ -111,19 +143,37 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    return p.parse_args(argv)
+    add_sampling_args(p, "sampling seed, the same for every question (with --temperature > 0)")
+    args = p.parse_args(argv)
+    args.sampling = sampling_from_args(p, args)
+    return args
 
 
-def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new: int) -> Callable:
+def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new: int,
+               sampling: Sampling) -> Callable:
     extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if mode == "prompt-lookup" else {}
+    extra |= sampling.hf_kwargs()
 
     def run(ids: list[int]) -> tuple[list[int], int]:
         x = torch.tensor([ids])  # [1, prompt]
         before = counter.calls
+        if sampling.enabled:
+            torch.manual_seed(sampling.seed)  # every question starts from the same seed
         with torch.inference_mode():
-            out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False,
-                                 max_new_tokens=max_new, **extra)
+            out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, **extra)
         return out[0, len(ids):].tolist(), counter.calls - before - 1  # minus prefill
+    return run
+
+
+def _reference_runner(model: torch.nn.Module, tok: Any, counter: CallCounter, cfg: DecodingConfig) -> Callable:
+    """The reference sampler on the stock model: one token per forward, keyed by (seed, position)."""
+    from lookahead_core.sampling import generate_sampled
+
+    def run(ids: list[int]) -> tuple[list[int], int]:
+        before = counter.calls
+        with torch.inference_mode():
+            out = list(generate_sampled(model, tok, ids, cfg))
+        return out, max(counter.calls - before - 1, 0)  # minus prefill
     return run
 
 
@@ -131,12 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
     if args.threads:
         torch.set_num_threads(args.threads)
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    # greedy is the reference for exact match; it and none (the engine's one-token path) are the baselines
-    modes = ["greedy", "none", *[m for m in modes if m not in ("greedy", "none")]]
-    for m in modes:
-        if m not in HF_MODES and m not in {d.value for d in DraftMode}:
-            raise SystemExit(f"unknown mode {m!r}")
+    sampling: Sampling = args.sampling
+    ref = REFERENCE if sampling.enabled else "greedy"
+    # ref (greedy, or the reference sampler) is the reference for exact match; it and none (the
+    # engine's one-token path) always run
+    modes = resolve_modes(args.modes, sampling.enabled)
     model, tok = load_model(args.model)
     corpus = {row["id"]: row for row in read_jsonl(args.corpus)}
     pool = answerable(read_jsonl(args.questions))
@@ -147,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         prompts = [grounded_prompt_ids(tok, [corpus[q["doc_id"]]], q["question"]) for q in questions]
 
-    base = DecodingConfig(max_new_tokens=args.max_new_tokens)
+    base = DecodingConfig(max_new_tokens=args.max_new_tokens, **sampling.config_kwargs())
     if args.branch_length:
         base = replace(base, trie=replace(base.trie, branch_length=args.branch_length))
     kernels = KernelSet(model, tree_attention(model))  # every lookahead mode runs these twins
@@ -181,7 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     runners: dict[str, Callable] = {}
     for m in modes:
         if m in HF_MODES:
-            runners[m] = _hf_runner(model, counter, m, args.max_new_tokens)
+            runners[m] = _hf_runner(model, counter, m, args.max_new_tokens, sampling)
+            continue
+        if m == REFERENCE:
+            runners[m] = _reference_runner(model, tok, counter, base)
             continue
         cfg = replace(base, mode=m)
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
@@ -212,9 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         totals = {m: ModeTotals() for m in modes}
         desc = "benchmark" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
         for ids in tqdm(prompts, desc=desc):
-            ref: list[int] | None = None
+            ref_out: list[int] | None = None
             for m in modes:
-                if not report and m in HF_MODES:
+                if not report and m in STATELESS:
                     continue  # nothing to warm for the stateless baselines
                 t0 = time.perf_counter()
                 result = runners[m](ids)
@@ -225,27 +277,36 @@ def main(argv: list[str] | None = None) -> int:
                 tot.new_tokens += len(out)
                 tot.forward_steps += steps
                 tot.questions += 1
-                if ref is None and m == "greedy":
-                    ref = out
-                tot.exact += int(ref is None or out == ref)
+                if ref_out is None and m == ref:
+                    ref_out = out
+                tot.exact += int(ref_out is None or out == ref_out)
     for runner in runners.values():
         if isinstance(runner, SchedulerRunner):
             runner.close()
-    greedy, none = totals["greedy"], totals["none"]
-    baseline = "none" if none.wall_s < greedy.wall_s else "hf"  # the faster greedy decoding
-    rows = {m: t.row(none if baseline == "none" else greedy, none) for m, t in totals.items()}
+    greedy, none = totals[ref], totals["none"]  # greedy: HF greedy, or the reference sampler when sampling
+    if sampling.enabled:
+        baseline = REFERENCE
+        rows = {m: t.row(greedy, none, ref) for m, t in totals.items()}
+    else:
+        baseline = "none" if none.wall_s < greedy.wall_s else "hf"  # the faster greedy decoding
+        rows = {m: t.row(none if baseline == "none" else greedy, none) for m, t in totals.items()}
     scenario = ("repeat" if args.repeat else "warm" if args.warm
                 else "accumulate" if args.accumulate else "cold")
     engine_kernels = shared_kernels(model).describe() if args.engine == "scheduler" else kernels.describe()
     print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
           f"decoding_length={length}, threads={torch.get_num_threads()}, engine {args.engine}, "
           f"kernels {engine_kernels}")
-    print(f"greedy baseline: {baseline} (HF generate {greedy.wall_s:.2f} s, engine one-token {none.wall_s:.2f} s)")
+    if sampling.enabled:
+        print(f"sampling {sampling.describe()} (the same seed for every question); baseline: the reference "
+              f"sampler ({greedy.wall_s:.2f} s, engine one-token {none.wall_s:.2f} s)")
+    else:
+        print(f"greedy baseline: {baseline} (HF generate {greedy.wall_s:.2f} s, "
+              f"engine one-token {none.wall_s:.2f} s)")
     print_table([{"mode": m, **r} for m, r in rows.items()], [
         ("mode", "mode", "s"), ("new_tokens", "tokens", "d"), ("wall_s", "wall s", ".2f"),
         ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
-        ("mean_accepted_per_step", "tok/step", ".2f"), ("speedup_vs_greedy", "x greedy", ".2f"),
-        ("speedup_vs_none", "x none", ".2f"), ("exact_match_vs_greedy", "exact", ".3f")])
+        ("mean_accepted_per_step", "tok/step", ".2f"), (f"speedup_vs_{ref}", f"x {ref}", ".2f"),
+        ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f")])
     data = {
         "model": args.model,
         "device": f"cpu ({platform.processor() or platform.machine()})",
@@ -264,8 +325,10 @@ def main(argv: list[str] | None = None) -> int:
         },
         "engine": args.engine,
         "engine_kernels": _kernel_record(shared_kernels(model)) if args.engine == "scheduler" else None,
-        "greedy_baseline": baseline,
-        "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)},
+        **({"baseline": baseline, "reference_wall_s": round(greedy.wall_s, 3), **sampling.record()}
+           if sampling.enabled else
+           {"greedy_baseline": baseline,
+            "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)}}),
         "calibration": calibration,
         "modes": rows,
     }
@@ -275,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
         print("answering through the pipeline: in-process vs three gRPC services on loopback...")
         extra = asyncio.run(measure_pipeline(model, tok, docs, [q["question"] for q in questions],
-                                             args.retrieve or 3, args.max_new_tokens))
+                                             args.retrieve or 3, args.max_new_tokens, sampling))
         data["pipeline"], data["retrieval"] = extra["pipeline"], extra["retrieval"]
         print_table([{**extra["pipeline"], **extra["retrieval"]}], [
             ("in_process_wall_s", "in-process s", ".2f"), ("grpc_wall_s", "gRPC s", ".2f"),
@@ -284,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, data)
         png = args.png or str(args.json).removesuffix(".json") + ".png"
-        _plot(data, png)
+        plot(data, png, f"{cpu_name()}; {machine()}")
         print(f"wrote {args.json} and {png}")
     return 0
 
@@ -315,32 +378,6 @@ def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str
         prompts = [list(core.retrieve("bench", q, k, 0, max_new).prompt_ids) for q in questions]
         core.close()
     return prompts
-
-
-def _plot(data: dict[str, Any], path: str) -> None:
-    """Speedup per mode and the forward-cost curve, side by side."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-    modes = list(data["modes"])
-    a.bar(modes, [data["modes"][m]["speedup_vs_greedy"] or 0 for m in modes], color="tab:blue")
-    a.axhline(1.0, color="gray", lw=0.8)
-    a.set_ylabel(f"speedup vs greedy ({data['greedy_baseline']}, wall)")
-    a.set_title(f"{data['scenario']}: {data['questions']} questions")
-    a.tick_params(axis="x", rotation=30)
-    measured = data["kernels"]["measured_s"]
-    for kernel, seconds in measured["seconds"].items():
-        b.plot(measured["token_counts"], [s * 1000.0 for s in seconds], marker="o", label=kernel)
-    b.axvline(data["decoding_length"] + 1, color="tab:red", ls="--", lw=0.8, label="chosen tree size")
-    b.set_xlabel("tokens in the verification forward")
-    b.set_ylabel("ms / forward")
-    b.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

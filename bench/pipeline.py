@@ -15,6 +15,8 @@ from typing import Any
 
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
+from bench.sampling_args import Sampling
+from bench.serve_client import generation_params
 from services.app import Pipeline
 from services.common.grpcutil import open_channel
 from services.config import AllSettings
@@ -33,27 +35,34 @@ def _settings(root: str, max_new: int) -> AllSettings:
     )
 
 
-async def _answer_local(p: Pipeline, question: str, k: int) -> tuple[float, list[int]]:
+def _request(question: str, k: int, params: Any) -> Any:
+    return generator_pb2.AnswerRequest(tenant=TENANT, question=question, k=k, params=params)
+
+
+async def _answer_local(p: Pipeline, question: str, k: int, params: Any) -> tuple[float, list[int]]:
     t0 = time.perf_counter()
     out: list[int] = []
-    async for chunk in p.engine.answer(generator_pb2.AnswerRequest(tenant=TENANT, question=question, k=k)):
+    async for chunk in p.engine.answer(_request(question, k, params)):
         if chunk.HasField("final"):
             out = list(chunk.final.output_ids)
     return time.perf_counter() - t0, out
 
 
-async def _answer_grpc(stub: Any, question: str, k: int) -> tuple[float, list[int]]:
+async def _answer_grpc(stub: Any, question: str, k: int, params: Any) -> tuple[float, list[int]]:
     t0 = time.perf_counter()
     out: list[int] = []
-    async for chunk in stub.Answer(generator_pb2.AnswerRequest(tenant=TENANT, question=question, k=k)):
+    async for chunk in stub.Answer(_request(question, k, params)):
         if chunk.HasField("final"):
             out = list(chunk.final.output_ids)
     return time.perf_counter() - t0, out
 
 
 async def measure_pipeline(model: Any, tokenizer: Any, docs: list[Any], questions: list[str], k: int,
-                           max_new: int) -> dict[str, Any]:
-    """{"in_process_wall_s", "grpc_wall_s", "overhead_frac", "same_outputs", "retrieval": {...}}."""
+                           max_new: int, sampling: Sampling | None = None) -> dict[str, Any]:
+    """{"in_process_wall_s", "grpc_wall_s", "overhead_frac", "same_outputs", "retrieval": {...}}.
+
+    With sampling, both sides send the same temperature / top-p / top-k and seed (same outputs expected)."""
+    params = generation_params("", max_new, sampling) if sampling is not None and sampling.enabled else None
     with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
         local = await Pipeline.start(_settings(a, max_new), model=model, tokenizer=tokenizer)
         remote = await Pipeline.start(_settings(b, max_new), grpc_servers=True, model=model, tokenizer=tokenizer)
@@ -70,9 +79,9 @@ async def measure_pipeline(model: Any, tokenizer: Any, docs: list[Any], question
             t_local = t_grpc = 0.0
             same = 0
             for q in questions:
-                dt, out_a = await _answer_local(local, q, k)
+                dt, out_a = await _answer_local(local, q, k, params)
                 t_local += dt
-                dt, out_b = await _answer_grpc(stub, q, k)
+                dt, out_b = await _answer_grpc(stub, q, k, params)
                 t_grpc += dt
                 same += int(out_a == out_b)
                 await local.bus.drain(30)

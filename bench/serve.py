@@ -2,7 +2,8 @@
 
     lookahead-rag-bench serve --corpus C.jsonl --questions Q.jsonl --pool 100 --requests 200 --zipf 1.1 \\
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
-        [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf]
+        [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
+        [--temperature T --top-p P --top-k K]
 
 The three services run in this process on loopback gRPC. At each concurrency level c, c closed-loop
 clients send the same Zipf-popular request sequence (bench/serve_load.py) three ways, each on fresh
@@ -12,18 +13,20 @@ services (cold caches) sharing one loaded model:
 - ``off``: GenerationParams.mode="none": same engine, scheduler and batching, one token per step;
 - ``serial_hf``: transformers' generate(do_sample=False) on the stock model, one request at a time,
   over the prompt ids the ``on`` way assembled (no retrieval); its TTFT is re-timed as if the c
-  clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue).
+  clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue). With
+  ``--temperature T > 0`` it runs the reference sampler (lookahead_core.sampling.generate_sampled)
+  instead, with the same temperature / top-p / top-k and seed.
 
-Exact match compares every answer with batch-1 greedy of its own prompt ids (serial_hf's outputs,
-computed untimed for prompts it did not cover). Metric definitions: bench/serve_stats.py.
+Exact match compares every answer with the serial baseline's answer to its own prompt ids (serial_hf's
+outputs, computed untimed for prompts it did not cover): batch-1 greedy, or the reference sampler's
+output for the same seed. Sampling: every request carries --temperature/--top-p/--top-k and the
+one seed --seed (which also fixes the request sequence). Metric definitions: bench/serve_stats.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import platform
 import sys
 import tempfile
 import threading
@@ -34,9 +37,10 @@ from typing import Any
 import torch
 from lookahead_core.models import load_model
 
-from bench.common import print_table, workload_parser, write_json
+from bench.common import cpu_name, machine, print_table, workload_parser, write_json
+from bench.sampling_args import Sampling, add_sampling_args, sampling_from_args
 from bench.serve_client import closed_loop
-from bench.serve_hf import fill_greedy, run_serial
+from bench.serve_hf import SerialBaseline, fill_references, run_serial
 from bench.serve_load import Question, Workload, draw_sequence, load_workload
 from bench.serve_plot import plot
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
@@ -56,6 +60,7 @@ class RunConfig:
     max_new_tokens: int  # tokens each request asks for
     deadline_s: float  # gRPC deadline of one request (generous)
     threads: int  # torch threads for the serial baseline's worker thread (0 = default)
+    sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -71,7 +76,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--seed", type=int, default=0, help="fixes the request sequence")
     p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
     p.add_argument("--dependency-timeout-s", type=float, default=60.0,
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
@@ -79,7 +83,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    help="extra generator setting (a GeneratorSettings field), repeatable")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    add_sampling_args(p, "fixes the request sequence and, with --temperature > 0, is every request's sampling seed")
     args = p.parse_args(argv)
+    args.sampling = sampling_from_args(p, args)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if not ways or any(w not in WAYS for w in ways):
         p.error(f"--ways must name some of {','.join(WAYS)}")
@@ -96,25 +102,25 @@ async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, 
                       seq: list[Question], c: int, way: str) -> Raw:
     async with serving(stack, f"c{c}-{way}", model, tok, wl.docs) as stub, RssSampler() as rss:
         records, wall = await closed_loop(stub, seq, c, MODE_OF[way], run.max_new_tokens, run.deadline_s,
-                                          f"c={c} {way}")
+                                          f"c={c} {way}", run.sampling)
     return records, wall, rss.peak_mb
 
 
-def _serial(model: Any, prompts: list[tuple[int, list[int]]], run: RunConfig, stop: threading.Event,
-            desc: str) -> list[RequestRecord]:
+def _serial(baseline: SerialBaseline, prompts: list[tuple[int, list[int]]], run: RunConfig,
+            stop: threading.Event, desc: str) -> list[RequestRecord]:
     if run.threads:
         torch.set_num_threads(run.threads)  # this worker thread's intra-op threads
-    return run_serial(model, prompts, run.max_new_tokens, stop, desc)
+    return run_serial(baseline, prompts, stop, desc)
 
 
-async def _serial_way(model: Any, raw: dict[str, Raw], run: RunConfig, c: int,
-                      greedy: dict[PromptKey, list[int]], stop: threading.Event) -> Raw:
+async def _serial_way(baseline: SerialBaseline, raw: dict[str, Raw], run: RunConfig, c: int,
+                      references: dict[PromptKey, list[int]], stop: threading.Event) -> Raw:
     source = raw["on"][0] if "on" in raw else raw["off"][0]
     prompts = [(r.index, r.prompt_ids) for r in source if r.completed]
     async with RssSampler() as rss:
-        records = await asyncio.to_thread(_serial, model, prompts, run, stop, f"c={c} serial_hf")
+        records = await asyncio.to_thread(_serial, baseline, prompts, run, stop, f"c={c} serial_hf")
     for r in records:
-        greedy.setdefault(tuple(r.prompt_ids), r.output_ids)
+        references.setdefault(tuple(r.prompt_ids), r.output_ids)
     timed = serial_queue(records, c)
     wall = max((r.end_s or r.sent_s for r in timed), default=0.0) - min((r.sent_s for r in timed), default=0.0)
     return timed, wall, rss.peak_mb
@@ -123,7 +129,8 @@ async def _serial_way(model: Any, raw: dict[str, Raw], run: RunConfig, c: int,
 async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
                      seq: list[Question]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     """{level: {way: W}} and {level: peak RSS MB}."""
-    greedy: dict[PromptKey, list[int]] = {}
+    baseline = SerialBaseline(model, tok, run.max_new_tokens, run.sampling)
+    references: dict[PromptKey, list[int]] = {}  # prompt ids -> the serial baseline's answer
     stop = threading.Event()
     levels: dict[str, dict[str, Any]] = {}
     rss: dict[str, float] = {}
@@ -132,12 +139,12 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
             raw: dict[str, Raw] = {}
             for way in run.ways:
                 if way == "serial_hf":
-                    raw[way] = await _serial_way(model, raw, run, c, greedy, stop)
+                    raw[way] = await _serial_way(baseline, raw, run, c, references, stop)
                 else:
                     raw[way] = await _engine_way(stack, run, model, tok, wl, seq, c, way)
             keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed]
-            await asyncio.to_thread(fill_greedy, model, keys, run.max_new_tokens, greedy, stop)
-            levels[str(c)] = {w: {**summarize(recs, wall, greedy), "rss_mb": round(mb, 1)}
+            await asyncio.to_thread(fill_references, baseline, keys, references, stop)
+            levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
                               for w, (recs, wall, mb) in raw.items()}
             rss[str(c)] = round(max(mb for _, _, mb in raw.values()), 1)
             _print_level(c, levels[str(c)])
@@ -178,17 +185,6 @@ def _ratios(levels: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
     return out
 
 
-def cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo), else what platform knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _device(name: str) -> str:
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -205,7 +201,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
-    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads)
+    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -219,9 +215,10 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "requests": args.requests,
         "zipf": args.zipf,
         "levels": levels,
-        "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine(),
         "cpu": cpu_name(),
-        "seed": args.seed,
+        **args.sampling.record(),  # seed: the request sequence's and (sampling) every request's
+        "serial_baseline": "reference_sampler" if args.sampling.enabled else "hf_greedy",
         "pool": len(wl.pool),
         "distinct_questions": len(set(drawn)),
         "max_new_tokens": args.max_new_tokens,
@@ -240,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\ninterrupted: servers stopped", flush=True)
         return 130
     print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, "
-          f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens")
+          f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens, "
+          f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}")
     print_table([row for c, ways in data["levels"].items() for row in _rows(int(c), ways)], COLUMNS)
     print_table([{"c": int(c), **r} for c, r in data["ratios"].items()], [
         ("c", "c", "d"), ("goodput_on_over_off", "goodput on/off", ".2f"),

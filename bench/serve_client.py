@@ -1,7 +1,8 @@
 """bench-serve's closed-loop clients: c coroutines share one request sequence over one gRPC channel.
 
 Each client takes the next request of the sequence as soon as its previous one ended (answered or
-failed: a failure is recorded by its gRPC status name and the client goes on).
+failed: a failure is recorded by its gRPC status name and the client goes on). A sampling request
+whose final stats say greedy, or another seed, is recorded as the error ``NOT_SAMPLED``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import grpc
 from lookahead_rag.v1 import generator_pb2
 from tqdm import tqdm
 
+from bench.sampling_args import Sampling
 from bench.serve_load import Question
 from bench.serve_stats import EngineStats, RequestRecord
 
@@ -30,10 +32,30 @@ def engine_stats(stats: Any) -> EngineStats:
     )
 
 
-async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: int,
-                      deadline_s: float) -> RequestRecord:
-    """Send one Answer and time its stream."""
+def generation_params(mode: str, max_new: int, sampling: Sampling | None = None) -> Any:
+    """GenerationParams of every request: greedy ones as before (no sampling field set); sampling ones
+    carry temperature, top_p, top_k and the run's one seed."""
     params = generator_pb2.GenerationParams(max_new_tokens=max_new, mode=mode)
+    if sampling is not None and sampling.enabled:
+        params.temperature, params.top_p, params.top_k = sampling.temperature, sampling.top_p, sampling.top_k
+        params.seed = sampling.seed
+    return params
+
+
+def sampling_mismatch(stats: Any, sampling: Sampling | None) -> str | None:
+    """``NOT_SAMPLED`` when a sampling request came back greedy or with another seed (the server ignored
+    its params: no figure of that run means anything), else None."""
+    if sampling is None or not sampling.enabled:
+        return None
+    if not getattr(stats, "sampled", False) or getattr(stats, "seed", sampling.seed) != sampling.seed:
+        return "NOT_SAMPLED"
+    return None
+
+
+async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: int,
+                      deadline_s: float, sampling: Sampling | None = None) -> RequestRecord:
+    """Send one Answer and time its stream."""
+    params = generation_params(mode, max_new, sampling)
     req = generator_pb2.AnswerRequest(tenant=q.tenant, question=q.question, params=params)
     rec = RequestRecord(index, time.perf_counter())
     try:
@@ -45,6 +67,7 @@ async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: in
                 final = chunk.final
                 rec.prompt_ids, rec.output_ids = list(final.prompt_ids), list(final.output_ids)
                 rec.stats = engine_stats(final.stats)
+                rec.error = sampling_mismatch(final.stats, sampling)
     except grpc.aio.AioRpcError as exc:
         rec.error = exc.code().name
     except (grpc.RpcError, OSError, ValueError) as exc:
@@ -56,7 +79,8 @@ async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: in
 
 
 async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mode: str, max_new: int,
-                      deadline_s: float, desc: str) -> tuple[list[RequestRecord], float]:
+                      deadline_s: float, desc: str,
+                      sampling: Sampling | None = None) -> tuple[list[RequestRecord], float]:
     """All requests of the sequence through ``concurrency`` clients; (records, wall seconds)."""
     todo: Iterator[tuple[int, Question]] = iter(enumerate(sequence))  # shared: one event loop, no lock
     records: list[RequestRecord] = []
@@ -64,7 +88,7 @@ async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mod
 
     async def client() -> None:
         for index, q in todo:
-            records.append(await one_request(stub, index, q, mode, max_new, deadline_s))
+            records.append(await one_request(stub, index, q, mode, max_new, deadline_s, sampling))
             bar.update(1)
 
     t0 = time.perf_counter()

@@ -1,8 +1,9 @@
-"""bench-serve's baseline: transformers' ``generate(do_sample=False)`` on the stock model, batch 1.
+"""bench-serve's baseline: transformers' ``generate(do_sample=False)`` on the stock model, batch 1,
+or, with --temperature > 0, the reference sampler (``lookahead_core.sampling.generate_sampled``).
 
 ``serial_hf`` answers the prompts the ``on`` way assembled, one request at a time, back to back;
-a streamer timestamps every token (TTFT: generate called -> first new token, prefill included;
-no retrieval). The same function gives the greedy reference of any prompt for exact match.
+every token is timestamped (TTFT: called -> first new token, prefill included; no retrieval). The
+same baseline gives the exact-match reference of any prompt (same seed for every request).
 """
 
 from __future__ import annotations
@@ -10,13 +11,16 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from lookahead_core import DecodingConfig
 from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
+from bench.sampling_args import Sampling
 from bench.serve_stats import EngineStats, PromptKey, RequestRecord
 
 
@@ -31,6 +35,10 @@ class TokenClock(BaseStreamer):
         if not self._prompt_seen:
             self._prompt_seen = True
             return
+        self.times.append(time.perf_counter())
+
+    def tick(self) -> None:
+        """One token now (the reference sampler's forward hook)."""
         self.times.append(time.perf_counter())
 
     def end(self) -> None:
@@ -58,7 +66,44 @@ def greedy(model: Any, prompt_ids: Sequence[int], max_new: int, streamer: BaseSt
     return out[0, x.shape[1]:].tolist()
 
 
-def run_serial(model: Any, prompts: list[tuple[int, list[int]]], max_new: int, stop: threading.Event,
+@dataclass
+class SerialBaseline:
+    """The one-request-at-a-time answer of a prompt: HF greedy, or the reference sampler when sampling.
+
+    The reference sampler (lookahead_core.sampling.generate_sampled) has no streamer: a forward hook
+    on the model timestamps every forward, one token each (prefill -> the first token).
+    """
+
+    model: Any
+    tokenizer: Any
+    max_new: int
+    sampling: Sampling = field(default_factory=Sampling)
+
+    @property
+    def name(self) -> str:
+        """``hf_greedy`` or ``reference_sampler`` (the JSON's ``serial_baseline``)."""
+        return "reference_sampler" if self.sampling.enabled else "hf_greedy"
+
+    def answer(self, prompt_ids: Sequence[int], clock: TokenClock | None = None,
+               stop: threading.Event | None = None) -> list[int]:
+        if not self.sampling.enabled:
+            return greedy(self.model, prompt_ids, self.max_new, clock, stop)
+        from lookahead_core.sampling import generate_sampled
+
+        cfg = DecodingConfig(max_new_tokens=self.max_new, **self.sampling.config_kwargs())
+        hook = self.model.register_forward_hook(lambda *_: clock.tick()) if clock is not None else None
+        try:
+            with torch.inference_mode():
+                out = list(generate_sampled(self.model, self.tokenizer, list(prompt_ids), cfg))
+        finally:
+            if hook is not None:
+                hook.remove()
+        if clock is not None:
+            del clock.times[len(out):]  # a forward past the last token (if any) emits nothing
+        return out
+
+
+def run_serial(baseline: SerialBaseline, prompts: list[tuple[int, list[int]]], stop: threading.Event,
                desc: str) -> list[RequestRecord]:
     """(sequence index, prompt ids) answered one at a time, in order; one record each."""
     records = []
@@ -67,7 +112,7 @@ def run_serial(model: Any, prompts: list[tuple[int, list[int]]], max_new: int, s
             break
         clock = TokenClock()
         rec = RequestRecord(index, time.perf_counter(), prompt_ids=ids)
-        rec.output_ids = greedy(model, ids, max_new, clock, stop)
+        rec.output_ids = baseline.answer(ids, clock, stop)
         rec.end_s = time.perf_counter()
         rec.deltas = [(t, 1) for t in clock.times]
         n = len(rec.output_ids)
@@ -76,11 +121,11 @@ def run_serial(model: Any, prompts: list[tuple[int, list[int]]], max_new: int, s
     return records
 
 
-def fill_greedy(model: Any, keys: Sequence[PromptKey], max_new: int, table: dict[PromptKey, list[int]],
-                stop: threading.Event) -> None:
-    """Greedy references for the prompts ``table`` lacks (untimed)."""
+def fill_references(baseline: SerialBaseline, keys: Sequence[PromptKey], table: dict[PromptKey, list[int]],
+                    stop: threading.Event) -> None:
+    """The baseline's answers (exact-match references) for the prompts ``table`` lacks (untimed)."""
     todo = [k for k in dict.fromkeys(keys) if k not in table]
-    for key in tqdm(todo, desc="greedy references", leave=False):
+    for key in tqdm(todo, desc=f"{baseline.name} references", leave=False):
         if stop.is_set():
             return
-        table[key] = greedy(model, key, max_new, stop=stop)
+        table[key] = baseline.answer(key, stop=stop)

@@ -14,6 +14,14 @@ def _label(y: float) -> str:
     return f"{y:.1f}" if abs(y) >= 10 else f"{y:.2f}"
 
 
+def _baseline(data: dict[str, Any]) -> str:
+    if data.get("serial_baseline") == "reference_sampler":
+        top_k = f", top-k {data['top_k']}" if data.get("top_k") else ""
+        return (f"reference sampler (T={data['temperature']:g}, top-p {data['top_p']:g}{top_k}, "
+                f"seed {data['seed']} for every request)")
+    return "transformers generate, greedy"
+
+
 def plot(data: dict[str, Any], path: str) -> None:
     import matplotlib
 
@@ -44,7 +52,7 @@ def plot(data: dict[str, Any], path: str) -> None:
         ax.legend()
     fig.suptitle(f"{data['model']} on {data['device']} ({data['cpu']}; {data['machine']}), threads={data['threads']}; "
                  f"{data['requests']} requests, Zipf {data['zipf']}, pool {data['pool']}, "
-                 f"{data['max_new_tokens']} new tokens\nbaseline serial_hf: transformers generate, greedy, "
+                 f"{data['max_new_tokens']} new tokens\nbaseline serial_hf: {_baseline(data)}, "
                  "batch 1, one request at a time", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -9,8 +9,9 @@ Definitions (client-side, ``time.perf_counter``):
 - mean accepted per step: completed requests' new tokens / their forward steps (token-weighted).
 - mean tokens per forward: the engine's per-request ``mean_tokens_per_forward``, weighted by each
   request's forward steps (None while the engine does not fill it).
-- exact match: fraction of completed requests whose output ids equal batch-1 greedy of their own
-  prompt ids (serial_hf is that reference, so its own figure is 1.0 by construction).
+- exact match: fraction of completed requests whose output ids equal the serial baseline's answer to
+  their own prompt ids: batch-1 greedy, or with --temperature > 0 the reference sampler for the same
+  seed (serial_hf is that reference, so its own figure is 1.0 by construction).
 - serial_hf: steps and forwards count one token each; its TTFT is re-timed by ``serial_queue``.
 """
 
@@ -100,7 +101,7 @@ def _rounded(x: float | None, digits: int = 4) -> float | None:
 
 
 def summarize(records: Sequence[RequestRecord], wall_s: float,
-              greedy: Mapping[PromptKey, list[int]]) -> dict[str, Any]:
+              references: Mapping[PromptKey, list[int]]) -> dict[str, Any]:
     """One way at one level: the W object of the JSON (plus tokens, wall_s and queue wait)."""
     done = [r for r in records if r.completed]
     errors = Counter(r.error or "NO_FINAL" for r in records if not r.completed)
@@ -111,8 +112,8 @@ def summarize(records: Sequence[RequestRecord], wall_s: float,
     tpf_steps = sum(n for _, n in tpf)
     ttft = [t for r in done if (t := r.ttft_s) is not None]
     itl = [x for r in done for x in r.itl_samples()]
-    checked = [r for r in done if tuple(r.prompt_ids) in greedy]
-    exact = sum(r.output_ids == greedy[tuple(r.prompt_ids)] for r in checked)
+    checked = [r for r in done if tuple(r.prompt_ids) in references]
+    exact = sum(r.output_ids == references[tuple(r.prompt_ids)] for r in checked)
     return {
         "completed": len(done),
         "errors": dict(sorted(errors.items())),

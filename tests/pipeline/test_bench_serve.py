@@ -88,3 +88,85 @@ def test_tenants_by_title(tmp_path: Path) -> None:
     assert [(q.qid, q.tenant) for q in wl.pool] == [("1", "Oxygen"), ("3", "Normans")]
     one = load_workload(str(corpus), str(qs), pool=1, by_title=False)
     assert list(one.docs) == ["bench"] and [q.tenant for q in one.pool] == ["bench"]
+
+
+# --- sampling flags (--temperature/--top-p/--top-k/--seed) of bench decoding and bench serve ---
+
+GREEDY_ROW_KEYS = ["new_tokens", "wall_s", "tokens_per_s", "forward_steps", "mean_accepted_per_step",
+                   "speedup_vs_greedy", "speedup_vs_none", "exact_match_vs_greedy"]
+
+
+def test_mode_rows_against_greedy_keep_their_keys_and_against_the_reference_rename_them() -> None:
+    from bench.decoding import ModeTotals
+
+    ref = ModeTotals(new_tokens=40, wall_s=8.0, forward_steps=40, exact=2, questions=2)
+    none = ModeTotals(new_tokens=40, wall_s=4.0, forward_steps=40, exact=2, questions=2)
+    mode = ModeTotals(new_tokens=40, wall_s=2.0, forward_steps=10, exact=1, questions=2)
+    assert list(mode.row(ref, none)) == GREEDY_ROW_KEYS
+    row = mode.row(ref, none, "reference")
+    assert list(row) == [k.replace("greedy", "reference") for k in GREEDY_ROW_KEYS]
+    assert row["speedup_vs_reference"] == pytest.approx(4.0)
+    assert row["speedup_vs_none"] == pytest.approx(2.0)
+    assert row["exact_match_vs_reference"] == pytest.approx(0.5)
+    assert row["mean_accepted_per_step"] == pytest.approx(4.0)
+    assert ModeTotals().row(ref, none, "reference")["speedup_vs_reference"] is None  # no time, no ratio
+
+
+def test_modes_put_the_baseline_first_greedy_or_reference() -> None:
+    from bench.decoding import DEFAULT_MODES, resolve_modes
+
+    assert resolve_modes(DEFAULT_MODES, sampling=False) == [
+        "greedy", "none", "prompt-lookup", "llma", "parallel", "hierarchical"]
+    assert resolve_modes(DEFAULT_MODES, sampling=True) == [
+        "reference", "none", "prompt-lookup", "llma", "parallel", "hierarchical"]
+    assert resolve_modes("hierarchical,none", sampling=True) == ["reference", "none", "hierarchical"]
+    assert resolve_modes("reference", sampling=False) == ["greedy", "none", "reference"]  # its loop at T=0
+    with pytest.raises(SystemExit):
+        resolve_modes("greedy,nope", sampling=False)
+
+
+def test_sampling_flags_map_to_the_config_hf_and_the_json() -> None:
+    from bench.sampling_args import Sampling, speedup
+
+    greedy = Sampling()
+    assert not greedy.enabled and greedy.config_kwargs() == {} and greedy.hf_kwargs() == {"do_sample": False}
+    s = Sampling(temperature=0.7, top_p=0.9, top_k=0, seed=5)
+    assert s.config_kwargs() == {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "seed": 5}
+    assert s.hf_kwargs() == {"do_sample": True, "temperature": 0.7, "top_p": 0.9, "top_k": 0}
+    assert s.record() == {"temperature": 0.7, "top_p": 0.9, "top_k": 0, "seed": 5}
+    assert speedup(6.0, 2.0) == pytest.approx(3.0) and speedup(6.0, 0.0) is None
+
+
+def test_bad_sampling_flags_are_usage_errors() -> None:
+    from bench.decoding import parse_args
+
+    base = ["--corpus", "c", "--questions", "q"]
+    assert parse_args([*base, "--temperature", "0.7", "--top-p", "0.9", "--seed", "1"]).sampling.enabled
+    assert not parse_args(base).sampling.enabled
+    with pytest.raises(SystemExit):
+        parse_args([*base, "--temperature", "0.7", "--top-p", "1.5"])
+
+
+def test_requests_carry_the_sampling_params_and_greedy_ones_none() -> None:
+    from bench.sampling_args import Sampling
+    from bench.serve_client import generation_params
+
+    g = generation_params("none", 16)
+    assert (g.max_new_tokens, g.mode, g.temperature, g.HasField("seed")) == (16, "none", 0.0, False)
+    assert generation_params("", 16, Sampling()) == generation_params("", 16)
+    s = generation_params("", 16, Sampling(temperature=0.7, top_p=0.9, top_k=20, seed=3))
+    assert s.temperature == pytest.approx(0.7) and s.top_p == pytest.approx(0.9)
+    assert (s.top_k, s.HasField("seed"), s.seed) == (20, True, 3)
+
+
+def test_a_sampling_request_answered_greedily_or_with_another_seed_is_an_error() -> None:
+    from lookahead_rag.v1 import events_pb2
+
+    from bench.sampling_args import Sampling
+    from bench.serve_client import sampling_mismatch
+
+    s = Sampling(temperature=0.7, seed=3)
+    assert sampling_mismatch(events_pb2.GenerationStats(sampled=True, seed=3), s) is None
+    assert sampling_mismatch(events_pb2.GenerationStats(sampled=False), s) == "NOT_SAMPLED"
+    assert sampling_mismatch(events_pb2.GenerationStats(sampled=True, seed=4), s) == "NOT_SAMPLED"
+    assert sampling_mismatch(events_pb2.GenerationStats(), Sampling()) is None  # greedy: nothing to check
