@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import torch
+from lookahead_core.models import load_model
 from lookahead_core.scheduler import SchedulerConfig, StepScheduler
-from transformers import PreTrainedModel
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.core.helpers import StubTokenizer
 
@@ -41,3 +43,10 @@ def scheduler_of() -> Iterator:
     yield make
     for sched in made:
         sched.close()
+
+
+@pytest.fixture(scope="module")
+def smollm() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """The served model (SmolLM2-135M-Instruct) and its tokenizer, offline, once per module."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return load_model()

@@ -29,7 +29,6 @@ import pytest
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.detok import REPLACEMENT
-from lookahead_core.models import load_model
 from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -84,12 +83,6 @@ def grounded_prompts(tok: PreTrainedTokenizerBase) -> list[list[int]]:
         doc = inspect.cleandoc(obj.__doc__ or "")[:DOC_CHARS]
         out.append(chat_ids(tok, f"{obj.__qualname__}\n{doc}", question))
     return out
-
-
-@pytest.fixture(scope="module")
-def smollm() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return load_model()
 
 
 @pytest.fixture(scope="module")

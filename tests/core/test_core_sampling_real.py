@@ -8,14 +8,12 @@ StepScheduler. Short outputs keep it to a couple of minutes on 2 cores.
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig
 from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.models import load_model
 from lookahead_core.sampling import generate_sampled
 from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.serve_request import ServeRequest
@@ -34,12 +32,6 @@ def config(i: int) -> DecodingConfig:
     """Prompt i's settings: its own seed and draft mode."""
     return DecodingConfig(mode=MODES[i % len(MODES)], temperature=0.7, top_p=0.9, seed=31 + i,
                           max_new_tokens=MAX_NEW)
-
-
-@pytest.fixture(scope="module")
-def smollm() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return load_model()
 
 
 @pytest.fixture(scope="module")
