@@ -180,7 +180,7 @@ class StepScheduler:
         with self._cv:
             running = list(self.running)
             waiting = len(self.queue)
-        kv = sum(r.kv.nbytes for r in running if r.kv is not None)
+        kv = sum(cache.nbytes for r in running if (cache := r.kv) is not None)  # read once: _end may free it
         return SchedulerState(waiting, len(running), kv, self.forwards, self.prefix_hit_tokens)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -271,10 +271,10 @@ class StepScheduler:
         """Free a request's place and cache, and tell its caller (exactly once)."""
         if req.phase is Phase.DONE:
             return
+        req.release()  # first: once state() stops counting it, its cache is already free
         with self._cv:
             if req in self.running:
                 self.running.remove(req)
-        req.release()
         if req.on_done is not None:
             req.on_done(req, req.error)
 
