@@ -48,7 +48,7 @@ class StackConfig:
         """Generous generator settings (deadlines, capacity at least the highest concurrency level)."""
         known = GeneratorSettings.model_fields
         wanted: dict[str, Any] = {
-            "data_dir": data_dir, "port": 0, "model": self.model, "threads": self.threads,
+            "data_dir": data_dir, "port": 0, "threads": self.threads,
             "retrieve_timeout_s": self.timeout_s, "fetch_timeout_s": self.timeout_s,
         }
         at_least = {  # capacity settings: the field's default, raised to what the run needs
@@ -73,8 +73,8 @@ class StackConfig:
             kafka |= {"topic": prefix, "draftcache_group": f"{prefix}.draftcache",
                       "retriever_group": f"{prefix}.retriever", "group_prefix": f"{prefix}."}
         return AllSettings.load(
-            None, generator=self.generator_settings(base / "g"),
-            retriever={"data_dir": base / "r", "port": 0, "model": self.model,
+            None, model={"name": self.model}, generator=self.generator_settings(base / "g"),
+            retriever={"data_dir": base / "r", "port": 0,
                        "vector_cache": self.root / "vectors.npz"},
             draftcache={"data_dir": base / "d", "port": 0}, limits=self.limits(), kafka=kafka,
         )

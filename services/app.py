@@ -103,9 +103,11 @@ class Pipeline:
         if "generator" in names and (model is None or tokenizer is None):
             from lookahead_core.models import load_model  # torch: only where the generator runs
 
-            model, tokenizer = await asyncio.to_thread(load_model, settings.generator.model)
+            served = settings.model
+            model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
         if "retriever" in names:
-            await pipeline._add(await build_retriever(settings.retriever, settings.limits, bus, registry, tokenizer),
+            await pipeline._add(await build_retriever(settings.retriever, settings.limits, bus, registry, tokenizer,
+                                                      served=settings.model),
                                 grpc_servers, bind, interceptors)
         if "draftcache" in names:
             await pipeline._add(await build_draftcache(settings.draftcache, settings.limits, bus, registry),
@@ -116,7 +118,7 @@ class Pipeline:
                 pipeline.refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
             retriever, drafts = pipeline._clients(grpc_servers)
             generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever, drafts,
-                                              model, tokenizer)
+                                              served=settings.model, model=model, tokenizer=tokenizer)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
         await pipeline.refresher.start()
         if metrics_port is not None:

@@ -16,18 +16,22 @@ from typing import Any
 from pydantic_settings import BaseSettings
 
 from services.common.limits import RequestLimits
+from services.common.model_settings import ModelSettings
 from services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
 from services.draftcache.settings import DraftCacheSettings
 from services.events.kafka.settings import KafkaSettings
 from services.generator.settings import GeneratorSettings
+from services.http.settings import HttpSettings
 from services.retriever.settings import RetrieverSettings
 
 # section (TOML table) -> its settings class
 SECTIONS: dict[str, type[BaseSettings]] = {
+    "model": ModelSettings,
     "retriever": RetrieverSettings,
     "draftcache": DraftCacheSettings,
     "generator": GeneratorSettings,
     "limits": RequestLimits,
+    "http": HttpSettings,
     "kafka": KafkaSettings,
     "logging": LoggingSettings,
 }
@@ -37,11 +41,13 @@ SECTIONS: dict[str, type[BaseSettings]] = {
 class AllSettings:
     """The sections the services run with (logging is read on its own, once per process)."""
 
+    model: ModelSettings
     generator: GeneratorSettings
     retriever: RetrieverSettings
     draftcache: DraftCacheSettings
     limits: RequestLimits
     kafka: KafkaSettings
+    http: HttpSettings
 
     @classmethod
     def load(cls, config_file: PathArg = None, **sections: dict[str, Any]) -> AllSettings:
@@ -50,9 +56,11 @@ class AllSettings:
         if path is not None:
             check_tables(path, SECTIONS)
         return cls(
+            model=load_settings(ModelSettings, "model", path, **sections.get("model", {})),
             generator=load_settings(GeneratorSettings, "generator", path, **sections.get("generator", {})),
             retriever=load_settings(RetrieverSettings, "retriever", path, **sections.get("retriever", {})),
             draftcache=load_settings(DraftCacheSettings, "draftcache", path, **sections.get("draftcache", {})),
             limits=load_settings(RequestLimits, "limits", path, **sections.get("limits", {})),
             kafka=load_settings(KafkaSettings, "kafka", path, **sections.get("kafka", {})),
+            http=load_settings(HttpSettings, "http", path, **sections.get("http", {})),
         )

@@ -87,13 +87,23 @@ def load_tokenizer(name_or_path: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase
     return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
 
 
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
 def load_model(
     name_or_path: str = DEFAULT_MODEL,
-    dtype: torch.dtype = torch.float32,
+    dtype: torch.dtype | str = torch.float32,
     device: str = "cpu",
     attn_implementation: str = "sdpa",
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load (model, tokenizer) in eval mode; built-in names are converted once and cached."""
+    """Load (model, tokenizer) in eval mode on ``device``; built-in names are converted once and
+    cached. ``dtype`` is a torch dtype or its name ("float32", "bfloat16", "float16")."""
+    if isinstance(dtype, str):
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")
+        dtype = DTYPES[dtype]
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {device!r} asked for, but torch sees no CUDA device here")
     path = resolve_model_path(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
     check_supported(model)  # refuse attention the tree mask would get wrong (support.py)

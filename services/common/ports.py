@@ -18,6 +18,9 @@ GRPC_PORTS: dict[str, int] = {
     "generator": GENERATOR_GRPC_PORT,
 }
 
+# The OpenAI-compatible HTTP endpoint (beside the generator).
+HTTP_PORT = 8080
+
 # Prometheus /metrics HTTP ports.
 RETRIEVER_METRICS_PORT = 9101
 DRAFTCACHE_METRICS_PORT = 9102
@@ -42,6 +45,8 @@ ENV_PREFIXES: dict[str, str] = {
     "limits": "LAR_LIMITS_",
     "kafka": "LAR_KAFKA_",
     "logging": "LAR_LOG_",
+    "model": "LAR_MODEL_",
+    "http": "LAR_HTTP_",
 }
 
 # Fields of the generator's settings that point it at the other two services (HOST:PORT).

@@ -1,6 +1,7 @@
 """``build_generator``: the generator as one Service (engine, servicer, metrics).
 
-    service = await build_generator(settings, limits, bus, registry, retriever_client, draft_client)
+    service = await build_generator(settings, limits, bus, registry, retriever_client, draft_client,
+                                    served=ModelSettings())
     await service.serve(port=0)          # or call service.core (the GeneratorEngine) in-process
 
 The model loads here unless the caller already holds one (``model``/``tokenizer``); the engine
@@ -17,6 +18,7 @@ from lookahead_rag.v1 import generator_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from services.common.limits import RequestLimits
+from services.common.model_settings import ModelSettings
 from services.common.service import Service
 from services.events.protocols import EventPublisher
 from services.generator.clients import DraftClient, RetrieverClient
@@ -28,13 +30,13 @@ from services.generator.settings import GeneratorSettings
 
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
-                          drafts: DraftClient | None, model: Any = None, tokenizer: Any = None,
-                          ) -> Service[GeneratorEngine]:
-    """Load the model (unless given) and start the engine's step scheduler."""
+                          drafts: DraftClient | None, *, served: ModelSettings, model: Any = None,
+                          tokenizer: Any = None) -> Service[GeneratorEngine]:
+    """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
-        model, tokenizer = await asyncio.to_thread(load_model, settings.model)
+        model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
     engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
-                             metrics=GeneratorMetrics.of(registry), limits=limits)
+                             metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name)
 
     async def close() -> None:
         engine.close()

@@ -25,6 +25,7 @@ import torch
 from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
 from lookahead_core.admission import QueueFull
 from lookahead_core.config import DraftMode
+from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.detok import TextStreamer
 from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
 from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStats
@@ -75,8 +76,10 @@ class GeneratorEngine:
         publisher: EventPublisher | None = None,
         metrics: object | None = None,
         limits: RequestLimits | None = None,
+        model_name: str = DEFAULT_MODEL,
     ) -> None:
         self.settings = settings
+        self.model_name = model_name  # the served model's name ([model] name), stamped on every event
         self.limits = limits if limits is not None else RequestLimits()
         self.tokenizer = tokenizer
         self.config = self._config_from(settings, self.limits)
@@ -352,7 +355,7 @@ class GeneratorEngine:
             event_id=uuid.uuid4().hex, tenant=prep.tenant, tokenizer_id=self.tokenizer_id,
             question=prep.question, prompt_ids=prep.prompt_ids, output_ids=output, answer_text=text,
             stats=stats, created_unix_ms=int(time.time() * MS), request_id=prep.request_id,
-            model=self.settings.model,
+            model=self.model_name,
         )
         try:
             self.publisher.publish(event)

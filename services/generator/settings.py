@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.defaults import DEFAULT_MODEL
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -27,7 +26,6 @@ class GeneratorSettings(ServerSettings):
 
     port: int = port_field(GENERATOR_GRPC_PORT)
     metrics_port: int | None = metrics_port_field(GENERATOR_METRICS_PORT)
-    model: str = Field(DEFAULT_MODEL, description="served model: built-in name, local path or hub id")
     data_dir: Path = Field(default_factory=default_data_dir, description="outbox and local state")
     retriever_target: str = Field("", description="retriever HOST:PORT; empty = in-process retriever")
     draftcache_target: str = Field("", description="draft cache HOST:PORT; empty = in-process draft cache")

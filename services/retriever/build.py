@@ -13,6 +13,7 @@ from lookahead_rag.v1 import retriever_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from services.common.limits import RequestLimits
+from services.common.model_settings import ModelSettings
 from services.common.service import Service
 from services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
 from services.events.protocols import RETRIEVER_GROUP, EventBus
@@ -22,12 +23,14 @@ from services.retriever.settings import RetrieverSettings
 
 
 async def build_retriever(settings: RetrieverSettings, limits: RequestLimits, bus: EventBus,
-                          registry: CollectorRegistry, tokenizer: Any = None) -> Service[RetrieverCore]:
+                          registry: CollectorRegistry, tokenizer: Any = None,
+                          served: ModelSettings | None = None) -> Service[RetrieverCore]:
     """Load the tenant indexes and past sessions; past sessions follow the bus's finished answers.
 
-    ``tokenizer`` (the served model's) saves loading it again when the generator shares the process.
+    ``served`` names the model whose tokenizer and chat template build prompts; ``tokenizer`` (that
+    model's) saves loading it again when the generator shares the process.
     """
-    core = await asyncio.to_thread(RetrieverCore, settings, tokenizer=tokenizer, limits=limits)
+    core = await asyncio.to_thread(RetrieverCore, settings, tokenizer=tokenizer, limits=limits, served=served)
     consumers = ConsumerMetrics.of(registry)
     bus.subscribe(RETRIEVER_GROUP, ObservedApplier(core.sessions, RETRIEVER_GROUP, consumers))
     service = retriever_service(core)

@@ -27,6 +27,7 @@ from transformers import AutoConfig
 
 from services.common.errors import InvalidArgument
 from services.common.limits import RequestLimits
+from services.common.model_settings import ModelSettings
 from services.retriever.documents import ChunkRecord, Document, ScoredChunk, make_chunks
 from services.retriever.embeddings import Embedder, Encoder
 from services.retriever.index import IndexConfig, TenantIndex
@@ -91,8 +92,10 @@ class RetrieverCore:
         embedder: Encoder | None = None,
         tokenizer: Any | None = None,
         limits: RequestLimits | None = None,
+        served: ModelSettings | None = None,
     ) -> None:
         self.settings = s = settings if settings is not None else RetrieverSettings()
+        self.served = served if served is not None else ModelSettings()  # whose tokenizer builds prompts
         self.limits = limits if limits is not None else RequestLimits()
         if s.torch_threads:
             # Process-wide: one-query embeddings gain nothing from a second thread and lose a lot when
@@ -104,9 +107,9 @@ class RetrieverCore:
             else Embedder(s.embedder_path, batch_size=s.embed_batch_size, progress_min_texts=s.progress_min_texts)
         )
         self.embedder: Encoder = with_cache(encoder, s.vector_cache, getattr(encoder, "name", ""))
-        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(s.model)
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.served.name)
         self.tokenizer_id: str = tokenizer_id(self.tokenizer)
-        model_ctx = context_window(self.tokenizer, resolve_model_path(s.model))
+        model_ctx = context_window(self.tokenizer, resolve_model_path(self.served.name))
         self.context_tokens: int = min(model_ctx, s.max_context_tokens)
         self._config = IndexConfig.from_settings(s)
         self._store = IndexStore(s.data_dir)

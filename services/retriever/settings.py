@@ -6,7 +6,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.defaults import DEFAULT_MODEL, cache_dir
+from lookahead_core.defaults import cache_dir
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -54,7 +54,6 @@ class RetrieverSettings(ServerSettings):
     )
     embed_batch_size: int = Field(64, ge=1, description="texts per encoder batch")
     progress_min_texts: int = Field(256, ge=1, description="show a progress bar when encoding this many texts")
-    model: str = Field(DEFAULT_MODEL, description="served model whose tokenizer and chat template build prompts")
     chunk_chars: int = Field(800, ge=50, description="target chunk length in characters")
     chunk_overlap: int = Field(120, ge=0, description="characters shared by consecutive chunks")
     index_kind: IndexKind = Field(IndexKind.FLAT, description="FAISS index type per tenant")

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from services.common.model_settings import ModelSettings
 from services.retriever.embeddings import Embedder
 from services.retriever.settings import RetrieverSettings
 
@@ -24,7 +25,7 @@ def shared_tokenizer(model: str | None = None) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lookahead_core.models import load_tokenizer
 
-    return load_tokenizer(model or RetrieverSettings.model_fields["model"].default)
+    return load_tokenizer(model or ModelSettings.model_fields["name"].default)
 
 
 def settings(data_dir: Path | None = None, **overrides: Any) -> RetrieverSettings:

@@ -83,3 +83,27 @@ class GenerationCompleted(_message.Message):
     request_id: str
     model: str
     def __init__(self, event_id: _Optional[str] = ..., tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., question: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[GenerationStats, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ...) -> None: ...
+
+class DocumentChanged(_message.Message):
+    __slots__ = ("event_id", "tenant", "doc_id", "version", "deleted", "title", "text", "source", "created_unix_ms", "request_id")
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_UNIX_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    tenant: str
+    doc_id: str
+    version: str
+    deleted: bool
+    title: str
+    text: str
+    source: str
+    created_unix_ms: int
+    request_id: str
+    def __init__(self, event_id: _Optional[str] = ..., tenant: _Optional[str] = ..., doc_id: _Optional[str] = ..., version: _Optional[str] = ..., deleted: _Optional[bool] = ..., title: _Optional[str] = ..., text: _Optional[str] = ..., source: _Optional[str] = ..., created_unix_ms: _Optional[int] = ..., request_id: _Optional[str] = ...) -> None: ...

@@ -69,18 +69,20 @@ class PastSession(_message.Message):
     def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., event_id: _Optional[str] = ...) -> None: ...
 
 class RetrieveRequest(_message.Message):
-    __slots__ = ("tenant", "question", "k", "m", "max_new_tokens")
+    __slots__ = ("tenant", "question", "k", "m", "max_new_tokens", "tokenizer_id")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     M_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     question: str
     k: int
     m: int
     max_new_tokens: int
-    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
+    tokenizer_id: str
+    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., tokenizer_id: _Optional[str] = ...) -> None: ...
 
 class RetrieveResponse(_message.Message):
     __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms", "notes", "unknown_tenant")
@@ -109,11 +111,31 @@ class RetrieverStatsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class RetrieverStatsResponse(_message.Message):
-    __slots__ = ("chunks", "sessions", "tenants")
+    __slots__ = ("chunks", "sessions", "tenants", "model", "tokenizer_id")
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
     chunks: int
     sessions: int
     tenants: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, chunks: _Optional[int] = ..., sessions: _Optional[int] = ..., tenants: _Optional[_Iterable[str]] = ...) -> None: ...
+    model: str
+    tokenizer_id: str
+    def __init__(self, chunks: _Optional[int] = ..., sessions: _Optional[int] = ..., tenants: _Optional[_Iterable[str]] = ..., model: _Optional[str] = ..., tokenizer_id: _Optional[str] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("tenant", "doc_ids")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DOC_IDS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    doc_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tenant: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("documents", "total_chunks")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_CHUNKS_FIELD_NUMBER: _ClassVar[int]
+    documents: int
+    total_chunks: int
+    def __init__(self, documents: _Optional[int] = ..., total_chunks: _Optional[int] = ...) -> None: ...

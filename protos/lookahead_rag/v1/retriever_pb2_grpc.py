@@ -49,6 +49,11 @@ class RetrieverStub:
                 request_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsRequest.SerializeToString,
                 response_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsResponse.FromString,
                 _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/lookahead_rag.v1.Retriever/Delete',
+                request_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.SerializeToString,
+                response_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
+                _registered_method=True)
 
 
 class RetrieverServicer:
@@ -72,6 +77,12 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Delete(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrieverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +100,11 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.Stats,
                     request_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsRequest.FromString,
                     response_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsResponse.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.FromString,
+                    response_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +188,33 @@ class Retriever:
             '/lookahead_rag.v1.Retriever/Stats',
             lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsRequest.SerializeToString,
             lookahead__rag_dot_v1_dot_retriever__pb2.RetrieverStatsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lookahead_rag.v1.Retriever/Delete',
+            lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.SerializeToString,
+            lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,24 @@
+"""HTTP front-door settings (the [http] table, env ``LAR_HTTP_*``)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from services.common.ports import HTTP_PORT
+from services.common.settings import ServiceSettings
+
+
+class HttpSettings(ServiceSettings):
+    """Where the OpenAI-compatible endpoint listens (it runs where the generator runs)."""
+
+    model_config = SettingsConfigDict(env_prefix="LAR_HTTP_")
+    section: ClassVar[str] = "http"
+
+    enabled: bool = Field(True, description="serve /v1/chat/completions beside the generator's gRPC server")
+    host: str = Field("127.0.0.1", description="interface it binds (0.0.0.0 in containers)")
+    port: int = Field(HTTP_PORT, ge=0, le=65535, description="TCP port (0 = any free port)")
+    tenant_header: str = Field("x-tenant", description="request header naming the tenant (until API keys bind it)")
+    default_tenant: str = Field("", description="tenant when the header is absent (empty: the header is required)")
