@@ -8,10 +8,11 @@ from services.cli import dispatch
 
 # subcommand -> (module exposing main(argv: list[str]) -> int, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "decoding": ("bench.decoding", "decoding benchmark: greedy vs prompt-lookup vs lookahead modes"),
-    "serve": ("bench.serve", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
+    "decoding": ("bench.decoding_args", "decoding benchmark: greedy vs prompt-lookup vs lookahead modes"),
+    "serve": ("bench.serve_args", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
     "events": ("bench.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
-    "retrieval": ("bench.retrieval", "retrieval latency: p50/p99 of embedding a question + searching a flat index"),
+    "retrieval": ("bench.retrieval_args", "retrieval latency: p50/p99 of embedding a question + a flat-index search"),
+    "plot": ("bench.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 
 

@@ -8,9 +8,12 @@ import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from transformers import PreTrainedTokenizerBase
+if TYPE_CHECKING:  # a type only: importing transformers would make every --help slow
+    from transformers import PreTrainedTokenizerBase
+
+from bench.dataset import Source, add_dataset_args
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question using the documents below. "
@@ -19,10 +22,10 @@ SYSTEM_PROMPT = (
 
 
 def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
-    """A benchmark's parser with the workload every decoding benchmark reads: --corpus and --questions."""
+    """A benchmark's parser with the workload every decoding benchmark reads: --corpus and --questions
+    (default: the bundled set; resolve them with ``bench.dataset.dataset_from_args``)."""
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--corpus", required=True, help="JSONL {id,title,text}")
-    p.add_argument("--questions", required=True, help="JSONL {id,question,doc_id[,answerable]}")
+    add_dataset_args(p)
     return p
 
 
@@ -42,9 +45,10 @@ def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
 
 
-def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a JSONL file (blank lines skipped)."""
-    with open(path, encoding="utf-8") as fh:
+def read_jsonl(path: str | Path | Source) -> list[dict[str, Any]]:
+    """Rows of a JSONL file, yours or the bundled package data (blank lines skipped)."""
+    source = Path(path) if isinstance(path, str | os.PathLike) else path
+    with source.open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
 

@@ -1,21 +1,4 @@
-"""Decoding benchmark: greedy vs transformers' prompt lookup vs lookahead modes, side by side.
-
-    lookahead-rag-bench decoding --corpus C.jsonl --questions Q.jsonl --limit 40 \
-        --modes greedy,prompt-lookup,none,llma,parallel,hierarchical --max-new-tokens 128 --json out.json
-
-Every question runs through every mode in turn in one process (machine noise is shared). Scenarios:
-cold (default: each question's trie holds only its prompt and its own output), --accumulate
-(outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
-the second reported). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
-generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop on one
-KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is the greedy baseline.
-
-Sampling (``--temperature T [--top-p P --top-k K --seed S]``, T > 0): ``greedy`` gives way to
-``reference`` (lookahead_core.sampling.generate_sampled, plain sampling on the stock model, one token
-per forward), the baseline of ``speedup_vs_reference`` and ``exact_match_vs_reference``; every
-question uses the same seed S; ``prompt-lookup`` is transformers' sampling (torch.manual_seed(S)
-before each question), which is not expected to match the reference token for token.
-"""
+"""The decoding benchmark (what it measures and its command line: bench/decoding_args.py)."""
 
 from __future__ import annotations
 
@@ -46,14 +29,16 @@ from bench.common import (
     machine,
     print_table,
     read_jsonl,
-    workload_parser,
     write_json,
 )
-from bench.decoding_plot import REFERENCE, plot
+from bench.decoding_args import DEFAULT_MODES
+from bench.decoding_args import parse_args as _parse_args
+from bench.decoding_plot import REFERENCE
 from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
-from bench.sampling_args import Sampling, add_sampling_args, sampling_from_args, speedup
+from bench.plot import plot_result
+from bench.sampling_args import Sampling, speedup
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document
 from services.retriever.settings import RetrieverSettings
@@ -61,7 +46,7 @@ from services.retriever.settings import RetrieverSettings
 HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
 STATELESS = (*HF_MODES, REFERENCE)  # no trie: nothing to warm in a first --repeat pass
 PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
-DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
+__all__ = ["DEFAULT_MODES", "ModeTotals", "main", "parse_args", "resolve_modes"]
 
 
 @dataclass
@@ -115,38 +100,8 @@ class CallCounter:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = workload_parser("lookahead-rag-bench decoding", __doc__)
-    p.add_argument("--limit", type=int, default=40, help="first N answerable questions")
-    p.add_argument("--modes", default=DEFAULT_MODES, help="comma-separated modes")
-    p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--decoding-length", default="auto",
-                   help="draft tokens per forward, or 'auto': the library default as a cap under --engine "
-                        "scheduler (budgets adapt per step), calibrated on --calibrate questions under decoder")
-    p.add_argument("--branch-length", type=int, default=0, help="trie branch length (0 = library default)")
-    p.add_argument("--calibrate", type=int, default=4,
-                   help="with --decoding-length auto: answerable questions AFTER the benchmarked ones used "
-                        "to measure acceptance vs tree size (never the benchmarked questions themselves)")
-    p.add_argument("--accumulate", action="store_true", help="outputs of earlier questions stay in the trie")
-    p.add_argument("--warm", default=None, help="JSONL of questions answered first (implies --accumulate)")
-    p.add_argument("--warm-limit", type=int, default=100, help="first N answerable questions of --warm")
-    p.add_argument("--warm-skip", type=int, default=0,
-                   help="skip the first N answerable --warm questions (e.g. the benchmarked ones)")
-    p.add_argument("--repeat", action="store_true", help="ask every question twice, report the second pass")
-    p.add_argument("--retrieve", type=int, default=0,
-                   help="K: prompts hold the top-K retrieved chunks of the corpus instead of doc_id's paragraph")
-    p.add_argument("--via-grpc", action="store_true",
-                   help="also answer the questions through the three services, in-process and over loopback gRPC")
-    p.add_argument("--engine", choices=("scheduler", "decoder"), default="scheduler",
-                   help="lookahead modes through the serving engine's step scheduler (prefix-KV reuse, kernels "
-                        "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    add_sampling_args(p, "sampling seed, the same for every question (with --temperature > 0)")
-    args = p.parse_args(argv)
-    args.sampling = sampling_from_args(p, args)
-    return args
+    """The flags (bench/decoding_args.py)."""
+    return _parse_args(argv)
 
 
 def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new: int,
@@ -178,7 +133,11 @@ def _reference_runner(model: torch.nn.Module, tok: Any, counter: CallCounter, cf
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv or [])
+    return run(parse_args(argv or []))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The benchmark for parsed arguments (bench.decoding_args.main parses them without torch)."""
     if args.threads:
         torch.set_num_threads(args.threads)
     sampling: Sampling = args.sampling
@@ -308,8 +267,12 @@ def main(argv: list[str] | None = None) -> int:
         ("mean_accepted_per_step", "tok/step", ".2f"), (f"speedup_vs_{ref}", f"x {ref}", ".2f"),
         ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f")])
     data = {
+        "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
         "device": f"cpu ({platform.processor() or platform.machine()})",
+        "cpu": cpu_name(),
+        "machine": machine(),
+        "dataset": args.dataset,
         "threads": torch.get_num_threads(),
         "scenario": scenario,
         "questions": len(prompts),
@@ -333,8 +296,6 @@ def main(argv: list[str] | None = None) -> int:
         "modes": rows,
     }
     if args.via_grpc:
-
-
         docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
         print("answering through the pipeline: in-process vs three gRPC services on loopback...")
         extra = asyncio.run(measure_pipeline(model, tok, docs, [q["question"] for q in questions],
@@ -347,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_json(args.json, data)
         png = args.png or str(args.json).removesuffix(".json") + ".png"
-        plot(data, png, f"{cpu_name()}; {machine()}")
+        plot_result(data, png)
         print(f"wrote {args.json} and {png}")
     return 0
 
@@ -370,8 +331,6 @@ def _print_cost(measured: CostCurve, curve: CostCurve) -> None:
 def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str], k: int,
                        max_new: int) -> list[list[int]]:
     """Prompts assembled by the retriever from the top-k chunks of the whole corpus."""
-
-
     with tempfile.TemporaryDirectory() as tmp:
         core = RetrieverCore(RetrieverSettings(data_dir=tmp), tokenizer=tok)
         core.ingest("bench", [Document(r["id"], r.get("title", ""), r["text"]) for r in rows])

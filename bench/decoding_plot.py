@@ -4,7 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.plot_common import (
+    LABEL_FONT,
+    TITLE_FONT,
+    UNKNOWN,
+    Y_MARGIN,
+    figure,
+    known,
+    label_bars,
+    label_points,
+    save,
+    title,
+)
+
 REFERENCE = "reference"  # the reference sampler (lookahead_core.sampling): the baseline mode when sampling
+MS_PER_S = 1000.0
+# offset in points of each curve's value labels (above, below, ...), so two close curves stay readable
+POINT_OFFSETS = ((0, 6), (0, -12), (0, 14), (0, -20))
+BAR_COLOR = "tab:blue"
+BASELINE_LINE = {"color": "gray", "lw": 0.8}
+TREE_LINE = {"color": "tab:red", "ls": "--", "lw": 0.8}
+TREE_LINE_LABEL = {"scheduler": "tree size cap", "decoder": "chosen tree size"}  # by engine
 
 
 def baseline_label(data: dict[str, Any]) -> str:
@@ -13,40 +33,69 @@ def baseline_label(data: dict[str, Any]) -> str:
         top_k = f", top-k {data['top_k']}" if data.get("top_k") else ""
         return (f"reference sampler (plain sampling, T={data['temperature']:g}, top-p {data['top_p']:g}{top_k}, "
                 f"seed {data['seed']} for every question)")
-    which = "HF generate" if data["greedy_baseline"] == "hf" else "engine one-token (none)"
+    which = data.get("greedy_baseline")
+    if which is None:  # files from before the baseline was recorded
+        return f"greedy, the 'greedy' mode (HF generate or engine one-token: {UNKNOWN})"
+    which = "HF generate" if which == "hf" else "engine one-token (none)"
     return f"greedy, the faster of HF generate and none: {which}"
 
 
-def plot(data: dict[str, Any], path: str, machine_desc: str) -> None:
-    """Speedup per mode (value on every bar, exact match under its name) and the forward-cost curve."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ref = REFERENCE if data.get("baseline") == REFERENCE else "greedy"
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.8))
+def speedup_panel(ax: Any, data: dict[str, Any], ref: str) -> None:
+    """Speedup per mode against ref (value on every bar; exact match and tokens per step under its name)."""
     modes = list(data["modes"])
-    values = [data["modes"][m][f"speedup_vs_{ref}"] or 0 for m in modes]
-    exact = [data["modes"][m][f"exact_match_vs_{ref}"] for m in modes]
-    names = [m if e is None else f"{m}\nexact {e:.2f}" for m, e in zip(modes, exact, strict=True)]
-    bars = a.bar(names, values, color="tab:blue")
-    a.bar_label(bars, labels=[f"{v:.2f}x" for v in values], fontsize=8, padding=2)
-    a.axhline(1.0, color="gray", lw=0.8)
-    a.set_ylabel(f"speedup vs {ref} (wall)")
-    a.set_title(f"{data['scenario']}: {data['questions']} questions, {data['max_new_tokens']} new tokens",
-                fontsize=9)
-    a.margins(y=0.12)
-    a.tick_params(axis="x", labelsize=8)
-    measured = data["kernels"]["measured_s"]
-    for kernel, seconds in measured["seconds"].items():
-        b.plot(measured["token_counts"], [s * 1000.0 for s in seconds], marker="o", label=kernel)
-    b.axvline(data["decoding_length"] + 1, color="tab:red", ls="--", lw=0.8, label="chosen tree size")
-    b.set_xlabel("tokens in the verification forward")
-    b.set_ylabel("ms / forward")
-    b.legend()
-    fig.suptitle(f"{data['model']} on {machine_desc}, threads={data['threads']}, engine {data['engine']}\n"
-                 f"baseline: {baseline_label(data)}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    rows = [data["modes"][m] for m in modes]
+    values = [r.get(f"speedup_vs_{ref}") for r in rows]
+    names = []
+    for m, r in zip(modes, rows, strict=True):
+        exact, per_step = r.get(f"exact_match_vs_{ref}"), r.get("mean_accepted_per_step")
+        names.append("\n".join([m, *([f"exact {exact:.2f}"] if exact is not None else []),
+                                *([f"{per_step:.2f} tok/step"] if per_step is not None else [])]))
+    bars = ax.bar(names, [v or 0.0 for v in values], color=BAR_COLOR)
+    label_bars(ax, bars, values, lambda v: f"{v:.2f}x")
+    ax.axhline(1.0, **BASELINE_LINE)
+    ax.set_ylabel(f"speedup vs the {ref} baseline (x, wall time incl. prefill)")
+    ax.set_xlabel("mode (exact match vs the baseline's output; tokens per forward step)")
+    ax.set_title(f"{data.get('scenario', UNKNOWN)}: {data.get('questions', UNKNOWN)} questions, "
+                 f"{data.get('max_new_tokens', UNKNOWN)} new tokens, engine {known(data.get('engine'))}",
+                 fontsize=TITLE_FONT)
+    ax.tick_params(axis="x", labelsize=LABEL_FONT)
+
+
+def _curves(data: dict[str, Any]) -> tuple[list[int], dict[str, list[float]]]:
+    """Token counts and ms per forward of every timed kernel (older files: the recorded cost only)."""
+    measured = (data.get("kernels") or {}).get("measured_s")
+    if measured:
+        ms = {k: [s * MS_PER_S for s in secs] for k, secs in measured["seconds"].items()}
+        return list(measured["token_counts"]), ms
+    cost = data.get("forward_cost_ms") or {}
+    counts = sorted(cost, key=int)
+    return [int(q) for q in counts], {"forward_cost_ms": [cost[q] for q in counts]}
+
+
+def _forward_cost(ax: Any, data: dict[str, Any]) -> None:
+    counts, curves = _curves(data)
+    for i, (kernel, ms) in enumerate(curves.items()):
+        (line,) = ax.plot(counts, ms, marker="o", label=kernel)
+        label_points(ax, counts, ms, line.get_color(), POINT_OFFSETS[i % len(POINT_OFFSETS)], lambda v: f"{v:.0f}")
+    if "decoding_length" in data:
+        which = TREE_LINE_LABEL.get(data.get("engine"), "decoding_length + 1")
+        ax.axvline(data["decoding_length"] + 1, **TREE_LINE, label=f"{which} ({data['decoding_length'] + 1})")
+    cache = (data.get("kernels") or {}).get("cache_tokens")
+    ax.set_title("forward cost " + (f"over a cache of {cache} tokens" if cache else f"(cache size {UNKNOWN})"),
+                 fontsize=TITLE_FONT)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(counts, [str(q) for q in counts])
+    ax.set_xlabel("tokens in one verification forward (count, log scale)")
+    ax.set_ylabel("wall time per forward (ms)")
+    ax.margins(y=Y_MARGIN)
+    ax.legend(fontsize=LABEL_FONT)
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    """Speedup per mode (value on every bar, exact match under its name) and the forward-cost curve."""
+    ref = REFERENCE if data.get("baseline") == REFERENCE else "greedy"
+    fig, (a, b) = figure(2)
+    speedup_panel(a, data, ref)
+    _forward_cost(b, data)
+    what = f"Decoding speedup, lossless lookahead modes vs {ref}; data: {known(data.get('dataset'))}"
+    save(fig, path, title(data, what, baseline_label(data)))

@@ -37,7 +37,8 @@ from typing import Any
 import numpy as np
 from lookahead_rag.v1 import events_pb2
 
-from bench.common import print_table, write_json
+from bench.common import cpu_name, machine, print_table, write_json
+from bench.plot import default_png, plot_result
 from services.events.kafka.broker import LocalBroker, ensure_topics
 from services.events.kafka.cluster_offsets import log_end_offsets
 from services.events.kafka.consumer import KafkaConsumerRunner
@@ -285,6 +286,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="SQLite synchronous mode of the outbox (FULL: an fsync per publish)",
     )
     p.add_argument("--json", default=None, help="write the results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     p.add_argument("--verbose", action="store_true", help="log the consumers' rebalances and kills")
     for hidden in ("--state-dir", "--done-file", "--settings-json"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
@@ -319,6 +321,9 @@ async def run_bench(args: argparse.Namespace) -> dict[str, Any]:
             phases.append(await run_phase(name, settings, Path(tmp), args, kill_every))
     rows = [p.row() for p in phases]
     return {
+        "kind": "events",  # what `lookahead-rag-bench plot` draws
+        "cpu": cpu_name(),
+        "machine": machine(),
         "events": args.events,
         "lost": sum(p.lost for p in phases),
         "applied_twice": sum(p.applied_twice for p in phases),
@@ -353,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     print(" ".join(f"{k}={v}" for k, v in summary.items()), f"(lag: steady phase at {args.rate:g}/s)")
     if args.json:
         write_json(args.json, data)
+    png = args.png or (str(default_png(args.json)) if args.json else None)
+    if png:
+        plot_result(data, png)
+        print(f"wrote {png}")
     return 0 if data["lost"] == 0 and data["applied_twice"] == 0 else 1
 
 

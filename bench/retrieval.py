@@ -1,15 +1,4 @@
-"""Retrieval latency: p50/p99 of embedding a question + searching a flat index of >= 10k chunks.
-
-    lookahead-rag-bench retrieval [--squad ../shared/data/squad-dev] [--chunks 10000] [--json out.json]
-
-The index holds the bundled stdlib corpus (+ the squad paragraphs if given) and is filled up to
-``--chunks`` with variants of those chunks: a variant's vector is its source chunk's vector plus
-gaussian noise, renormalized (``--noise``), so the filler needs no minutes of encoding. A flat
-index's search cost is n x dim multiply-adds whatever the vectors hold, so the latency is that of
-the same number of real chunks. Every chunk goes through the normal ingest path (chunking, index,
-id map); only their vectors come from a VectorCache. ``measure_retrieval`` is what
-``lookahead-rag-bench decoding`` reports as ``"retrieval"``.
-"""
+"""Retrieval latency, measured (what it measures and its command line: bench/retrieval_args.py)."""
 
 from __future__ import annotations
 
@@ -23,21 +12,19 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import print_table, read_jsonl, write_json
+from bench.common import cpu_name, machine, print_table, read_jsonl, write_json
+from bench.dataset import Dataset, Source
+from bench.plot import default_png, plot_result
+from bench.retrieval_args import DEFAULT_CHUNKS, parse
 from services.retriever.core import RetrieverCore
 from services.retriever.corpus import bundled_corpus_path, sample_questions_path
 from services.retriever.documents import ChunkRecord, Document, make_chunks
 from services.retriever.embeddings import Embedder
-from services.retriever.ingest import read_jsonl as read_documents_jsonl
 from services.retriever.settings import IndexKind, RetrieverSettings
 from services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
 
 TENANT = "bench"
-DEFAULT_CHUNKS = 10_000  # the issue's target: p50 < 20 ms over 10k chunks (flat)
-DEFAULT_K = 4
-DEFAULT_REPEATS = 20  # passes over the question list
 WARMUP_QUERIES = 5  # first calls pay lazy initialisation; not timed
-DEFAULT_NOISE = 0.3  # filler vector = normalize(v + noise * N(0, I) / sqrt(dim))
 SEED = 0
 P50, P99 = 50, 99
 MS_PER_S = 1000.0
@@ -124,14 +111,19 @@ def variants(
     return docs, texts, noisy
 
 
+def documents(path: str | Path | Source) -> list[Document]:
+    """The rows of a corpus JSONL file ({id, title, text[, source]}) as documents."""
+    return [Document(r["id"], r.get("title", ""), r["text"], r.get("source", "")) for r in read_jsonl(path)]
+
+
 def build_core(
-    target_chunks: int, squad_dir: Path | None, noise: float, settings: RetrieverSettings
+    target_chunks: int, corpus: Source | None, noise: float, settings: RetrieverSettings
 ) -> tuple[RetrieverCore, dict[str, int]]:
     """A core whose tenant TENANT holds >= target_chunks chunks (real first, then variants)."""
     embedder = Embedder(settings.embedder_path, batch_size=settings.embed_batch_size)
-    docs = list(read_documents_jsonl(bundled_corpus_path()))
-    if squad_dir is not None:
-        docs += list(read_documents_jsonl(squad_dir / "corpus.jsonl"))
+    docs = documents(bundled_corpus_path())
+    if corpus is not None:
+        docs += documents(corpus)
     chunks = [c for d in docs for c in make_chunks(d, settings.chunk_chars, settings.chunk_overlap)]
     texts = [c.embedding_text() for c in chunks]
     vectors = with_cache(embedder, settings.vector_cache, embedder.name).encode(texts)  # [n, dim]
@@ -143,33 +135,28 @@ def build_core(
     return core, {"real_chunks": len(texts), "variant_chunks": len(extra_texts)}
 
 
-def questions_for(squad_dir: Path | None) -> list[str]:
+def questions_for(path: Source | None) -> list[str]:
+    """The stdlib sample questions, then those of ``path`` (every one: latency does not need answers)."""
     questions = [q["question"] for q in read_jsonl(sample_questions_path())]
-    if squad_dir is not None:
-        questions += [q["question"] for q in read_jsonl(squad_dir / "questions.jsonl")]
+    if path is not None:
+        questions += [q["question"] for q in read_jsonl(path)]
     return questions
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="lookahead-rag-bench retrieval", description=__doc__.splitlines()[0])
-    parser.add_argument("--chunks", type=int, default=DEFAULT_CHUNKS, help="index size to reach")
-    parser.add_argument("--squad", type=Path, help="folder with corpus.jsonl and questions.jsonl to add")
-    parser.add_argument("--k", type=int, default=DEFAULT_K, help="chunks per search")
-    parser.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="passes over the questions")
-    parser.add_argument("--noise", type=float, default=DEFAULT_NOISE, help="variant vectors' noise level")
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads, as a standalone retriever runs (0: torch's default)"
-    )
-    parser.add_argument("--json", type=Path, help="write the results here as well")
-    args = parser.parse_args(argv)
+    return run(*parse(argv or []))
+
+
+def run(args: argparse.Namespace, dataset: Dataset) -> int:
+    """The benchmark for parsed arguments (bench.retrieval_args.main parses them without torch)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
     settings = RetrieverSettings(data_dir=None, index_kind=IndexKind.FLAT, torch_threads=args.threads)
     start = time.perf_counter()
-    core, sizes = build_core(args.chunks, args.squad, args.noise, settings)
+    core, sizes = build_core(args.chunks, dataset.corpus, args.noise, settings)
     build_s = time.perf_counter() - start
-    base_questions = questions_for(args.squad)
+    base_questions = questions_for(dataset.questions)
     questions = base_questions * args.repeats if len(base_questions) < DEFAULT_CHUNKS else base_questions
     search = measure_retrieval(core, TENANT, questions, args.k)
     cpu = measure_search_cpu(core, TENANT, questions, args.k)
@@ -196,6 +183,11 @@ def main(argv: list[str] | None = None) -> int:
         ],
     )
     result = {
+        "kind": "retrieval",  # what `lookahead-rag-bench plot` draws
+        "embedder": settings.embedder_path.name,
+        "cpu": cpu_name(),
+        "host": machine(),
+        "dataset": f"stdlib corpus + {dataset.name}",
         "retrieval": search,
         "search_cpu": cpu,
         "embedding": embed,
@@ -211,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     print(result)
     if args.json is not None:
         write_json(args.json, result)
+    png = args.png or (default_png(args.json) if args.json is not None else None)
+    if png is not None:
+        plot_result(result, png)
+        print(f"wrote {png}")
     return 0
 
 

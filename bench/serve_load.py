@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench.common import answerable, read_jsonl
+from bench.dataset import Source
 from services.retriever.documents import CHUNK_ID_SEP, Document
 
 SINGLE_TENANT = "bench"  # the tenant of every question without --tenants-by-title
@@ -57,7 +58,7 @@ def _title_of(doc_id: str, corpus: dict[str, dict[str, Any]]) -> str:
     return str(row.get("title") or "") if row else doc_id.split(CHUNK_ID_SEP)[0]
 
 
-def load_workload(corpus_path: str, questions_path: str, pool: int, by_title: bool) -> Workload:
+def load_workload(corpus_path: str | Source, questions_path: str | Source, pool: int, by_title: bool) -> Workload:
     """Corpus rows ({id,title,text}) as documents per tenant; the first ``pool`` answerable questions."""
     rows = read_jsonl(corpus_path)
     corpus = {r["id"]: r for r in rows}

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-PANELS = (("goodput_tokens_per_s", "goodput (tokens/s)"), ("ttft_p99_s", "TTFT p99 (s)"))
+from bench.plot_common import UNKNOWN, Y_MARGIN, figure, fmt_value, known, label_points, save, title
+
+PANELS = (("goodput_tokens_per_s", "goodput (tokens of completed requests / s)"),
+          ("ttft_p99_s", "time to first token, p99 (s, client-side)"))
 # way -> (colour, marker, label offset in points: staggered so close values stay readable)
+X_MARGIN = 0.08  # room left and right of the outer levels for their labels
 WAY_STYLE = {"on": ("tab:blue", "o", (-16, 7)), "off": ("tab:orange", "s", (0, -15)),
              "serial_hf": ("tab:gray", "^", (16, 7))}
-
-
-def _label(y: float) -> str:
-    return f"{y:.1f}" if abs(y) >= 10 else f"{y:.2f}"
 
 
 def _baseline(data: dict[str, Any]) -> str:
@@ -19,41 +19,34 @@ def _baseline(data: dict[str, Any]) -> str:
         top_k = f", top-k {data['top_k']}" if data.get("top_k") else ""
         return (f"reference sampler (T={data['temperature']:g}, top-p {data['top_p']:g}{top_k}, "
                 f"seed {data['seed']} for every request)")
+    if data.get("serial_baseline") is None:  # files from before the baseline was recorded
+        return f"transformers generate (greedy or sampled: {UNKNOWN}, not recorded)"
     return "transformers generate, greedy"
 
 
 def plot(data: dict[str, Any], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Goodput and TTFT p99 against concurrency, one line per way, the value at every point."""
     levels = sorted(data["levels"], key=int)
     ways = [w for w in WAY_STYLE if any(w in data["levels"][c] for c in levels)]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, axes = figure(len(PANELS))
     for ax, (key, label) in zip(axes, PANELS, strict=True):
         for way in ways:
             pts = [(int(c), data["levels"][c][way][key]) for c in levels
-                   if way in data["levels"][c] and data["levels"][c][way][key] is not None]
+                   if way in data["levels"][c] and data["levels"][c][way].get(key) is not None]
             if not pts:
                 continue
             color, marker, offset = WAY_STYLE[way]
             xs, ys = zip(*pts, strict=True)
             ax.plot(xs, ys, marker=marker, color=color, label=way)
-            for x, y in pts:
-                ax.annotate(_label(y), (x, y), textcoords="offset points", xytext=offset, ha="center",
-                            fontsize=8, color=color)
+            label_points(ax, xs, ys, color, offset, fmt_value)
         ax.set_xscale("log", base=2)
         ax.set_xticks([int(c) for c in levels], [str(c) for c in levels])
-        ax.set_xlabel("concurrent clients (closed loop)")
+        ax.set_xlabel("concurrent clients (closed loop, count)")
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
-        ax.margins(x=0.08, y=0.12)
+        ax.margins(x=X_MARGIN, y=Y_MARGIN)
         ax.legend()
-    fig.suptitle(f"{data['model']} on {data['device']} ({data['cpu']}; {data['machine']}), threads={data['threads']}; "
-                 f"{data['requests']} requests, Zipf {data['zipf']}, pool {data['pool']}, "
-                 f"{data['max_new_tokens']} new tokens\nbaseline serial_hf: {_baseline(data)}, "
-                 "batch 1, one request at a time", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    what = (f"Serving: speculation on vs off vs serial_hf; {known(data.get('requests'))} requests a level, "
+            f"Zipf {known(data.get('zipf'))}, pool {known(data.get('pool'))}, "
+            f"{known(data.get('max_new_tokens'))} new tokens; data: {known(data.get('dataset'))}")
+    save(fig, path, title(data, what, f"serial_hf = {_baseline(data)}, batch 1, one request at a time"))

@@ -1,0 +1,81 @@
+"""Redraw a benchmark's PNG from its JSON, without running anything.
+
+    lookahead-rag-bench plot RESULT.json [--png OUT.png] [--kind decoding|pipeline|serve|retrieval|events]
+
+The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
+existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
+``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval. The PNG goes
+next to the JSON unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+# kind -> module with plot(data, path)
+PLOTTERS = {
+    "decoding": "bench.decoding_plot",
+    "pipeline": "bench.pipeline_plot",
+    "serve": "bench.serve_plot",
+    "retrieval": "bench.retrieval_plot",
+    "events": "bench.events_plot",
+}
+# (keys a file of that kind has, kind), most specific first
+SIGNATURES = (
+    (("levels",), "serve"),
+    (("modes", "pipeline"), "pipeline"),
+    (("modes",), "decoding"),
+    (("phases",), "events"),
+    (("index", "retrieval"), "retrieval"),
+)
+
+
+def kind_of(data: dict[str, Any]) -> str:
+    """The benchmark a result came from: its ``"kind"`` field, else recognised by its keys."""
+    if data.get("kind") in PLOTTERS:
+        return str(data["kind"])
+    for keys, kind in SIGNATURES:
+        if all(k in data for k in keys):
+            return kind
+    raise ValueError(f"not a benchmark result this command knows (keys: {', '.join(sorted(data)[:8])})")
+
+
+def plot_result(data: dict[str, Any], png: str | Path, kind: str | None = None) -> str:
+    """Draw ``data`` as its kind's PNG at ``png``; returns the kind drawn."""
+    kind = kind or kind_of(data)
+    importlib.import_module(PLOTTERS[kind]).plot(data, str(png))
+    return kind
+
+
+def default_png(json_path: str | Path) -> Path:
+    """The PNG next to a JSON: same name, .png."""
+    return Path(json_path).with_suffix(".png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="lookahead-rag-bench plot", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json", nargs="+", help="result file(s) written by a benchmark's --json")
+    p.add_argument("--png", default=None, help="where to write (one JSON only; default: next to the JSON)")
+    p.add_argument("--kind", choices=sorted(PLOTTERS), default=None, help="draw as this kind (default: detect)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.png and len(args.json) > 1:
+        p.error("--png names one output: give one JSON")
+    for path in args.json:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        png = args.png or default_png(path)
+        try:
+            kind = plot_result(data, png, args.kind)
+        except ValueError as exc:
+            p.error(f"{path}: {exc}")
+        print(f"{path} ({kind}) -> {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

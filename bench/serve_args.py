@@ -1,0 +1,83 @@
+"""Serving benchmark: closed-loop clients against the three gRPC services, speculation on vs off vs serial HF.
+
+    lookahead-rag-bench serve [--corpus C.jsonl --questions Q.jsonl] --pool 100 --requests 200 --zipf 1.1 \\
+        --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
+        [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
+        [--temperature T --top-p P --top-k K]
+
+Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
+pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
+this process on loopback gRPC. At each concurrency level c, c closed-loop
+clients send the same Zipf-popular request sequence (bench/serve_load.py) three ways, each on fresh
+services (cold caches) sharing one loaded model:
+
+- ``on``: speculation on (the server's default mode);
+- ``off``: GenerationParams.mode="none": same engine, scheduler and batching, one token per step;
+- ``serial_hf``: transformers' generate(do_sample=False) on the stock model, one request at a time,
+  over the prompt ids the ``on`` way assembled (no retrieval); its TTFT is re-timed as if the c
+  clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue). With
+  ``--temperature T > 0`` it runs the reference sampler (lookahead_core.sampling.generate_sampled)
+  instead, with the same temperature / top-p / top-k and seed.
+
+Exact match compares every answer with the serial baseline's answer to its own prompt ids (serial_hf's
+outputs, computed untimed for prompts it did not cover): batch-1 greedy, or the reference sampler's
+output for the same seed. Sampling: every request carries --temperature/--top-p/--top-k and the
+one seed --seed (which also fixes the request sequence). Metric definitions: bench/serve_stats.py.
+
+``lookahead-rag-bench serve``'s command line; the benchmark (bench/serve.py, torch) loads only
+once the arguments are parsed, so ``--help`` stays light.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.common import workload_parser
+from bench.dataset import dataset_from_args
+from bench.sampling_args import add_sampling_args, sampling_from_args
+
+WAYS = ("on", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
+
+
+def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
+    p = workload_parser("lookahead-rag-bench serve", __doc__ if doc is None else doc)
+    p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
+    p.add_argument("--requests", type=int, default=200, help="requests per level and way")
+    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
+    p.add_argument("--concurrency", default="1,4,16", help="comma-separated closed-loop client counts")
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--ways", default=",".join(WAYS), help="comma-separated subset of on,off,serial_hf")
+    p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title")
+    p.add_argument("--kafka", default="", help="HOST:PORT of a Kafka broker (default: the in-process bus)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
+    p.add_argument("--dependency-timeout-s", type=float, default=60.0,
+                   help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
+    p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra generator setting (a GeneratorSettings field), repeatable")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    add_sampling_args(p, "fixes the request sequence and, with --temperature > 0, is every request's sampling seed")
+    args = p.parse_args(argv)
+    args.dataset = dataset_from_args(p, args).name
+    args.sampling = sampling_from_args(p, args)
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    if not ways or any(w not in WAYS for w in ways):
+        p.error(f"--ways must name some of {','.join(WAYS)}")
+    if "serial_hf" in ways and not {"on", "off"} & set(ways):
+        p.error("serial_hf replays the prompts of on (or off): name one of them too")
+    args.ways = [w for w in WAYS if w in ways]
+    args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
+    if not args.levels or args.levels[0] < 1:
+        p.error("--concurrency needs positive integers")
+    return args
+
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv or [])
+    from bench.serve import run  # torch: see the module docstring
+
+    return run(args)

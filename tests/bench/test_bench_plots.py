@@ -1,0 +1,186 @@
+"""The benchmarks' PNGs from hand-made results (no model, no benchmark run) and the bundled question set."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import dataset
+from bench.plot import PLOTTERS, kind_of, main, plot_result
+from bench.plot_common import UNKNOWN, machine_label, title
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+GREEDY_ROW = {"new_tokens": 100, "wall_s": 10.0, "tokens_per_s": 10.0, "forward_steps": 98,
+              "mean_accepted_per_step": 1.02, "speedup_vs_greedy": 1.0, "speedup_vs_none": 0.9,
+              "exact_match_vs_greedy": 1.0}
+FAST_ROW = {**GREEDY_ROW, "wall_s": 5.0, "forward_steps": 50, "mean_accepted_per_step": 2.0,
+            "speedup_vs_greedy": 2.0, "speedup_vs_none": 1.8}
+
+
+def _decoding(**extra: Any) -> dict[str, Any]:
+    """A decoding result as written today (kernels, engine, machine and dataset recorded)."""
+    return {
+        "kind": "decoding", "model": "tiny", "device": "cpu (x86_64)", "cpu": "Test CPU", "machine": "Linux, 2 cores",
+        "dataset": "bundled", "threads": 2, "scenario": "cold", "questions": 2, "max_new_tokens": 16,
+        "decoding_length": 8, "engine": "scheduler", "greedy_baseline": "hf",
+        "forward_cost_ms": {"1": 40.0, "8": 60.0},
+        "kernels": {"cache_tokens": 300, "measured_s": {"token_counts": [1, 8],
+                                                        "seconds": {"stock": [0.05, 0.08], "packed": [0.04, 0.06]}}},
+        "modes": {"greedy": GREEDY_ROW, "hierarchical": FAST_ROW}, **extra,
+    }
+
+
+def _old_decoding() -> dict[str, Any]:
+    """A file from before kernels, engine, machine and the greedy baseline were recorded."""
+    data = _decoding()
+    for key in ("kind", "cpu", "machine", "dataset", "engine", "greedy_baseline", "kernels"):
+        data.pop(key)
+    return data
+
+
+def _sampled() -> dict[str, Any]:
+    rows = {m: {k.replace("greedy", "reference"): v for k, v in r.items()}
+            for m, r in {"reference": GREEDY_ROW, "hierarchical": FAST_ROW}.items()}
+    data = {**_decoding(), "baseline": "reference", "temperature": 0.7, "top_p": 0.9, "top_k": 0, "seed": 0,
+            "modes": rows}
+    data.pop("greedy_baseline")
+    return data
+
+
+def _pipeline() -> dict[str, Any]:
+    return {**_decoding(kind="pipeline"), "questions": 8,
+            "pipeline": {"in_process_wall_s": 16.0, "grpc_wall_s": 16.8, "overhead_frac": 0.05, "same_outputs": 1.0},
+            "retrieval": {"chunks": 150, "p50_ms": 17.7, "p99_ms": 26.5}}
+
+
+def _serve_way(goodput: float, ttft: float) -> dict[str, Any]:
+    return {"completed": 4, "errors": {}, "goodput_tokens_per_s": goodput, "ttft_p99_s": ttft}
+
+
+def _serve() -> dict[str, Any]:
+    levels = {str(c): {"on": _serve_way(17.0 * c, 3.0 * c), "off": _serve_way(9.0 * c, 3.0 * c),
+                       "serial_hf": _serve_way(8.0, 2.0 * c * c)} for c in (1, 4)}
+    return {"model": "tiny", "device": "cuda (Test GPU)", "threads": 2, "requests": 4, "zipf": 1.1, "levels": levels,
+            "pool": 4, "max_new_tokens": 16, "serial_baseline": "hf_greedy"}
+
+
+def _retrieval() -> dict[str, Any]:
+    pct = {"p50_ms": 12.0, "p99_ms": 20.0}
+    return {"retrieval": {"chunks": 10000, **pct}, "search_cpu": pct, "embedding": pct, "retrieve_with_prompt": pct,
+            "index": {"kind": "flat", "real_chunks": 1600, "variant_chunks": 8400, "build_s": 3.0, "k": 4},
+            "machine": {"cpus": 2, "torch_threads": 1, "load_avg_1m": 1.0, "python": "3.11"}}
+
+
+def _events() -> dict[str, Any]:
+    phase = {"events": 10, "lost": 0, "applied_twice": 0, "kills": 0, "lag_p50_s": 0.01, "lag_p99_s": 0.05,
+             "lag_max_s": 0.06, "wall_s": 1.0}
+    return {"events": 10, "rate": 200.0, "kill_every": 5, "kill_mode": "task", "partitions": 2, "broker": "test",
+            "phases": [{**phase, "phase": "steady"}, {**phase, "phase": "kills (task)", "kills": 2}]}
+
+
+RESULTS = {
+    "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
+    "serve": _serve, "retrieval": _retrieval, "events": _events,
+}
+KINDS = {"decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
+         "serve": "serve", "retrieval": "retrieval", "events": "events"}
+
+
+@pytest.mark.parametrize("name", list(RESULTS))
+def test_every_kind_is_recognised_and_drawn_to_a_png(name: str, tmp_path: Path) -> None:
+    data = RESULTS[name]()
+    assert kind_of(data) == KINDS[name]
+    png = tmp_path / "out.png"
+    assert plot_result(data, png) == KINDS[name]
+    assert png.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_every_plotter_is_covered() -> None:
+    assert set(KINDS.values()) == set(PLOTTERS)
+
+
+def test_kind_detection_without_the_kind_field() -> None:
+    pipeline = _pipeline()
+    pipeline.pop("kind")
+    assert kind_of(pipeline) == "pipeline"  # "modes" + "pipeline": a decoding --via-grpc file
+    with pytest.raises(ValueError):
+        kind_of({"something": 1})
+
+
+def test_the_plot_command_writes_next_to_the_json(tmp_path: Path) -> None:
+    path = tmp_path / "cold.json"
+    path.write_text(json.dumps(_old_decoding()))
+    assert main([str(path)]) == 0
+    assert (tmp_path / "cold.png").read_bytes().startswith(PNG_MAGIC)
+    assert main([str(path), "--png", str(tmp_path / "other.png"), "--kind", "decoding"]) == 0
+    assert (tmp_path / "other.png").exists()
+
+
+def test_titles_name_model_machine_threads_and_baseline_and_say_unknown_when_not_recorded() -> None:
+    text = title({"model": "m", "device": "cpu (x86_64)", "threads": 2}, "what", "greedy")
+    assert "model m" in text and "threads 2" in text and "baseline: greedy" in text
+    assert f"CPU {UNKNOWN}" in text  # no "cpu" field: not guessed from this machine
+    assert machine_label({"device": "cuda (Test GPU)"}) == "GPU Test GPU"
+    assert machine_label({"cpu": "Test CPU", "machine": "Linux, 2 cores"}) == "CPU Test CPU, Linux, 2 cores"
+    assert f"threads {UNKNOWN}" in title({}, "what", "none")
+
+
+# --- the bundled question set ---
+
+
+def _rows(source: dataset.Source) -> list[dict[str, Any]]:
+    with source.open(encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def test_the_bundled_set_loads_and_every_question_has_its_document() -> None:
+    ds = dataset.bundled()
+    corpus = {row["id"]: row for row in _rows(ds.corpus)}
+    questions = _rows(ds.questions)
+    assert corpus and questions
+    assert all(row["text"] and row["title"] for row in corpus.values())
+    assert all(q["question"] and q["doc_id"] in corpus and q.get("answerable", True) for q in questions)
+    assert len({q["id"] for q in questions}) == len(questions)
+    assert (dataset.bundled_file(dataset.CORPUS_FILE).parent / "LICENSE").is_file()  # CC BY-SA attribution
+
+
+def test_the_bundled_set_covers_the_default_limit_and_calibration() -> None:
+    from bench.decoding_args import DEFAULT_CALIBRATE, DEFAULT_LIMIT
+
+    assert len(_rows(dataset.bundled().questions)) >= DEFAULT_LIMIT + DEFAULT_CALIBRATE
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    dataset.add_dataset_args(p)
+    args = p.parse_args(argv)
+    args.dataset = dataset.dataset_from_args(p, args)
+    return args
+
+
+def test_no_flags_mean_the_bundled_set_and_your_files_go_in_pairs(tmp_path: Path) -> None:
+    args = _parse([])
+    assert args.dataset.name == dataset.BUNDLED_NAME and args.questions == dataset.bundled().questions
+    own = _parse(["--corpus", str(tmp_path / "c.jsonl"), "--questions", str(tmp_path / "q.jsonl")])
+    assert own.corpus == tmp_path / "c.jsonl" and str(tmp_path) in own.dataset.name
+    with pytest.raises(SystemExit):
+        _parse(["--corpus", "c.jsonl"])
+
+
+def test_the_serve_workload_reads_the_bundled_set() -> None:
+    from bench.serve_load import load_workload
+
+    ds = dataset.bundled()
+    wl = load_workload(ds.corpus, ds.questions, pool=100, by_title=True)
+    assert len(wl.pool) == len(_rows(ds.questions)) and list(wl.docs) == ["Normans"]
+
+
+def test_the_decoding_flags_default_to_the_bundled_set() -> None:
+    from bench.decoding_args import parse_args
+
+    args = parse_args([])
+    assert args.dataset == dataset.BUNDLED_NAME and args.corpus == dataset.bundled().corpus
