@@ -3,7 +3,8 @@
 - ``services.events.inprocess``: ``InProcessBus``, the embedded default;
 - ``services.events.kafka``: ``KafkaBus`` (outbox + publisher, one consumer runner per group);
 - ``services.events.factory``: ``make_bus(settings, data_dir)`` picks one from ``KafkaSettings``;
-- ``services.events.metrics``: consumer and outbox metrics, sampled from ``EventBus.stats()``.
+- ``services.events.metrics``: consumer and outbox metrics, sampled from ``EventBus.stats()``;
+- ``services.events.streams``: the event kinds a bus carries (``GENERATIONS``, ``DOCUMENTS``) and their keys.
 
 Nothing in this package imports a service package (retriever, draft cache, generator).
 """
@@ -13,6 +14,7 @@ from services.events.protocols import (
     DEFAULT_RETRY_BACKOFF_S,
     DRAFTCACHE_GROUP,
     ERROR_TEXT_LIMIT,
+    RETRIEVER_DOCUMENTS_GROUP,
     RETRIEVER_GROUP,
     ApplyOutcome,
     BusStats,
@@ -22,24 +24,33 @@ from services.events.protocols import (
     EventBus,
     EventPublisher,
     OutboxStats,
+    StaleSnapshot,
     apply_with_retries,
     error_text,
 )
+from services.events.streams import DOCUMENTS, GENERATIONS, Event, Stream, stream_of
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_RETRY_BACKOFF_S",
+    "DOCUMENTS",
     "DRAFTCACHE_GROUP",
     "ERROR_TEXT_LIMIT",
+    "GENERATIONS",
+    "RETRIEVER_DOCUMENTS_GROUP",
     "RETRIEVER_GROUP",
     "ApplyOutcome",
     "BusStats",
     "ConsumerCounters",
     "DeadLetter",
+    "Event",
     "EventApplier",
     "EventBus",
     "EventPublisher",
     "OutboxStats",
+    "StaleSnapshot",
+    "Stream",
     "apply_with_retries",
     "error_text",
+    "stream_of",
 ]

@@ -1,6 +1,7 @@
 """The in-process event bus: the embedded default (one process, no durability).
 
-Publish enqueues a copy; one background task applies each event to every subscriber, in order.
+Publish enqueues a copy; one background task applies each event to every subscriber of its stream,
+in publish order across streams. One process is one replica: ``every_replica`` changes nothing here.
 """
 
 from __future__ import annotations
@@ -12,8 +13,6 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from lookahead_rag.v1 import events_pb2
-
 from services.events.protocols import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
@@ -24,6 +23,7 @@ from services.events.protocols import (
     apply_with_retries,
     error_text,
 )
+from services.events.streams import GENERATIONS, Event, Stream, stream_of
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ DRAIN_ON_STOP_S = 10.0  # stop() waits this long for queued events before droppi
 class _Subscriber:
     group: str
     applier: EventApplier
+    stream: Stream
     counters: ConsumerCounters = field(default_factory=ConsumerCounters)
 
 
@@ -45,7 +46,7 @@ class InProcessBus:
     ) -> None:
         self._max_attempts = max_attempts
         self._backoff_s = retry_backoff_s
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Stream, bytes]] = asyncio.Queue()
         self._subscribers: dict[str, _Subscriber] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -53,19 +54,21 @@ class InProcessBus:
         self.dead_letters: list[DeadLetter] = []
 
     # --- publisher side ---
-    def publish(self, event: events_pb2.GenerationCompleted) -> None:
+    def publish(self, event: Event) -> None:
         """Enqueue a copy of the event; safe from the loop thread and from other threads."""
-        data = event.SerializeToString()  # a copy: the caller may reuse its message
+        item = (stream_of(event), event.SerializeToString())  # a copy: the caller may reuse its message
         if self._loop is not None and threading.get_ident() != self._loop_thread:
-            self._loop.call_soon_threadsafe(self._queue.put_nowait, data)
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         else:
-            self._queue.put_nowait(data)
+            self._queue.put_nowait(item)
 
     # --- consumer side ---
-    def subscribe(self, group: str, applier: EventApplier) -> None:
+    def subscribe(
+        self, group: str, applier: EventApplier, *, stream: Stream = GENERATIONS, every_replica: bool = False
+    ) -> None:
         if group in self._subscribers:
             raise ValueError(f"group {group!r} already has an applier")
-        self._subscribers[group] = _Subscriber(group, applier)
+        self._subscribers[group] = _Subscriber(group, applier, stream)
 
     def counters(self, group: str) -> ConsumerCounters:
         counters = self._subscribers[group].counters
@@ -103,14 +106,15 @@ class InProcessBus:
 
     async def _run(self) -> None:
         while True:
-            data = await self._queue.get()
+            stream, data = await self._queue.get()
             try:
                 for sub in list(self._subscribers.values()):
-                    await self._deliver(sub, events_pb2.GenerationCompleted.FromString(data))
+                    if sub.stream is stream:
+                        await self._deliver(sub, stream.message.FromString(data))
             finally:
                 self._queue.task_done()
 
-    async def _deliver(self, sub: _Subscriber, event: events_pb2.GenerationCompleted) -> None:
+    async def _deliver(self, sub: _Subscriber, event: Event) -> None:
         outcome = await apply_with_retries(sub.applier, event, self._max_attempts, self._backoff_s)
         if outcome.error is not None:
             sub.counters.apply_errors += outcome.attempts

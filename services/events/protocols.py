@@ -1,11 +1,14 @@
 """The feedback-loop event bus: its interfaces and the small types both buses share.
 
 The generator publishes one ``GenerationCompleted`` per finished answer; the draft cache and the
-retriever each subscribe an *applier* under their own group name. ``services.events.inprocess``
-holds the embedded default (one process, no durability), ``services.events.kafka.bus`` the same
-interface over Kafka; ``services.events.factory.make_bus`` picks one.
+retriever each subscribe an *applier* under their own group name. A bus carries several streams
+(``services.events.streams``): the retriever also publishes and consumes ``DocumentChanged``.
+``services.events.inprocess`` holds the embedded default (one process, no durability),
+``services.events.kafka.bus`` the same interface over Kafka; ``services.events.factory.make_bus`` picks one.
 
-Appliers are called on the event loop thread, one event at a time, in publish order per group.
+Appliers are called one event at a time, in publish order per group (per key with Kafka). A group
+subscribed ``every_replica`` reads every event in each process that subscribes it (replicas that
+each hold a full copy of the state); otherwise the processes of one group share the events.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from lookahead_rag.v1 import events_pb2
+from services.events.streams import GENERATIONS, Event, Stream
 
 log = logging.getLogger(__name__)
 
@@ -25,15 +28,22 @@ ERROR_TEXT_LIMIT = 500  # characters of an exception kept in a dead-letter recor
 
 # Logical consumer names the services subscribe with (KafkaSettings.group_id maps them to Kafka groups).
 DRAFTCACHE_GROUP = "draftcache"
-RETRIEVER_GROUP = "retriever"
+RETRIEVER_GROUP = "retriever"  # past sessions (GenerationCompleted)
+RETRIEVER_DOCUMENTS_GROUP = "retriever-documents"  # tenant documents (DocumentChanged)
+
+
+class StaleSnapshot(Exception):
+    """``restore()``: the saved snapshot does not describe the applier's own persisted state (kept
+    outside the snapshot); the consumer then drops the saved offsets and reads its log from the
+    beginning, which an applier idempotent by state makes safe."""
 
 
 @runtime_checkable
 class EventApplier(Protocol):
-    """A consumer's state machine: idempotent by event id, snapshot-able."""
+    """A consumer's state machine: idempotent (by event id, or by the state an event sets), snapshot-able."""
 
-    def apply(self, event: events_pb2.GenerationCompleted) -> bool:
-        """Apply the event; False when its event_id was already applied (state unchanged).
+    def apply(self, event: Event) -> bool:
+        """Apply the event; False when it changed nothing (its event_id was already applied).
 
         All or nothing: raise before changing anything (a raising apply is retried, then the
         event is dead-lettered).
@@ -41,24 +51,32 @@ class EventApplier(Protocol):
         ...
 
     def snapshot(self) -> bytes:
-        """The full state, including which event ids were applied."""
+        """The full state, including which event ids were applied (or a fingerprint of a state the
+        applier persists itself: see StaleSnapshot)."""
         ...
 
     def restore(self, data: bytes) -> None:
-        """Replace the state with a snapshot's."""
+        """Replace the state with a snapshot's (or raise StaleSnapshot: see there)."""
         ...
 
 
 class EventPublisher(Protocol):
     """What the generator needs: a cheap, non-blocking publish."""
 
-    def publish(self, event: events_pb2.GenerationCompleted) -> None: ...
+    def publish(self, event: Event) -> None:
+        """Queue the event on its stream (``stream_of(event)``); never waits on a broker."""
+        ...
 
 
 class EventBus(EventPublisher, Protocol):
     """Publisher plus consumers; the in-process and the Kafka bus both satisfy it."""
 
-    def subscribe(self, group: str, applier: EventApplier) -> None: ...
+    def subscribe(
+        self, group: str, applier: EventApplier, *, stream: Stream = GENERATIONS, every_replica: bool = False
+    ) -> None:
+        """Feed ``stream``'s events to ``applier`` as consumer ``group``; ``every_replica``: each process
+        reads all of them (its own Kafka group id per replica) instead of sharing them."""
+        ...
 
     def counters(self, group: str) -> ConsumerCounters: ...
 
@@ -121,7 +139,7 @@ class ApplyOutcome:
 
 
 async def apply_with_retries(
-    applier: EventApplier, event: events_pb2.GenerationCompleted, max_attempts: int, backoff_s: float
+    applier: EventApplier, event: Event, max_attempts: int, backoff_s: float
 ) -> ApplyOutcome:
     """Call ``applier.apply`` up to ``max_attempts`` times; never raises an ``Exception``.
 

@@ -23,15 +23,21 @@ class GrpcRetrieverClient:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.stub = retriever_pb2_grpc.RetrieverStub(channel)
 
-    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
+    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
                        timeout_s: float) -> retriever_pb2.RetrieveResponse:
         req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
-                                            max_new_tokens=max_new_tokens)
+                                            max_new_tokens=max_new_tokens, tokenizer_id=tokenizer_id)
         try:
             return await self.stub.Retrieve(req, timeout=timeout_s, metadata=outgoing_metadata())
         except grpc.aio.AioRpcError as err:
             reraise_bad_input(err)
             raise
+
+    async def served_model(self, timeout_s: float) -> tuple[str, str]:
+        """(model name, tokenizer id) the retriever builds prompts for."""
+        resp = await self.stub.Stats(retriever_pb2.RetrieverStatsRequest(), timeout=timeout_s,
+                                     metadata=outgoing_metadata())
+        return resp.model, resp.tokenizer_id
 
 
 class LocalRetrieverClient:
@@ -40,9 +46,13 @@ class LocalRetrieverClient:
     def __init__(self, core: RetrieverCore) -> None:
         self.core = core
 
-    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int,
+    async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
                        timeout_s: float) -> retriever_pb2.RetrieveResponse:
         result = await asyncio.wait_for(
-            asyncio.to_thread(self.core.retrieve, tenant, question, k, m, max_new_tokens), timeout_s
+            asyncio.to_thread(self.core.retrieve, tenant, question, k, m, max_new_tokens, tokenizer_id), timeout_s
         )
         return retrieve_response(result)
+
+    async def served_model(self, timeout_s: float) -> tuple[str, str]:
+        """(model name, tokenizer id) the retriever builds prompts for."""
+        return self.core.served.name, self.core.tokenizer_id

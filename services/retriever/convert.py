@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lookahead_rag.v1 import retriever_pb2
 
-from services.retriever.core import IngestResult, RetrieveResult, RetrieverStats
+from services.retriever.core import DeleteResult, IngestResult, RetrieveResult, RetrieverStats
 from services.retriever.documents import Document, ScoredChunk
 from services.retriever.sessions import ScoredSession
 
@@ -48,5 +48,10 @@ def ingest_response(result: IngestResult) -> retriever_pb2.IngestResponse:
     )
 
 
+def delete_response(result: DeleteResult) -> retriever_pb2.DeleteResponse:
+    return retriever_pb2.DeleteResponse(documents=result.documents, total_chunks=result.total_chunks)
+
+
 def stats_response(stats: RetrieverStats) -> retriever_pb2.RetrieverStatsResponse:
-    return retriever_pb2.RetrieverStatsResponse(chunks=stats.chunks, sessions=stats.sessions, tenants=stats.tenants)
+    return retriever_pb2.RetrieverStatsResponse(chunks=stats.chunks, sessions=stats.sessions, tenants=stats.tenants,
+                                                model=stats.model, tokenizer_id=stats.tokenizer_id)

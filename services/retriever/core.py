@@ -2,10 +2,12 @@
 
     core = RetrieverCore(RetrieverSettings(data_dir=None))          # loads embedder + tokenizer
     core.ingest("acme", [Document("json.dumps", "json.dumps(obj)", "Serialize ...")])
+    core.delete("acme", ["json.dumps"])
     result = core.retrieve("acme", "How do I write JSON?", k=4, m=2, max_new_tokens=128)
     result.prompt, result.prompt_ids, result.chunks, result.sessions
     core.sessions.apply(event)    # the event applier (GenerationCompleted -> past session)
-    core.close()                  # persists the past sessions
+    core.documents                # every tenant's index (tenants.TenantIndexes; DocumentChanged applies there)
+    core.close()                  # persists the past sessions and the indexes not written yet
 
 Every method is blocking (embedding, FAISS) and thread-safe; async callers use asyncio.to_thread.
 Bad input raises services.common.errors.InvalidArgument with a one-line message.
@@ -14,7 +16,6 @@ Bad input raises services.common.errors.InvalidArgument with a one-line message.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -25,16 +26,18 @@ from lookahead_core.models import load_tokenizer, resolve_model_path
 from lookahead_core.vocab import tokenizer_id
 from transformers import AutoConfig
 
-from services.common.errors import InvalidArgument
+from services.common.errors import FailedPrecondition, InvalidArgument
 from services.common.limits import RequestLimits
 from services.common.model_settings import ModelSettings
-from services.retriever.documents import ChunkRecord, Document, ScoredChunk, make_chunks
+from services.retriever.doc_events import delete_change, upsert_change
+from services.retriever.documents import Document, ScoredChunk
 from services.retriever.embeddings import Embedder, Encoder
-from services.retriever.index import IndexConfig, TenantIndex
+from services.retriever.index import TenantIndex
 from services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
 from services.retriever.sessions import PastSessions, ScoredSession
 from services.retriever.settings import RetrieverSettings
 from services.retriever.store import IndexStore
+from services.retriever.tenants import TenantIndexes
 from services.retriever.vector_cache import with_cache
 
 log = logging.getLogger(__name__)
@@ -49,6 +52,12 @@ class IngestResult:
     documents: int  # documents accepted (new or changed)
     unchanged: int  # documents already ingested with the same content (skipped)
     chunks: int  # chunks added
+    total_chunks: int  # tenant's index size afterwards
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    documents: int  # documents removed (ids this replica did not hold are skipped)
     total_chunks: int  # tenant's index size afterwards
 
 
@@ -70,6 +79,8 @@ class RetrieverStats:
     chunks: int
     sessions: int
     tenants: list[str]
+    model: str = ""  # the served model the retriever builds prompts for
+    tokenizer_id: str = ""  # that model's token space
 
 
 def context_window(tokenizer: Any, model_path: str) -> int:
@@ -111,15 +122,14 @@ class RetrieverCore:
         self.tokenizer_id: str = tokenizer_id(self.tokenizer)
         model_ctx = context_window(self.tokenizer, resolve_model_path(self.served.name))
         self.context_tokens: int = min(model_ctx, s.max_context_tokens)
-        self._config = IndexConfig.from_settings(s)
         self._store = IndexStore(s.data_dir)
-        self._indexes: dict[str, TenantIndex] = self._store.load_indexes(self._config, self.embedder.dim)
+        self.documents = TenantIndexes(s, self.embedder, self._store)  # documents change only through it
+        self._indexes: dict[str, TenantIndex] = self.documents.indexes  # the same dict (searches read it)
         self.sessions = PastSessions(self.embedder, s.max_sessions_per_tenant, s.max_remembered_event_ids)
         saved = self._store.load_sessions()
         if saved is not None:
             self.sessions.restore(saved)
-        self._lock = threading.RLock()  # guards _indexes and every TenantIndex in it
-        self._ingest_lock = threading.Lock()  # one ingest at a time; searches go on meanwhile
+        self._lock = self.documents.lock  # guards _indexes and every TenantIndex in it
     # ---- validation -------------------------------------------------------------------------------
 
     def _check_documents(self, documents: Sequence[Document]) -> None:
@@ -139,41 +149,42 @@ class RetrieverCore:
                 raise InvalidArgument(f"{where}: id appears twice in one request")
             seen.add(doc.id)
 
-    # ---- ingest -----------------------------------------------------------------------------------
-    def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
-        """Chunk, embed and index documents; unchanged ones are skipped, changed ones replaced. Persists."""
+    def check_ingest(self, tenant: str, documents: Sequence[Document]) -> None:
+        """Refuse what ``ingest`` would refuse (InvalidArgument), changing nothing."""
         self.limits.check_tenant(tenant)
         if not documents:
             raise InvalidArgument("no documents to ingest")
         self._check_documents(documents)
-        s = self.settings
-        with self._ingest_lock:
-            with self._lock:
-                index = self._indexes.get(tenant)
-                known = dict(index.doc_digests) if index is not None else {}
-            digests = {doc.id: doc.digest() for doc in documents}
-            fresh = [doc for doc in documents if known.get(doc.id) != digests[doc.id]]
-            chunks: list[ChunkRecord] = [c for doc in fresh for c in make_chunks(doc, s.chunk_chars, s.chunk_overlap)]
-            vectors = self.embedder.encode([c.embedding_text() for c in chunks])  # [n, dim], no lock held
-            with self._lock:
-                index = self._indexes.get(tenant)
-                if index is None:
-                    index = self._indexes[tenant] = TenantIndex(tenant, self.embedder.dim, self._config)
-                index.remove_documents(doc.id for doc in fresh if doc.id in known)
-                index.add(chunks, vectors, {doc.id: digests[doc.id] for doc in fresh})
-                total = len(index)
-                blob = index.to_bytes() if fresh and s.data_dir is not None else None
-            if blob is not None:
-                self._store.save_index(index, blob)  # outside the search lock: other ingests are held off
-        log.info(
-            "tenant %r: %d documents ingested (%d unchanged), %d chunks added, %d in total",
-            tenant,
-            len(fresh),
-            len(documents) - len(fresh),
-            len(chunks),
-            total,
-        )
-        return IngestResult(len(fresh), len(documents) - len(fresh), len(chunks), total)
+
+    def check_delete(self, tenant: str, doc_ids: Sequence[str]) -> list[str]:
+        """The ids to delete, each once; InvalidArgument for what ``delete`` would refuse."""
+        self.limits.check_tenant(tenant)
+        if not doc_ids:
+            raise InvalidArgument("no document ids to delete")
+        limit = self.settings.max_doc_id_chars
+        for n, doc_id in enumerate(doc_ids):
+            if not doc_id.strip():
+                raise InvalidArgument(f"document id {n}: empty")
+            if len(doc_id) > limit:
+                raise InvalidArgument(f"document id {n}: {len(doc_id)} characters; the limit is {limit}")
+        return list(dict.fromkeys(doc_ids))
+
+    # ---- ingest / delete (this replica only: services.retriever.doc_writer also tells the others) ---
+    def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
+        """Chunk, embed and index documents; unchanged ones are skipped, changed ones replaced. Persists."""
+        self.check_ingest(tenant, documents)
+        done = self.documents.apply(tenant, [upsert_change(doc) for doc in documents], persist=True)
+        log.info("tenant %r: %d documents ingested (%d unchanged), %d chunks added, %d in total",
+                 tenant, done.upserted, done.unchanged, done.chunks, done.total_chunks)  # fmt: skip
+        return IngestResult(done.upserted, done.unchanged, done.chunks, done.total_chunks)
+
+    def delete(self, tenant: str, doc_ids: Sequence[str]) -> DeleteResult:
+        """Remove documents (their chunks) from the tenant's index; unknown ids are skipped. Persists."""
+        ids = self.check_delete(tenant, doc_ids)
+        done = self.documents.apply(tenant, [delete_change(doc_id) for doc_id in ids], persist=True)
+        log.info("tenant %r: %d documents deleted (%d not held), %d chunks in total",
+                 tenant, done.deleted, done.unchanged, done.total_chunks)  # fmt: skip
+        return DeleteResult(done.deleted, done.total_chunks)
 
     # ---- retrieve ---------------------------------------------------------------------------------
     def search(self, tenant: str, question: str, k: int) -> list[ScoredChunk]:
@@ -189,9 +200,15 @@ class RetrieverCore:
         """Prompt tokens available once ``max_new_tokens`` are reserved in the context window."""
         return self.context_tokens - max_new_tokens
 
-    def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0) -> RetrieveResult:
-        """Top-k chunks, top-m past sessions and the grounded prompt within the token budget."""
+    def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0,
+                 tokenizer_id: str = "") -> RetrieveResult:
+        """Top-k chunks, top-m past sessions and the grounded prompt within the token budget.
+
+        ``tokenizer_id`` is the caller's token space: a prompt in another one would be garbage to
+        it, so a mismatch is refused (FailedPrecondition) rather than answered; empty skips the check.
+        """
         s, limits = self.settings, self.limits
+        self.check_tokenizer(tokenizer_id)
         limits.check_tenant(tenant)
         limits.check_question(question)
         k, m = limits.resolve_k(k), limits.resolve_m(m)
@@ -231,6 +248,14 @@ class RetrieverCore:
         return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes,
                               unknown_tenant)
 
+    def check_tokenizer(self, caller: str) -> None:
+        """Refuse a caller whose served model tokenizes differently (FailedPrecondition)."""
+        if caller and caller != self.tokenizer_id:
+            raise FailedPrecondition(
+                f"the retriever builds prompts for model {self.served.name!r} (tokenizer {self.tokenizer_id}), "
+                f"the caller's tokenizer is {caller}: set the same [model] name for both services"
+            )
+
     # ---- stats / lifecycle ------------------------------------------------------------------------
     def stats(self, tenant: str = "") -> RetrieverStats:
         """Counts for one tenant, or totals over all tenants when ``tenant`` is empty."""
@@ -238,8 +263,10 @@ class RetrieverCore:
             tenants = sorted(set(self._indexes) | set(self.sessions.tenants()))
             if tenant:
                 index = self._indexes.get(tenant)
-                return RetrieverStats(len(index) if index else 0, self.sessions.count(tenant), tenants)
-            return RetrieverStats(sum(len(i) for i in self._indexes.values()), self.sessions.count(), tenants)
+                return RetrieverStats(len(index) if index else 0, self.sessions.count(tenant), tenants,
+                                      self.served.name, self.tokenizer_id)
+            return RetrieverStats(sum(len(i) for i in self._indexes.values()), self.sessions.count(), tenants,
+                                  self.served.name, self.tokenizer_id)
 
     def save_sessions(self) -> None:
         """Persist the past sessions (atomic); a no-op without data_dir."""
@@ -248,6 +275,7 @@ class RetrieverCore:
 
     def close(self) -> None:
         self.save_sessions()
+        self.documents.save_changed()
 
 
 def _cut_chunk(found: ScoredChunk, chars: int) -> ScoredChunk:

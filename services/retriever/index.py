@@ -8,6 +8,7 @@ IVF index from flat to trained) can rebuild the index without re-embedding.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
@@ -111,6 +112,8 @@ class TenantIndex:
         self.chunks: list[ChunkRecord] = []
         self.vectors = np.zeros((0, dim), dtype=np.float32)  # [n, dim]
         self.doc_digests: dict[str, str] = {}  # doc id -> content digest of the ingested version
+        self.changes = 0  # bumped by every add/remove in this process (which save is newer); not persisted
+        self._fingerprint: tuple[int, str] | None = None  # (changes, fingerprint) cache
         self.index, self.built_kind = build_faiss_index(self.vectors, config)
 
     def __len__(self) -> int:
@@ -123,6 +126,7 @@ class TenantIndex:
         """Append chunks with their vectors [len(chunks), dim]; ``digests`` records their documents."""
         if vectors.shape != (len(chunks), self.dim):
             raise ValueError(f"vectors {vectors.shape} do not match {len(chunks)} chunks of dim {self.dim}")
+        self.changes += 1
         if not chunks:
             self.doc_digests.update(digests)
             return
@@ -141,6 +145,8 @@ class TenantIndex:
         gone = set(doc_ids)
         keep = [i for i, chunk in enumerate(self.chunks) if chunk.doc_id not in gone]
         removed = len(self.chunks) - len(keep)
+        if removed or gone & self.doc_digests.keys():
+            self.changes += 1
         for doc_id in gone:
             self.doc_digests.pop(doc_id, None)
         if removed:
@@ -148,6 +154,13 @@ class TenantIndex:
             self.vectors = np.ascontiguousarray(self.vectors[keep])
             self._rebuild()
         return removed
+
+    def fingerprint(self) -> str:
+        """A hash of which documents, at which versions, the index holds (cached until the next change)."""
+        if self._fingerprint is None or self._fingerprint[0] != self.changes:
+            listing = json.dumps(sorted(self.doc_digests.items()), separators=(",", ":")).encode()
+            self._fingerprint = (self.changes, hashlib.sha256(listing).hexdigest())
+        return self._fingerprint[1]
 
     def search(self, query: np.ndarray, k: int) -> list[ScoredChunk]:
         """Top-k chunks for ``query`` [1, dim], best first."""

@@ -1,7 +1,8 @@
 """``lookahead-rag ingest --tenant T [--target HOST:PORT] PATH...``: send documents to a running retriever.
 
 Reads JSONL / text / markdown files (directories are walked), sends them in batches over gRPC with
-a progress bar, and prints how many documents and chunks went in.
+a progress bar, and prints how many documents and chunks went in. Any one retriever replica will
+do: it publishes each document on the documents topic and every other replica indexes it too.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Built and served by ``services.retriever.build`` (``build_retriever``, ``retriev
 Blocking work (embedding, FAISS, tokenization) runs in a worker thread so the event loop stays
 responsive. Errors map to status codes in services.common.errors; protobuf conversions live in
 services.retriever.convert. Notes about a request and ``unknown_tenant`` are RetrieveResponse fields.
+Ingest and Delete go through a ``DocumentWriter``: published as document events (every replica
+applies them), and applied here before the reply.
 """
 
 from __future__ import annotations
@@ -14,29 +16,45 @@ import grpc
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 from services.common.errors import grpc_errors
-from services.retriever.convert import document_from_proto, ingest_response, retrieve_response, stats_response
+from services.retriever.convert import (
+    delete_response,
+    document_from_proto,
+    ingest_response,
+    retrieve_response,
+    stats_response,
+)
 from services.retriever.core import RetrieverCore
+from services.retriever.doc_writer import DocumentWriter
 
 SERVICE_NAME: str = retriever_pb2.DESCRIPTOR.services_by_name["Retriever"].full_name
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
-    def __init__(self, core: RetrieverCore) -> None:
+    def __init__(self, core: RetrieverCore, writer: DocumentWriter | None = None) -> None:
+        """``writer``: how Ingest and Delete change documents (default: this replica only, no events)."""
         self.core = core
+        self.writer = writer if writer is not None else DocumentWriter(core)
 
     @grpc_errors
     async def Ingest(
         self, request: retriever_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.IngestResponse:
         documents = [document_from_proto(d) for d in request.documents]
-        return ingest_response(await asyncio.to_thread(self.core.ingest, request.tenant, documents))
+        return ingest_response(await asyncio.to_thread(self.writer.ingest, request.tenant, documents))
+
+    @grpc_errors
+    async def Delete(
+        self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext
+    ) -> retriever_pb2.DeleteResponse:
+        return delete_response(await asyncio.to_thread(self.writer.delete, request.tenant, list(request.doc_ids)))
 
     @grpc_errors
     async def Retrieve(
         self, request: retriever_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieveResponse:
         result = await asyncio.to_thread(
-            self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens
+            self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens,
+            request.tokenizer_id,
         )
         return retrieve_response(result)
 

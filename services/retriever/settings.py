@@ -75,6 +75,9 @@ class RetrieverSettings(ServerSettings):
     )
     max_doc_id_chars: int = Field(512, ge=1, description="longer document ids are refused")
     max_doc_chars: int = Field(5_000_000, ge=1, description="longer documents are refused")
+    index_save_interval_s: float = Field(
+        10.0, gt=0, description="indexes changed by replicated document events are written this often (and on stop)"
+    )
     max_context_tokens: int = Field(
         2048, ge=64, description="cap on the model's context window used for prompts (CPU decoding cost)"
     )

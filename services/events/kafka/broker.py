@@ -21,6 +21,7 @@ from types import TracebackType
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from services.events.kafka.settings import KafkaSettings
+from services.events.kafka.topics import all_topics
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--host", default=DEFAULT_HOST, help="listen and advertise on this address")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="listen on this port")
-    parser.add_argument("--create-topics", action="store_true", help="create the bus topic and its DLT")
+    parser.add_argument("--create-topics", action="store_true", help="create the bus topics and their DLTs")
     return parser.parse_args(argv)
 
 
@@ -204,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tansu broker on {broker.bootstrap} (memory storage, cluster {broker.cluster_id})", flush=True)
     if args.create_topics:
         settings = KafkaSettings()
-        topics = {settings.topic: settings.partitions, settings.dlt_topic: settings.dlt_partitions}
+        topics = all_topics(settings)
         asyncio.run(ensure_topics(broker.bootstrap, topics, settings.replication_factor))
         print(f"topics: {', '.join(topics)}", flush=True)
     try:

@@ -1,7 +1,9 @@
-"""``KafkaBus``: the ``EventBus`` over Kafka, a ``KafkaPublisher`` plus one ``KafkaConsumerRunner`` per group.
+"""``KafkaBus``: the ``EventBus`` over Kafka, a ``KafkaPublisher`` per stream plus one consumer runner per group.
 
 ``KafkaBus`` has the in-process bus's interface (publish, subscribe(group, applier), start, stop,
-drain, counters, stats), so services do not care which one ``make_bus`` gave them.
+drain, counters, stats), so services do not care which one ``make_bus`` gave them. Each stream
+(``services.events.streams``) has its topic and its outbox (``topics``); a group subscribed
+``every_replica`` reads all partitions in every process (``replica_consumer``).
 """
 
 from __future__ import annotations
@@ -9,86 +11,122 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import threading
 from pathlib import Path
-
-from lookahead_rag.v1 import events_pb2
 
 from services.events.kafka.cluster_offsets import log_end_offsets
 from services.events.kafka.consumer import KafkaConsumerRunner
 from services.events.kafka.publisher import KafkaPublisher
+from services.events.kafka.replica_consumer import EveryPartitionRunner
 from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import BusStats, ConsumerCounters, EventApplier
+from services.events.kafka.topics import stream_outbox_path, stream_settings
+from services.events.protocols import BusStats, ConsumerCounters, EventApplier, OutboxStats
+from services.events.streams import GENERATIONS, Event, Stream, stream_of
 
 log = logging.getLogger(__name__)
 
 
 class KafkaBus:
-    """Publisher plus one ``KafkaConsumerRunner`` per subscribed group; same interface as ``InProcessBus``."""
+    """Publishers plus one consumer runner per subscribed group; same interface as ``InProcessBus``."""
 
     def __init__(self, settings: KafkaSettings, data_dir: Path) -> None:
         self.settings = settings
         self.data_dir = Path(data_dir)
         self.runners: dict[str, KafkaConsumerRunner] = {}
-        self._publisher: KafkaPublisher | None = None
+        self._publishers: dict[str, KafkaPublisher] = {}  # stream name -> its publisher (opened on first use)
+        self._publishers_lock = threading.Lock()  # publish() may run in worker threads
+        self._streams: dict[str, Stream] = {GENERATIONS.name: GENERATIONS}  # start() opens their publishers
         self._started = False
 
     @property
     def publisher(self) -> KafkaPublisher:
-        if self._publisher is None:
-            self._publisher = KafkaPublisher(self.settings, self.settings.resolved_outbox_path(self.data_dir))
-        return self._publisher
+        """The GENERATIONS publisher (opened on first use)."""
+        return self.publisher_for(GENERATIONS)
 
-    def publish(self, event: events_pb2.GenerationCompleted) -> None:
-        self.publisher.publish(event)
+    def publisher_for(self, stream: Stream) -> KafkaPublisher:
+        """The stream's publisher: its own outbox file, sending to its topic under its key."""
+        with self._publishers_lock:
+            publisher = self._publishers.get(stream.name)
+            if publisher is None:
+                outbox = stream_outbox_path(self.settings, stream, self.data_dir)
+                publisher = KafkaPublisher(stream_settings(self.settings, stream), outbox, stream.key)
+                self._publishers[stream.name] = publisher
+            return publisher
 
-    def subscribe(self, group: str, applier: EventApplier) -> None:
-        """Consume every event as Kafka group ``settings.group_id(group)``; call before start()."""
+    def publish(self, event: Event) -> None:
+        self.publisher_for(stream_of(event)).publish(event)
+
+    def subscribe(
+        self, group: str, applier: EventApplier, *, stream: Stream = GENERATIONS, every_replica: bool = False
+    ) -> None:
+        """Consume ``stream``'s topic as Kafka group ``settings.group_id(group)`` (its share of the
+        partitions), or with ``every_replica`` all partitions under ``settings.replica_group_id(group)``.
+        Call before start(). start() opens the stream's publisher too (GENERATIONS' always): a process
+        holding a stream's state also publishes changes to it, and what a previous run left in that
+        outbox is resent."""
         if self._started:
             raise RuntimeError("KafkaBus.subscribe() after start()")
         if group in self.runners:
             raise ValueError(f"group {group!r} already has an applier")
-        s = self.settings
+        s = stream_settings(self.settings, stream)
         state_dir = s.resolved_state_dir(self.data_dir)
-        self.runners[group] = KafkaConsumerRunner(
-            s.bootstrap_servers, s.topic, s.group_id(group), applier, state_dir, settings=s
-        )
+        if every_replica:
+            runner_class, group_id, state_name = EveryPartitionRunner, s.replica_group_id(group), group
+        else:
+            runner_class, group_id, state_name = KafkaConsumerRunner, s.group_id(group), None
+        self.runners[group] = runner_class(
+            s.bootstrap_servers, s.topic, group_id, applier, state_dir, settings=s, decode=stream.decode,
+            state_name=state_name,
+        )  # fmt: skip
+        self._streams[stream.name] = stream
 
     def counters(self, group: str) -> ConsumerCounters:
         return self.runners[group].counters
 
     def stats(self) -> BusStats:
-        """Each group's counters (copies) and the outbox's depth and acknowledged total (the outbox:
-        None while no publisher is open, i.e. before the first publish/start or after stop; a metrics
-        read never opens one)."""
+        """Each group's counters (copies) and the outboxes' depth and acknowledged total, summed over the
+        streams (the outbox: None while no publisher is open, i.e. before the first publish/start or
+        after stop; a metrics read never opens one)."""
         consumers = {group: dataclasses.replace(runner.counters) for group, runner in self.runners.items()}
-        publisher = self._publisher
-        return BusStats(consumers, None if publisher is None else publisher.stats())
+        outboxes = [publisher.stats() for publisher in list(self._publishers.values())]
+        if not outboxes:
+            return BusStats(consumers, None)
+        return BusStats(consumers, OutboxStats(sum(o.depth for o in outboxes), sum(o.sent for o in outboxes)))
 
     async def start(self) -> None:
         if self._started:
             return
         self._started = True
-        await self.publisher.start()
+        for stream in self._streams.values():
+            self.publisher_for(stream)
+        for publisher in list(self._publishers.values()):
+            await publisher.start()
         for runner in self.runners.values():
             await runner.start()
 
     async def stop(self) -> None:
-        """Flush the outbox (bounded), then stop each consumer gracefully (commit + snapshot)."""
+        """Flush the outboxes (bounded), then stop each consumer gracefully (commit + snapshot)."""
         if not self._started:
             return
-        await self.publisher.stop()
-        self._publisher = None
+        with self._publishers_lock:
+            publishers, self._publishers = self._publishers, {}
+        for publisher in publishers.values():
+            await publisher.stop()
         for runner in self.runners.values():
             await runner.stop()
         self._started = False
 
     async def drain(self, timeout_s: float | None = None) -> None:
-        """Wait until the outbox is empty and every group has applied everything in the topic."""
+        """Wait until the outboxes are empty and every group has applied everything in its topic."""
 
         async def _drain() -> None:
-            await self.publisher.flushed()
-            cluster, ends = await log_end_offsets(self.settings)
+            self.publisher_for(GENERATIONS)  # as before: drain() opens it when it is not
+            for publisher in list(self._publishers.values()):
+                await publisher.flushed()
+            ends_of: dict[str, tuple[str, dict[int, int]]] = {}
             for runner in self.runners.values():
-                await runner.wait_caught_up(cluster, ends)
+                if runner.topic not in ends_of:
+                    ends_of[runner.topic] = await log_end_offsets(runner.settings)
+                await runner.wait_caught_up(*ends_of[runner.topic])
 
         await asyncio.wait_for(_drain(), timeout_s)

@@ -11,7 +11,11 @@ resend after a lost acknowledgement) are dropped by the applier's event-id idemp
 Offsets committed to Kafka after each batch (and on revoke) are for lag monitoring and tooling; the
 saved offsets are what recovery trusts, because only they are guaranteed to match the snapshot.
 Offsets are positions in one cluster's log: when the cluster id changes (the bundled tansu broker
-restarts empty) the saved offsets are dropped and the log is read from the beginning.
+restarts empty) the saved offsets are dropped and the log is read from the beginning; so are they when
+the applier's ``restore`` raises ``StaleSnapshot`` (its own persisted state does not match the snapshot).
+
+The group assigns this member its share of the partitions; ``replica_consumer.EveryPartitionRunner``
+takes all of them instead (``_take_partitions``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
@@ -30,10 +35,10 @@ from aiokafka.structs import OffsetAndMetadata
 from services.events.kafka.broker import ensure_topics
 from services.events.kafka.cluster_offsets import cluster_view
 from services.events.kafka.dead_letter import DeadLetterSender
-from services.events.kafka.record_handler import RecordHandler
+from services.events.kafka.record_handler import RecordHandler, decode_event
 from services.events.kafka.settings import KafkaSettings
 from services.events.kafka.state import ConsumerState, read_state, state_path, write_state
-from services.events.protocols import ConsumerCounters, EventApplier
+from services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +69,17 @@ class KafkaConsumerRunner:
         state_dir: Path,
         *,
         settings: KafkaSettings | None = None,
+        decode: Callable[[bytes | None], Any] = decode_event,
+        state_name: str | None = None,
     ) -> None:
+        """``decode``: a record value into an event (the stream's); ``state_name``: the state file's
+        name in ``state_dir`` (default: the group id)."""
         base = settings or KafkaSettings()
         self.settings = base.model_copy(update={"bootstrap_servers": bootstrap, "topic": topic})
         self.topic = topic
         self.group = group
         self.applier = applier
-        self.state_path = state_path(state_dir, group)
+        self.state_path = state_path(state_dir, state_name or group)
         self.counters = ConsumerCounters()
         self.snapshots_written = 0
         self.commits = 0
@@ -85,7 +94,8 @@ class KafkaConsumerRunner:
         self._consumer: AIOKafkaConsumer | None = None
         self._dlt = DeadLetterSender(self.settings, group)
         self._records = RecordHandler(
-            applier, self._dlt, self.counters, self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s
+            applier, self._dlt, self.counters, self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s,
+            decode,
         )
         self._resync = False  # the assignment callback failed: seek again before applying anything
         self._task: asyncio.Task[None] | None = None
@@ -101,7 +111,12 @@ class KafkaConsumerRunner:
         self._stopping = False
         state = read_state(self.state_path)
         if state is not None:
-            self.applier.restore(state.snapshot)
+            try:
+                self.applier.restore(state.snapshot)
+            except StaleSnapshot as exc:
+                log.warning("%s: %s; reading the log from the beginning", self.group, exc)
+                state = None
+        if state is not None:
             if state.topic == self.topic:
                 self._positions = dict(state.offsets)
                 self._cluster_id = state.cluster_id
@@ -200,12 +215,17 @@ class KafkaConsumerRunner:
                 topics = {self.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
                 await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms)
             await consumer.start()
+            self._consumer = consumer
+            await self._take_partitions(consumer)
         except BaseException:
+            self._consumer = None
             await consumer.stop()
             raise
-        consumer.subscribe([self.topic], listener=_Listener(self))
-        self._consumer = consumer
         return consumer
+
+    async def _take_partitions(self, consumer: AIOKafkaConsumer) -> None:
+        """Join the group: it assigns this member its share of the partitions (the listener seeks them)."""
+        consumer.subscribe([self.topic], listener=_Listener(self))
 
     async def _handle_batch(
         self, consumer: AIOKafkaConsumer, batch: dict[TopicPartition, list[ConsumerRecord]]

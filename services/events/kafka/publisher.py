@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaProducer
-from lookahead_rag.v1 import events_pb2
 
 from services.events.kafka.broker import ensure_topics
 from services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher
 from services.events.kafka.settings import KafkaSettings
 from services.events.protocols import OutboxStats
+from services.events.streams import Event, tenant_key
 
 
 class KafkaPublisher:
     """``publish`` appends to the SQLite outbox (about a millisecond); a flusher sends it to Kafka."""
 
-    def __init__(self, settings: KafkaSettings, outbox_path: Path) -> None:
+    def __init__(self, settings: KafkaSettings, outbox_path: Path, key: Callable[[Any], bytes] = tenant_key) -> None:
+        """Sends to ``settings.topic``; ``key``: the record key of an event (the stream's)."""
         self.settings = settings
+        self._key = key
         self.outbox = Outbox(outbox_path, settings.outbox_synchronous)
         config = FlusherConfig(
             batch_size=settings.outbox_batch_size,
@@ -30,9 +34,9 @@ class KafkaPublisher:
         on_connect = self._ensure_topics if settings.create_topics else None
         self.flusher = OutboxFlusher(self.outbox, settings.topic, self._producer, config, on_connect)
 
-    def publish(self, event: events_pb2.GenerationCompleted) -> None:
-        """Durably queue the event, keyed by tenant; never waits on the broker."""
-        self.outbox.append(event.SerializeToString(), event.tenant.encode())
+    def publish(self, event: Event) -> None:
+        """Durably queue the event under its key (the tenant by default); never waits on the broker."""
+        self.outbox.append(event.SerializeToString(), self._key(event))
         self.flusher.wake()
 
     def depth(self) -> int:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from aiokafka import ConsumerRecord
 from lookahead_rag.v1 import events_pb2
 
@@ -27,8 +30,11 @@ class RecordHandler:
         counters: ConsumerCounters,
         max_attempts: int,
         retry_backoff_s: float,
+        decode: Callable[[bytes | None], Any] = decode_event,
     ) -> None:
+        """``decode``: a record value into an event (raises on a value that is not one)."""
         self.applier = applier
+        self.decode = decode
         self.dead_letters = dead_letters
         self.counters = counters
         self.max_attempts = max_attempts
@@ -37,7 +43,7 @@ class RecordHandler:
     async def handle(self, record: ConsumerRecord) -> None:
         """Done with the record when this returns; raises only when the DLT could not take it."""
         try:
-            event = decode_event(record.value)
+            event = self.decode(record.value)
         except Exception as exc:  # undecodable: retrying cannot help
             await self.dead_letters.send(record, REASON_DECODE, exc, attempts=1)
             self.counters.dead_lettered += 1

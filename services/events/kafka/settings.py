@@ -7,6 +7,7 @@ Kafka. Every field can be set from the environment with the ``LAR_KAFKA_`` prefi
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 from typing import Literal
 
@@ -29,8 +30,11 @@ class KafkaSettings(BaseSettings):
         "", description="comma-separated host:port of the Kafka cluster; empty = in-process bus"
     )
     topic: str = Field("lookahead.generation-completed", description="topic of GenerationCompleted events")
+    documents_topic: str = Field(
+        "lookahead.documents", description="topic of DocumentChanged events (keep forever, or compact by key)"
+    )
     dlt_suffix: str = Field(".DLT", description="dead-letter topic = topic + this suffix")
-    create_topics: bool = Field(True, description="create the topic and its DLT on start if missing")
+    create_topics: bool = Field(True, description="create the topics and their DLTs on start if missing")
     partitions: int = Field(6, ge=1, description="partitions of the topic when this code creates it")
     dlt_partitions: int = Field(1, ge=1, description="partitions of the DLT when this code creates it")
     replication_factor: int = Field(1, ge=1, description="replication factor of created topics (3 in prod)")
@@ -55,8 +59,13 @@ class KafkaSettings(BaseSettings):
 
     # --- consumers ---
     draftcache_group: str = Field("lookahead-rag.draftcache", description="consumer group of the draft cache")
-    retriever_group: str = Field("lookahead-rag.retriever", description="consumer group of the retriever")
+    retriever_group: str = Field(
+        "lookahead-rag.retriever", description="consumer group of the retriever (+ '.<replica id>' per replica)"
+    )
     group_prefix: str = Field("lookahead-rag.", description="group id prefix for other logical consumers")
+    replica_id: str = Field(
+        "", description="this replica's suffix of per-replica group ids (every-replica consumers); empty = host name"
+    )
     session_timeout_ms: int = Field(
         6_000, ge=1, description="group session timeout (tansu joins after ~half of it, 1 s at least)"
     )
@@ -94,6 +103,10 @@ class KafkaSettings(BaseSettings):
         """Kafka group id of a logical consumer name (``draftcache``, ``retriever`` or any other)."""
         known = {DRAFTCACHE_GROUP: self.draftcache_group, RETRIEVER_GROUP: self.retriever_group}
         return known.get(group, self.group_prefix + group)
+
+    def replica_group_id(self, group: str) -> str:
+        """Kafka group id of an every-replica consumer: the logical group's id + '.' + this replica's id."""
+        return f"{self.group_id(group)}.{self.replica_id or socket.gethostname()}"
 
     def resolved_outbox_path(self, data_dir: Path) -> Path:
         return self.outbox_path or Path(data_dir) / OUTBOX_FILE
