@@ -136,6 +136,9 @@ def grpc_errors(method: Method) -> Method:
 
 def reraise_bad_input(err: grpc.aio.AioRpcError) -> None:
     """Client side: a peer's INVALID_ARGUMENT is the caller's own bad input and stays an error
-    (raised as InvalidArgument); any other status returns, for the caller to treat as an outage."""
+    (raised as InvalidArgument), and FAILED_PRECONDITION a set-up error (FailedPrecondition); any
+    other status returns, for the caller to treat as an outage."""
     if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
         raise InvalidArgument(err.details() or "invalid argument") from err
+    if err.code() == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the two services serve different models
+        raise FailedPrecondition(err.details() or "failed precondition") from err

@@ -11,12 +11,15 @@ publishes finished answers on ``bus`` and reaches the other two services through
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 from lookahead_core.models import load_model
+from lookahead_core.vocab import tokenizer_id
 from lookahead_rag.v1 import generator_pb2_grpc
 from prometheus_client import CollectorRegistry
 
+from services.common.errors import FailedPrecondition
 from services.common.limits import RequestLimits
 from services.common.model_settings import ModelSettings
 from services.common.service import Service
@@ -27,6 +30,27 @@ from services.generator.metrics import GeneratorMetrics
 from services.generator.servicer import SERVICE_NAME, GeneratorServicer
 from services.generator.settings import GeneratorSettings
 
+log = logging.getLogger(__name__)
+
+
+async def check_same_model(retriever: RetrieverClient, model: str, tokenizer: str, timeout_s: float) -> None:
+    """Refuse to start beside a retriever that builds prompts for another model (FailedPrecondition).
+
+    A retriever that cannot be reached now is not an error: the generator answers without documents
+    until it is up, and every Retrieve call carries the tokenizer id, so a mismatch is refused then.
+    """
+    try:
+        their_model, their_tokenizer = await retriever.served_model(timeout_s)
+    except Exception as exc:  # unreachable or late: checked again on every call
+        log.warning("retriever not reachable at start-up (%s); its model is checked on every call",
+                    type(exc).__name__)
+        return
+    if their_tokenizer and their_tokenizer != tokenizer:
+        raise FailedPrecondition(
+            f"the retriever serves model {their_model!r} (tokenizer {their_tokenizer}) but the generator serves "
+            f"{model!r} (tokenizer {tokenizer}): set the same [model] name for both services"
+        )
+
 
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
@@ -35,6 +59,8 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
         model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
+    if retriever is not None:
+        await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
                              metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name)
 

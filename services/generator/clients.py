@@ -16,8 +16,10 @@ from lookahead_rag.v1 import draftcache_pb2, retriever_pb2
 
 class RetrieverClient(Protocol):
     async def retrieve(
-        self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, timeout_s: float
+        self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str, timeout_s: float
     ) -> retriever_pb2.RetrieveResponse: ...
+
+    async def served_model(self, timeout_s: float) -> tuple[str, str]: ...
 
 
 class DraftClient(Protocol):

@@ -32,7 +32,14 @@ from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStat
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ResourceExhausted, Unavailable
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
 from services.common.limits import RequestLimits
 from services.common.logs import log_text
 from services.events import EventPublisher
@@ -212,19 +219,20 @@ class GeneratorEngine:
         if self.retriever is not None:
             try:
                 resp = await self.retriever.retrieve(
-                    prep.tenant, prep.question, k, m, cfg.max_new_tokens,
+                    prep.tenant, prep.question, k, m, cfg.max_new_tokens, self.tokenizer_id,
                     self._timeout(self.settings.retrieve_timeout_s, deadline),
                 )
                 if resp.unknown_tenant and not resp.chunks and not resp.sessions:
                     raise NotFound(f"unknown tenant {prep.tenant!r}: no documents were ingested for it")
-                if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:
-                    raise RuntimeError(f"retriever tokenizer {resp.tokenizer_id} != {self.tokenizer_id}")
+                if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:  # a retriever that skips the check
+                    raise FailedPrecondition(f"the retriever's tokenizer {resp.tokenizer_id} is not the generator's "
+                                             f"{self.tokenizer_id}: set the same [model] name for both services")
                 prep.prompt_ids = list(resp.prompt_ids)
                 prep.documents = list(resp.chunks)
                 self._check_fits(prep.prompt_ids, cfg)
                 return
-            except (InvalidArgument, NotFound):
-                raise  # the caller's input (a prompt that cannot fit, a tenant never ingested): not an outage
+            except (InvalidArgument, NotFound, FailedPrecondition):
+                raise  # the caller's input (a prompt that cannot fit, a tenant never ingested) or a set-up error
             except (Exception, asyncio.CancelledError) as exc:
                 if isinstance(exc, asyncio.CancelledError) and asyncio.current_task().cancelling():  # type: ignore[union-attr]
                     raise
