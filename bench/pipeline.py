@@ -31,7 +31,7 @@ def _settings(root: str, max_new: int) -> AllSettings:
         generator={"data_dir": f"{root}/g", "port": 0},
         limits={"default_max_new_tokens": max_new, "max_new_tokens": max(max_new, 512)},
         retriever={"data_dir": f"{root}/r", "port": 0}, draftcache={"data_dir": f"{root}/d", "port": 0},
-        kafka={"bootstrap_servers": ""},
+        kafka={"bootstrap_servers": ""}, http={"enabled": False},  # gRPC overhead only
     )
 
 

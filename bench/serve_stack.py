@@ -77,6 +77,7 @@ class StackConfig:
             retriever={"data_dir": base / "r", "port": 0,
                        "vector_cache": self.root / "vectors.npz"},
             draftcache={"data_dir": base / "d", "port": 0}, limits=self.limits(), kafka=kafka,
+            http={"enabled": False},  # the benchmark's clients speak gRPC
         )
 
 

@@ -17,6 +17,10 @@ never collide): gRPC calls of every server, each service's own groups, the consu
 and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 ``refresh_metrics()`` samples the state gauges now (a background task does it every
 ``metrics_refresh_s``).
+
+HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
+(``services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
+overrides its port); ``stop()`` closes it first, gracefully.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from services.events.protocols import EventBus
 from services.generator.build import build_generator
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
+from services.http.server import HttpServer
 from services.retriever.build import build_retriever
 from services.retriever.client import GrpcRetrieverClient, LocalRetrieverClient
 from services.retriever.core import RetrieverCore
@@ -68,6 +73,8 @@ class Pipeline:
     channels: list[grpc.aio.Channel] = field(default_factory=list)  # the generator's, to the other two
     ports: dict[str, int] = field(default_factory=dict)
     metrics_port: int | None = None  # the bound /metrics port, when one was asked for
+    http: HttpServer | None = None  # the OpenAI-compatible endpoint, when it runs here
+    http_port: int | None = None  # its bound port
 
     @property
     def engine(self) -> GeneratorEngine:
@@ -120,6 +127,9 @@ class Pipeline:
             generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever, drafts,
                                               served=settings.model, model=model, tokenizer=tokenizer)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
+            if grpc_servers and settings.http.enabled:
+                pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"))
+                pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:
             first = pipeline.services[names[0]].settings
@@ -169,6 +179,9 @@ class Pipeline:
         if self.metrics_port is not None:
             stop_metrics_server(self.metrics_port)
             self.metrics_port = None
+        if self.http is not None:  # first: its requests run on the engine the generator's close frees
+            await self.http.stop()
+            self.http = None
         services = list(reversed(self.services.values()))
         for service in services:
             await service.stop_serving()

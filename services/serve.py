@@ -23,9 +23,9 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from services.app import SERVICES, Pipeline
 from services.common.logs import setup_logging
 from services.common.observability import start_metrics_server, stop_metrics_server
+from services.common.ports import SERVICES
 from services.common.settings import ConfigError, LoggingSettings, ServerSettings, load_settings
 from services.config import AllSettings
 
@@ -69,6 +69,8 @@ def start_exporter(name: str, settings: ServerSettings, registry: CollectorRegis
 
 async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None) -> None:
     """Run ``names`` as gRPC servers until SIGINT/SIGTERM, then stop gracefully."""
+    from services.app import Pipeline  # torch: only once the arguments are parsed (--help stays light)
+
     bind = {} if port is None else {names[0]: port}
     pipeline = await Pipeline.start(settings, names, grpc_servers=True, bind=bind, registry=REGISTRY)
     exporters: list[Stopper] = []
@@ -82,6 +84,8 @@ async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None)
         if exporter is not None:
             exporters.append(exporter)
     ports = ", ".join(f"{k} {getattr(settings, k).host}:{v}" for k, v in pipeline.ports.items())
+    if pipeline.http_port is not None:
+        ports += f", http http://{settings.http.host}:{pipeline.http_port}/v1"
     print(f"serving {ports} (Ctrl-C to stop)", flush=True)
     await _wait_for_signal()
     log.info("stopping %s", ", ".join(names))

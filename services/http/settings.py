@@ -22,3 +22,7 @@ class HttpSettings(ServiceSettings):
     port: int = Field(HTTP_PORT, ge=0, le=65535, description="TCP port (0 = any free port)")
     tenant_header: str = Field("x-tenant", description="request header naming the tenant (until API keys bind it)")
     default_tenant: str = Field("", description="tenant when the header is absent (empty: the header is required)")
+    timeout_header: str = Field("x-request-timeout", description="request header giving its deadline in seconds")
+    request_timeout_s: float = Field(0.0, ge=0, description="deadline of a request without that header (0 = none)")
+    shutdown_grace_s: float = Field(5.0, ge=0, description="graceful stop: seconds in-flight requests may finish")
+    access_log: bool = Field(True, description="log one line per HTTP request (uvicorn's access log)")

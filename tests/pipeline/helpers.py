@@ -115,8 +115,9 @@ def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
     ret = {"data_dir": root / "retriever", **server, **sections.get("retriever", {})}
     dc = {"data_dir": root / "draftcache", **server, "snapshot_interval_s": 0, **sections.get("draftcache", {})}
     kafka = {"bootstrap_servers": "", **sections.get("kafka", {})}
+    http = {"port": 0, **sections.get("http", {})}  # the OpenAI-compatible endpoint, beside the gRPC servers
     return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, limits=sections.get("limits", {}),
-                            kafka=kafka)
+                            kafka=kafka, http=http)
 
 
 def module_pipeline(**sections: dict[str, Any]) -> Any:

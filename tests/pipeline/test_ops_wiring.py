@@ -332,7 +332,7 @@ async def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_pa
     grpc_ports = dict(zip(("retriever", "draftcache", "generator"), free_ports(3), strict=True))
     metrics_ports = dict(zip(("retriever", "draftcache", "generator"), free_ports(3), strict=True))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAR_")}
-    env.update(HF_HUB_OFFLINE="1", LAR_KAFKA_BOOTSTRAP_SERVERS="", LAR_LOG_LEVEL="INFO")
+    env.update(HF_HUB_OFFLINE="1", LAR_KAFKA_BOOTSTRAP_SERVERS="", LAR_LOG_LEVEL="INFO", LAR_HTTP_PORT="0")
     # No start-up kernel timing (minutes on a loaded 2-core box) nor timing-sized drafts: not this test's subject.
     env.update(LAR_GENERATOR_CALIBRATE_KERNELS="false", LAR_GENERATOR_ADAPTIVE_SPECULATION="false")
     for name in grpc_ports:

@@ -1,0 +1,109 @@
+"""The one place that maps errors to HTTP statuses, in OpenAI's error shape.
+
+The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
+(``services.common.errors``); here each becomes a status and a body
+``{"error": {"message", "type", "code"}}`` (``code``: the gRPC status name in lower case)::
+
+    InvalidArgument                      -> 400     NotFound           -> 404
+    ResourceExhausted                    -> 429     Unavailable, FailedPrecondition -> 503
+    DeadlineExceeded, TimeoutError       -> 504     anything else      -> 500 (one line; traceback logged)
+
+FailedPrecondition is 503: on this path it means the deployment is wrong (the generator and the
+retriever serve different models), which the caller cannot fix by changing the request; 412 is
+about conditional request headers. FastAPI's own errors are reshaped too: a
+malformed body or a wrong type is a 400 (not FastAPI's 422), an unknown path a 404.
+"""
+
+from __future__ import annotations
+
+import logging
+from http import HTTPStatus
+from typing import Any
+
+import grpc
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from services.common.errors import (
+    DeadlineExceeded,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    ServiceError,
+    Unavailable,
+    one_line,
+    status_of,
+)
+
+log = logging.getLogger(__name__)
+
+BAD_REQUEST = HTTPStatus.BAD_REQUEST
+INTERNAL = (HTTPStatus.INTERNAL_SERVER_ERROR, "server_error")
+# exception class -> (HTTP status, OpenAI error type); the first match wins
+STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
+    (InvalidArgument, BAD_REQUEST, "invalid_request_error"),
+    (FailedPrecondition, HTTPStatus.SERVICE_UNAVAILABLE, "service_unavailable_error"),
+    (NotFound, HTTPStatus.NOT_FOUND, "not_found_error"),
+    (ResourceExhausted, HTTPStatus.TOO_MANY_REQUESTS, "rate_limit_error"),
+    (Unavailable, HTTPStatus.SERVICE_UNAVAILABLE, "service_unavailable_error"),
+    (DeadlineExceeded, HTTPStatus.GATEWAY_TIMEOUT, "timeout_error"),
+    (TimeoutError, HTTPStatus.GATEWAY_TIMEOUT, "timeout_error"),
+)
+TYPES_BY_STATUS = {status: kind for _, status, kind in STATUSES}
+
+
+def error_body(message: str, kind: str, code: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code}}
+
+
+def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
+    """The (status, body) ``exc`` maps to; an unexpected one is logged with its traceback."""
+    code, message = status_of(exc)
+    for cls, status, kind in STATUSES:
+        if isinstance(exc, cls):
+            log.info("chat completion -> %d: %s", status, message)
+            return status, error_body(message, kind, code.name.lower())
+    log.error("chat completion failed", exc_info=exc)
+    status, kind = INTERNAL
+    return status, error_body(message, kind, grpc.StatusCode.INTERNAL.name.lower())
+
+
+def error_response(exc: BaseException, headers: dict[str, str] | None = None) -> JSONResponse:
+    status, body = http_error(exc)
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    """pydantic's errors in one line: ``field.path: message; ...`` (the body's own errors unprefixed)."""
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        parts.append(f"{'.'.join(loc)}: {err.get('msg', 'invalid')}" if loc else str(err.get("msg", "invalid")))
+    return one_line("; ".join(parts) or "invalid request body")
+
+
+async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    body = error_body(_validation_message(exc), TYPES_BY_STATUS[BAD_REQUEST], "invalid_argument")
+    return JSONResponse(body, status_code=BAD_REQUEST)
+
+
+async def _on_http(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    kind = TYPES_BY_STATUS.get(exc.status_code, "invalid_request_error")
+    body = error_body(one_line(exc.detail), kind, str(exc.status_code))
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _on_service_error(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(exc)
+
+
+def install(app: FastAPI) -> None:
+    """Route FastAPI's and our errors through this mapping."""
+    app.add_exception_handler(RequestValidationError, _on_validation)
+    app.add_exception_handler(HTTPException, _on_http)
+    app.add_exception_handler(ServiceError, _on_service_error)

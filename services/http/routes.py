@@ -1,0 +1,206 @@
+"""The endpoints over the generator's engine: ``POST /v1/chat/completions``, ``GET /v1/models``,
+``GET /health``. A thin adapter, as the gRPC servicer is: headers and body -> an engine call
+(``GeneratorEngine.answer``, or ``generate`` with ``"rag": false``) -> JSON or server-sent events.
+
+    front = Frontend(engine, settings)       # settings: HttpSettings
+    app = make_app(front)                    # served by services.http.server.HttpServer
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from lookahead_rag.v1 import generator_pb2
+
+from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, Unavailable
+from services.common.logs import REQUEST_ID_HEADER, request_context
+from services.http import errors, translate
+from services.http.schema import ChatCompletionRequest
+from services.http.settings import HttpSettings
+from services.http.streaming import (
+    DONE,
+    SSE_MEDIA_TYPE,
+    ClientDisconnected,
+    ClosingStreamingResponse,
+    or_disconnect,
+    sse,
+)
+
+if TYPE_CHECKING:
+    from services.generator.engine import GeneratorEngine
+
+CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
+OWNER = "lookahead-rag"
+Chunks = AsyncIterator[generator_pb2.AnswerChunk]
+
+
+class Frontend:
+    """The endpoints' state: the engine, the settings, and whether new requests are welcome."""
+
+    def __init__(self, engine: GeneratorEngine, settings: HttpSettings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.serving = False  # True while the server runs; False from the moment it starts stopping
+        self.created = int(time.time())
+
+    @property
+    def model(self) -> str:
+        return self.engine.model_name
+
+    # ---- request headers and body ------------------------------------------------------------
+    def tenant_of(self, request: Request) -> str:
+        """The tenant header, else the default tenant; neither is a 400."""
+        tenant = request.headers.get(self.settings.tenant_header, self.settings.default_tenant)
+        if not tenant:
+            raise InvalidArgument(f"no tenant: send the {self.settings.tenant_header} header")
+        return tenant
+
+    def deadline_of(self, request: Request) -> float | None:
+        """The request's deadline (time.monotonic()) from the timeout header or the settings, or None."""
+        header = self.settings.timeout_header
+        raw = request.headers.get(header)
+        if raw is None:
+            seconds = self.settings.request_timeout_s
+            return time.monotonic() + seconds if seconds else None
+        try:
+            seconds = float(raw)
+        except ValueError:
+            seconds = math.nan
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise InvalidArgument(f"{header} must be a positive number of seconds, got {raw!r}")
+        return time.monotonic() + seconds
+
+    def check_model(self, name: str) -> None:
+        if name and name != self.model:
+            raise NotFound(f"model {name!r} is not served here; GET /v1/models lists {self.model!r}")
+
+    def chunks(self, body: ChatCompletionRequest, tenant: str, deadline: float | None, rid: str) -> Chunks:
+        if body.rag:
+            return self.engine.answer(translate.answer_request(body, tenant), deadline, rid)
+        return self.engine.generate(translate.generate_request(body, tenant), deadline, rid)
+
+    # ---- the endpoint ------------------------------------------------------------------------
+    async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
+        headers: dict[str, str] = {}
+        try:
+            if not self.serving:
+                raise Unavailable("the server is stopping")
+            tenant = self.tenant_of(request)
+            deadline = self.deadline_of(request)
+            self.check_model(body.model)
+            translate.check_supported(body)
+            with request_context(request.headers.get(REQUEST_ID_HEADER), tenant) as rid:
+                headers[REQUEST_ID_HEADER] = rid
+                reply = translate.Reply.of(rid, self.model, body)
+                chunks, when = self.chunks(body, tenant, deadline, rid), _loop_deadline(deadline)
+                if not body.stream:
+                    final = await or_disconnect(request, _final(chunks, when))
+                    _check_final(final, deadline)
+                    return JSONResponse(translate.completion(reply, final), headers=headers)
+                first = await or_disconnect(request, _next(chunks, when))  # errors before it keep their status
+                events = _events(translate.StreamTranslator(reply), first, chunks, when, deadline, (rid, tenant))
+                return ClosingStreamingResponse(events, media_type=SSE_MEDIA_TYPE,
+                                                headers={**headers, "cache-control": "no-cache"})
+        except ClientDisconnected:
+            return Response(status_code=CLIENT_CLOSED)
+        except Exception as exc:
+            return errors.error_response(exc, headers)
+
+    def models(self) -> dict[str, Any]:
+        return {"object": "list", "data": [self.model_card()]}
+
+    def model_card(self) -> dict[str, Any]:
+        return {"id": self.model, "object": "model", "created": self.created, "owned_by": OWNER}
+
+
+# ---- reading the engine's stream ---------------------------------------------------------------------
+def _loop_deadline(deadline: float | None) -> float | None:
+    """A time.monotonic() deadline on the running loop's clock (what asyncio.timeout_at takes)."""
+    if deadline is None:
+        return None
+    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
+
+
+def _check_final(final: generator_pb2.FinalInfo, deadline: float | None) -> None:
+    """An answer the engine ended itself (its deadline passed while running, or it is closing) is an error."""
+    if final.stats.finish_reason != "cancelled":
+        return
+    if deadline is not None and time.monotonic() >= deadline:
+        raise DeadlineExceeded("deadline exceeded while decoding")
+    raise Unavailable("the engine stopped the request (it is shutting down)")
+
+
+async def _next(chunks: Chunks, when: float | None) -> generator_pb2.AnswerChunk | None:
+    async with asyncio.timeout_at(when):
+        return await anext(chunks, None)
+
+
+async def _final(chunks: Chunks, when: float | None) -> generator_pb2.FinalInfo:
+    try:
+        while (chunk := await _next(chunks, when)) is not None:
+            if chunk.HasField("final"):
+                return chunk.final
+        raise RuntimeError("the answer ended without its final message")
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
+
+
+async def _events(stream: translate.StreamTranslator, first: generator_pb2.AnswerChunk | None, chunks: Chunks,
+                  when: float | None, deadline: float | None, context: tuple[str, str]) -> AsyncIterator[bytes]:
+    """The SSE body: ``data: {chunk}`` per step, then the finish chunk and ``data: [DONE]``. Once the
+    status line is out, an error comes as one ``data: {"error": ...}`` event (what OpenAI sends)."""
+    with request_context(*context):
+        try:
+            chunk = first
+            while chunk is not None:
+                if chunk.HasField("final"):
+                    _check_final(chunk.final, deadline)
+                    for obj in stream.final(chunk.final):
+                        yield sse(obj)
+                    yield DONE
+                    return
+                for obj in stream.delta(chunk.delta):
+                    yield sse(obj)
+                chunk = await _next(chunks, when)
+            raise RuntimeError("the answer ended without its final message")
+        except Exception as exc:
+            yield sse(errors.http_error(exc)[1])
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def make_app(front: Frontend) -> FastAPI:
+    """The FastAPI application over ``front`` (errors in OpenAI's shape, see services.http.errors)."""
+    app = FastAPI(title="lookahead-rag", summary="OpenAI-compatible chat completions over RAG")
+    errors.install(app)
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        return await front.chat(body, request)
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return front.models()
+
+    @app.get("/v1/models/{model:path}", response_model=None)
+    async def get_model(model: str) -> Response:
+        try:
+            front.check_model(model)
+        except NotFound as exc:
+            return errors.error_response(exc)
+        return JSONResponse(front.model_card())
+
+    @app.get("/health", response_model=None)
+    async def health() -> JSONResponse:
+        if front.serving:
+            return JSONResponse({"status": "serving"})
+        return JSONResponse({"status": "not serving"}, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+
+    return app

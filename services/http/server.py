@@ -1,0 +1,92 @@
+"""``HttpServer``: uvicorn in-process, on the running event loop, beside the gRPC servers.
+
+    http = await HttpServer.start(engine, settings.http, port=0)   # port: None = the settings'
+    http.port                                                      # the bound port
+    await http.stop()                                              # graceful, within shutdown_grace_s
+
+We bind the socket ourselves (a port in use raises OSError here, where uvicorn would call
+sys.exit) and leave the process's signal handlers alone (``lookahead-rag serve`` owns them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import uvicorn
+
+from services.http.routes import Frontend, make_app
+from services.http.settings import HttpSettings
+
+if TYPE_CHECKING:
+    from services.generator.engine import GeneratorEngine
+
+log = logging.getLogger(__name__)
+
+STARTUP_POLL_S = 0.01  # how often start() looks whether uvicorn is listening
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its SIGINT/SIGTERM handlers: the process's owner stops us."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: any free port), IPv6 when the host is an IPv6 address."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class HttpServer:
+    """The OpenAI-compatible endpoint served over one engine."""
+
+    def __init__(self, front: Frontend, server: uvicorn.Server, task: asyncio.Task[None], port: int) -> None:
+        self.front = front
+        self.server = server
+        self.task = task
+        self.port = port
+
+    @classmethod
+    async def start(cls, engine: GeneratorEngine, settings: HttpSettings, port: int | None = None) -> HttpServer:
+        """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port)."""
+        sock = bind_socket(settings.host, settings.port if port is None else port)
+        bound = int(sock.getsockname()[1])
+        front = Frontend(engine, settings)
+        config = uvicorn.Config(make_app(front), host=settings.host, port=bound, lifespan="off", log_config=None,
+                                access_log=settings.access_log, ws="none",
+                                timeout_graceful_shutdown=settings.shutdown_grace_s)  # type: ignore[arg-type]
+        server = _Server(config)
+        task = asyncio.create_task(server.serve(sockets=[sock]), name="http-server")
+        while not server.started and not task.done():
+            await asyncio.sleep(STARTUP_POLL_S)
+        if task.done():
+            sock.close()
+            task.result()  # raises what stopped it
+            raise RuntimeError("the HTTP server stopped while starting")
+        front.serving = True
+        log.info("OpenAI-compatible endpoint on http://%s:%d/v1", settings.host, bound)
+        return cls(front, server, task, bound)
+
+    @property
+    def serving(self) -> bool:
+        return self.front.serving
+
+    async def stop(self) -> None:
+        """Graceful: refuse new requests, let in-flight ones finish within shutdown_grace_s, then cancel them."""
+        self.front.serving = False
+        self.server.should_exit = True
+        await self.task

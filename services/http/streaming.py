@@ -1,0 +1,67 @@
+"""Server-sent events and the client going away.
+
+A client that disconnects cancels its request in the engine, as a gRPC cancel does:
+
+* before the response starts (a whole answer, or a stream's first chunk), ``or_disconnect`` runs
+  the work beside a watch on the connection and cancels the work when the client leaves;
+* mid-stream, Starlette cancels the streaming task; ``ClosingStreamingResponse`` then closes the
+  body iterator at once (not whenever it is garbage-collected), which closes the engine's stream,
+  whose ``finally`` cancels the request in the scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+T = TypeVar("T")
+SSE_MEDIA_TYPE = "text/event-stream"
+DONE = b"data: [DONE]\n\n"
+
+
+class ClientDisconnected(Exception):
+    """The client closed the connection before the response was ready."""
+
+
+def sse(obj: dict[str, Any]) -> bytes:
+    """One ``data:`` event with ``obj`` as compact JSON."""
+    return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns once the client has gone (the body is already read: nothing else can arrive)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def or_disconnect(request: Request, work: Awaitable[T]) -> T:
+    """``await work``, cancelled if the client disconnects first (then ClientDisconnected)."""
+    task = asyncio.ensure_future(work)
+    watch = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not task.done():  # the client left (or we are cancelled ourselves): the work stops too
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task in done:
+        return task.result()
+    raise ClientDisconnected("the client closed the connection")
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A StreamingResponse that closes its body iterator however the stream ends."""
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            close = getattr(self.body_iterator, "aclose", None)
+            if close is not None:
+                await close()

@@ -1,0 +1,205 @@
+"""OpenAI JSON <-> the generator's protobufs, as a gRPC servicer converts: no decoding here.
+
+    request = answer_request(body, tenant)              # ChatCompletionRequest -> AnswerRequest
+    reply = Reply.of(request_id, model, body)
+    completion(reply, final)                           # FinalInfo -> chat.completion
+    stream = StreamTranslator(reply)
+    stream.delta(chunk.delta) / stream.final(chunk.final)   # -> chat.completion.chunk objects
+
+Values are checked by the engine exactly as for gRPC; here only what the proto cannot carry (a
+negative count, a missing question) or what we cannot honour (n > 1, logprobs, tools) is refused,
+each with a one-line InvalidArgument.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from lookahead_rag.v1 import generator_pb2
+
+from services.common.errors import InvalidArgument
+from services.http.schema import ChatCompletionRequest, Message
+
+UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
+SCORE_DIGITS = 6  # retrieval scores are float32: more digits are noise
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # engine -> OpenAI (others as they are)
+ROLES = {"developer": "system"}  # OpenAI's newer role names -> the chat template's
+Json = dict[str, Any]
+
+
+# ---- request --------------------------------------------------------------------------------------
+def _refused(body: ChatCompletionRequest) -> str | None:
+    """The first field asking for something the engine cannot do, as a one-line reason."""
+    if body.n not in (None, 1):
+        return f"n={body.n}: only one choice per request (n=1)"
+    if body.logprobs or body.top_logprobs:
+        return "logprobs are not supported"
+    if body.tools or body.functions:
+        return "tools and function calling are not supported"
+    if body.response_format and body.response_format.get("type", "text") != "text":
+        return f"response_format {body.response_format.get('type')!r} is not supported (only text)"
+    if body.frequency_penalty or body.presence_penalty:
+        return "frequency_penalty and presence_penalty are not supported (use repetition_penalty)"
+    if body.logit_bias:
+        return "logit_bias is not supported"
+    if body.audio or (body.modalities and body.modalities != ["text"]):
+        return "only text output is supported"
+    return None
+
+
+def check_supported(body: ChatCompletionRequest) -> None:
+    """Refuse (InvalidArgument) a request whose answer we could not produce as asked."""
+    reason = _refused(body)
+    if reason is not None:
+        raise InvalidArgument(reason)
+
+
+def _count(name: str, value: int | None, limit: int = UINT32_MAX) -> int:
+    """A non-negative count the proto can carry (None: 0, the server default)."""
+    if value is None:
+        return 0
+    if not 0 <= value <= limit:
+        raise InvalidArgument(f"{name}={value} is out of range (0..{limit})")
+    return value
+
+
+def _max_new_tokens(body: ChatCompletionRequest) -> int:
+    name, value = ("max_completion_tokens", body.max_completion_tokens)
+    if value is None:
+        name, value = "max_tokens", body.max_tokens
+    if value is not None and value < 1:
+        raise InvalidArgument(f"{name} must be at least 1, got {value}")
+    return _count(name, value)
+
+
+def _text(message: Message) -> str:
+    """A message's text: its string content, or its text parts joined by newlines."""
+    if message.content is None or isinstance(message.content, str):
+        return message.content or ""
+    kinds = {part.type for part in message.content} - {"text"}
+    if kinds:
+        raise InvalidArgument(f"only text content is supported, got {', '.join(sorted(kinds))}")
+    return "\n".join(part.text or "" for part in message.content)
+
+
+def generation_params(body: ChatCompletionRequest) -> generator_pb2.GenerationParams:
+    """The request's GenerationParams (omitted = 0 = the server's default, as in the proto)."""
+    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
+    params = generator_pb2.GenerationParams(
+        max_new_tokens=_max_new_tokens(body), stop=stop, temperature=body.temperature or 0.0,
+        top_p=body.top_p or 0.0, top_k=_count("top_k", body.top_k), min_p=body.min_p or 0.0,
+        repetition_penalty=body.repetition_penalty or 0.0,
+    )
+    if body.seed is not None:
+        params.seed = _count("seed", body.seed, UINT64_MAX)
+    return params
+
+
+def answer_request(body: ChatCompletionRequest, tenant: str) -> generator_pb2.AnswerRequest:
+    """RAG: the last user message is the question; the retriever builds the prompt around it."""
+    question = next((m for m in reversed(body.messages) if m.role == "user"), None)
+    if question is None:
+        raise InvalidArgument("messages has no user message: the last one is the question")
+    return generator_pb2.AnswerRequest(tenant=tenant, question=_text(question), params=generation_params(body),
+                                       k=_count("k", body.k), m=_count("m", body.m))
+
+
+def generate_request(body: ChatCompletionRequest, tenant: str) -> generator_pb2.GenerateRequest:
+    """No retrieval (``"rag": false``): the messages as they are, in the model's chat template."""
+    messages = [generator_pb2.ChatMessage(role=ROLES.get(m.role, m.role), content=_text(m)) for m in body.messages]
+    return generator_pb2.GenerateRequest(tenant=tenant, messages=generator_pb2.ChatMessages(messages=messages),
+                                         params=generation_params(body))
+
+
+# ---- response -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Reply:
+    """What every object of one response shares."""
+
+    id: str
+    model: str
+    created: int
+    token_ids: bool  # the return_token_ids extension
+    include_usage: bool  # stream_options.include_usage
+
+    @classmethod
+    def of(cls, request_id: str, model: str, body: ChatCompletionRequest) -> Reply:
+        usage = bool(body.stream_options and body.stream_options.include_usage)
+        return cls(f"chatcmpl-{request_id}", model, int(time.time()), body.return_token_ids, usage)
+
+    def head(self, kind: str) -> Json:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def finish_reason(engine_reason: str) -> str:
+    return FINISH_REASONS.get(engine_reason, engine_reason)
+
+
+def usage(final: generator_pb2.FinalInfo) -> Json:
+    prompt, completion_tokens = len(final.prompt_ids), final.stats.new_tokens
+    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+            "total_tokens": prompt + completion_tokens}
+
+
+def documents(final: generator_pb2.FinalInfo) -> list[Json]:
+    """The documents the answer was grounded on (the ``documents`` extension field)."""
+    return [{"doc_id": c.doc_id, "chunk_id": c.chunk_id, "title": c.title, "source": c.source,
+             "score": round(c.score, SCORE_DIGITS), "text": c.text} for c in final.documents]
+
+
+def completion(reply: Reply, final: generator_pb2.FinalInfo) -> Json:
+    """The whole answer as one ``chat.completion``."""
+    choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
+                    "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
+    body = {**reply.head("chat.completion"), "choices": [choice], "usage": usage(final),
+            "documents": documents(final)}
+    if reply.token_ids:
+        choice["token_ids"] = list(final.output_ids)
+        body["prompt_token_ids"] = list(final.prompt_ids)
+    return body
+
+
+class StreamTranslator:
+    """AnswerChunks -> ``chat.completion.chunk`` objects, in OpenAI's order: the first carries the
+    role, each delta its text, the last the finish_reason and the documents, then (with
+    include_usage) one with no choices and the usage."""
+
+    def __init__(self, reply: Reply) -> None:
+        self.reply = reply
+        self.started = False
+
+    def _chunk(self, delta: Json, finish: str | None = None, token_ids: list[int] | None = None) -> Json:
+        choice: Json = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        body = {**self.reply.head("chat.completion.chunk"), "choices": [choice]}
+        if self.reply.token_ids and token_ids is not None:
+            choice["token_ids"] = token_ids
+        if self.reply.include_usage:
+            body["usage"] = None
+        return body
+
+    def _delta(self, text: str) -> Json:
+        if self.started:
+            return {"content": text}
+        self.started = True
+        return {"role": "assistant", "content": text}
+
+    def delta(self, delta: generator_pb2.TextDelta) -> list[Json]:
+        """One verified step (nothing when it adds neither text nor, when asked for, token ids)."""
+        ids = list(delta.token_ids)
+        if not delta.text and not (self.reply.token_ids and ids):
+            return []
+        return [self._chunk(self._delta(delta.text), token_ids=ids)]
+
+    def final(self, final: generator_pb2.FinalInfo) -> list[Json]:
+        out = [] if self.started else [self._chunk(self._delta(""), token_ids=[])]
+        last = self._chunk({}, finish_reason(final.stats.finish_reason))
+        last["documents"] = documents(final)
+        if self.reply.token_ids:  # known only once the answer is done, like the documents
+            last["prompt_token_ids"] = list(final.prompt_ids)
+        out.append(last)
+        if self.reply.include_usage:
+            out.append({**self.reply.head("chat.completion.chunk"), "choices": [], "usage": usage(final)})
+        return out
