@@ -1,4 +1,4 @@
-"""``StoreMeter``: a DraftCacheStore seen by metrics (fetch latency, per-tenant trie size gauges)."""
+"""``StoreMeter``: a DraftCacheStore seen by metrics (fetch latency, per-tenant trie size gauges, evictions)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from services.events.protocols import DRAFTCACHE_GROUP
 class StoreMeter:
     """DraftCacheMetrics of one store. ``fetch`` and ``add_output`` are the store's, timed or noted;
     trie sizes are never measured per request: a write only marks its tenant, and ``refresh_sizes()``
-    (a periodic Refresher job, off the event loop) measures each marked tenant once."""
+    (a periodic Refresher job, off the event loop) measures each marked tenant once. Each tenant the
+    store evicts is counted and marked, so its gauges go at the next refresh."""
 
     def __init__(self, store: DraftCacheStore, metrics: DraftCacheMetrics) -> None:
         self.store = store
@@ -24,6 +25,7 @@ class StoreMeter:
         self._lock = threading.Lock()
         self._dirty: set[str] = set(store.tenants())  # a restored snapshot: measure everything once
         self._shown: set[str] = set()  # tenants that have gauges
+        store.add_eviction_listener(self._evicted)
 
     def fetch(self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
               reference_ids: Sequence[int] = (), budget: int = 0) -> list[Branch]:
@@ -37,6 +39,11 @@ class StoreMeter:
         if applied:
             self.mark(tenant)
         return applied
+
+    def _evicted(self, tenant: str) -> None:
+        """The store evicted ``tenant``: count it; its gauges go at the next refresh."""
+        self.metrics.record_eviction()
+        self.mark(tenant)
 
     def mark(self, tenant: str) -> None:
         """``tenant``'s tries changed: measure it at the next refresh."""

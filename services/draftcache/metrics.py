@@ -1,4 +1,4 @@
-"""The draft cache's metrics: trie size per tenant and Fetch latency."""
+"""The draft cache's metrics: trie size per tenant, Fetch latency and tenant evictions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from services.common.metric_group import LATENCY_BUCKETS, MetricGroup
 
 
 class DraftCacheMetrics(MetricGroup):
-    """Trie size per tenant and Fetch latency."""
+    """Trie size per tenant, Fetch latency and tenants evicted past max_tenants."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         super().__init__(registry)
@@ -18,6 +18,9 @@ class DraftCacheMetrics(MetricGroup):
         self.trie_bytes = self.gauge("draftcache_trie_bytes", "approx. trie bytes per tenant", ("tenant",))
         self.fetch_latency = self.histogram(
             "draftcache_fetch_latency_seconds", "time to assemble one Fetch's branches", LATENCY_BUCKETS
+        )
+        self.tenant_evictions = self.counter(
+            "draftcache_tenant_evictions", "tenants evicted (least recently used) to stay within max_tenants"
         )
 
     def set_tenant_size(self, tenant: str, nodes: int, nbytes: int) -> None:
@@ -31,3 +34,6 @@ class DraftCacheMetrics(MetricGroup):
 
     def record_fetch(self, seconds: float) -> None:
         self.fetch_latency.observe(seconds)
+
+    def record_eviction(self) -> None:
+        self.tenant_evictions.inc()

@@ -2,7 +2,8 @@
 
 Memory is bounded per (tenant, tokenizer) scope by ``node_capacity`` trie nodes (roughly 150-300
 bytes each) plus ``max_references`` outputs of at most ``max_reference_tokens`` ids, and there are at
-most ``max_tenants * max_tokenizers_per_tenant`` scopes.
+most ``max_tenants * max_tokenizers_per_tenant`` scopes: past ``max_tenants`` the least recently
+used tenant (by Fetch or AddOutput) is evicted to make room for a new one.
 """
 
 from __future__ import annotations
@@ -75,7 +76,9 @@ class DraftCacheSettings(ServerSettings):
     max_seed_children: int = Field(4, ge=1, description="continuations considered under one seed n-gram")
     max_chain_tokens: int = Field(64, ge=2, description="longest chained branch (its seed included) one Fetch returns")
     max_request_ids: int = Field(131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput")
-    max_tenants: int = Field(1000, ge=1, description="tenants held; outputs of further tenants are refused")
+    max_tenants: int = Field(
+        1000, ge=1, description="tenants held; a new one past it evicts the least recently used (fetch or add)"
+    )
     max_tokenizers_per_tenant: int = Field(4, ge=1, description="tokenizer ids held per tenant")
     max_name_chars: int = Field(256, ge=1, description="longest tokenizer id or event id accepted (tenants: [limits])")
     snapshot_interval_s: float = Field(

@@ -10,10 +10,20 @@ Tenants and tokenizers never mix: each (tenant, tokenizer_id) has its own trie a
 fetch reads only its own scope. Applied event ids are remembered per tenant (bounded) and kept in
 the snapshot, so replaying the log after a restore applies nothing twice.
 
+At most ``max_tenants`` tenants are held. The output of a new tenant past that evicts the least
+recently used tenant (by ``fetch`` or ``add_output``): its tries, whole outputs and applied event
+ids go, eviction listeners hear its name (the meter counts it), a log line names it, and the new
+tenant's output is applied. An evicted tenant starts afresh: a later fetch finds nothing, its next
+output is kept. Snapshots list tenants least recently used first, so a restore keeps that order
+(and evicts down to ``max_tenants`` when the snapshot holds more); an evicted tenant is in no
+snapshot taken after its eviction.
+
 Thread-safety: each tenant has one lock, held by its writes, fetches, stats and its part of a
 snapshot, so one tenant never waits for another's work and a snapshot never stalls every writer
-at once; a store-wide lock only guards creating tenants and swapping state on ``restore``. Each
-tenant's part of a snapshot is consistent with its applied event ids (events are per tenant).
+at once; a store-wide lock guards the tenant table (creating, evicting, the use order, swapping
+state on ``restore``). Each tenant's part of a snapshot is consistent with its applied event ids
+(events are per tenant). A write racing with its tenant's eviction lands in the evicted copy, as if
+the eviction had come just after it.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ import logging
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +51,8 @@ from services.draftcache.validate import check_budget, check_ids, check_name
 log = logging.getLogger(__name__)
 
 _TRIE_BRANCH_LENGTH = struct.Struct("<q")  # first field of TokenTrie.dump_outputs()
+
+EvictionListener = Callable[[str], None]  # called with each evicted tenant, outside the store's locks
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +87,16 @@ class DraftCacheStore:
         self.settings = settings
         self.limits = limits if limits is not None else RequestLimits()  # tenant rules shared by all services
         self._trie_config = settings.trie_config()
-        self._tenants: dict[str, _Tenant] = {}
-        self._lock = threading.Lock()  # creating tenants, swapping state, the change counter
+        self._tenants: OrderedDict[str, _Tenant] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()  # the tenant table and its use order, the counters
+        self._eviction_listeners: list[EvictionListener] = []
         self.changes = 0  # bumped by every applied change (persistence saves when it moved)
         self.saved_changes = 0  # ``changes`` at the last save/load (an empty new store needs no file)
+        self.evictions = 0  # tenants evicted (least recently used) to stay within max_tenants
+
+    def add_eviction_listener(self, listener: EvictionListener) -> None:
+        """Call ``listener(tenant)`` after each eviction (outside the store's locks)."""
+        self._eviction_listeners.append(listener)
 
     # ---- tenants and scopes --------------------------------------------------------------------
     def _new_refs(self) -> ReferenceStore:
@@ -86,17 +104,43 @@ class DraftCacheStore:
         return ReferenceStore(s.max_references, s.similarity_ngram, s.max_reference_tokens, s.max_ngram_outputs)
 
     def _tenant_for_write(self, name: str) -> _Tenant:
-        """The tenant, created if the tenant limit allows."""
-        tenant = self._tenants.get(name)
-        if tenant is not None:
-            return tenant
+        """The tenant, now the most recently used; a new one evicts the least recently used past max_tenants."""
         with self._lock:
             tenant = self._tenants.get(name)
-            if tenant is None:
-                if len(self._tenants) >= self.settings.max_tenants:
-                    raise ResourceExhausted(f"draft cache holds {len(self._tenants)} tenants already (max_tenants)")
-                tenant = self._tenants[name] = _Tenant()
+            if tenant is not None:
+                self._tenants.move_to_end(name)
+                return tenant
+            evicted = self._evict_down_to(self.settings.max_tenants - 1)
+            tenant = self._tenants[name] = _Tenant()
+        self._report_evictions(evicted)
+        return tenant
+
+    def _tenant_for_read(self, name: str) -> _Tenant | None:
+        """The tenant, now the most recently used, or None when the store does not hold it."""
+        with self._lock:
+            tenant = self._tenants.get(name)
+            if tenant is not None:
+                self._tenants.move_to_end(name)
             return tenant
+
+    def _evict_down_to(self, keep: int) -> list[str]:
+        """Drop least recently used tenants until ``keep`` remain (store lock held); their names."""
+        evicted = []
+        while len(self._tenants) > keep:
+            name, _ = self._tenants.popitem(last=False)
+            evicted.append(name)
+        if evicted:
+            self.evictions += len(evicted)
+            self.changes += 1  # the next snapshot must not hold them
+        return evicted
+
+    def _report_evictions(self, names: Sequence[str]) -> None:
+        """Log each evicted tenant and tell the listeners (no store lock held: they may call back)."""
+        for name in names:
+            log.info("draft cache evicted tenant %r, the least recently used (max_tenants=%d)",
+                     name, self.settings.max_tenants)
+            for listener in self._eviction_listeners:
+                listener(name)
 
     def _scope_for_write(self, tenant: _Tenant, name: str, tokenizer_id: str) -> _Scope:
         """The tenant's scope of ``tokenizer_id``, created if the limit allows (tenant lock held)."""
@@ -161,7 +205,7 @@ class DraftCacheStore:
             raise InvalidArgument(f"prompt_ids + reference_ids has {total} ids; at most {s.max_request_ids}")
         prompt = check_ids("prompt_ids", prompt_ids, s.max_request_ids)
         references = check_ids("reference_ids", reference_ids, s.max_request_ids)
-        state = self._tenants.get(tenant)
+        state = self._tenant_for_read(tenant)
         if state is None:
             return []
         with state.lock:
@@ -190,11 +234,17 @@ class DraftCacheStore:
         with self._lock:
             return sorted(self._tenants.items())
 
+    def _tenants_by_use(self) -> list[tuple[str, _Tenant]]:
+        """(name, tenant), least recently used first."""
+        with self._lock:
+            return list(self._tenants.items())
+
     # ---- snapshot ----------------------------------------------------------------------------
     def snapshot(self) -> bytes:
-        """EventApplier: every scope's trie and whole outputs plus the applied event ids."""
+        """EventApplier: every scope's trie and whole outputs plus the applied event ids, tenants
+        least recently used first (the order a restore takes back)."""
         state = codec.StoreState()
-        for name, tenant in self._sorted_tenants():
+        for name, tenant in self._tenants_by_use():
             with tenant.lock:
                 state.applied[name] = list(tenant.applied)
                 for tok, scope in sorted(tenant.scopes.items()):
@@ -207,7 +257,7 @@ class DraftCacheStore:
         Writes racing with a restore may be lost: restore at start, or from the consumer's own thread.
         """
         state = codec.decode(data)
-        tenants = {name: _Tenant(applied=OrderedDict.fromkeys(ids)) for name, ids in state.applied.items()}
+        tenants = OrderedDict((name, _Tenant(applied=OrderedDict.fromkeys(ids))) for name, ids in state.applied.items())
         for saved in state.scopes:
             scope = _Scope(self._load_trie(saved.trie), self._new_refs())
             for ids, count in saved.outputs:
@@ -216,6 +266,8 @@ class DraftCacheStore:
         with self._lock:
             self._tenants = tenants
             self.changes += 1
+            evicted = self._evict_down_to(self.settings.max_tenants)  # max_tenants may be lower than when saved
+        self._report_evictions(evicted)
 
     def _load_trie(self, data: bytes) -> TokenTrie:
         try:

