@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed")
+    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "safe_stream")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DECODING_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,7 @@ class GenerationParams(_message.Message):
     MIN_P_FIELD_NUMBER: _ClassVar[int]
     REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
+    SAFE_STREAM_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     mode: str
     decoding_length: int
@@ -32,7 +33,8 @@ class GenerationParams(_message.Message):
     min_p: float
     repetition_penalty: float
     seed: int
-    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ...) -> None: ...
+    safe_stream: bool
+    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., safe_stream: _Optional[bool] = ...) -> None: ...
 
 class AnswerRequest(_message.Message):
     __slots__ = ("tenant", "question", "params", "k", "m")
@@ -79,12 +81,14 @@ class ChatMessages(_message.Message):
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
-    __slots__ = ("text", "token_ids")
+    __slots__ = ("text", "token_ids", "padding")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    PADDING_FIELD_NUMBER: _ClassVar[int]
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    padding: bytes
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., padding: _Optional[bytes] = ...) -> None: ...
 
 class FinalInfo(_message.Message):
     __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids")

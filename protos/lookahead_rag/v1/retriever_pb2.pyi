@@ -132,6 +132,20 @@ class DeleteRequest(_message.Message):
     doc_ids: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, tenant: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class ForgetRequest(_message.Message):
+    __slots__ = ("tenant", "doc_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    DOC_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    doc_id: str
+    def __init__(self, tenant: _Optional[str] = ..., doc_id: _Optional[str] = ...) -> None: ...
+
+class ForgetResponse(_message.Message):
+    __slots__ = ("event_id",)
+    EVENT_ID_FIELD_NUMBER: _ClassVar[int]
+    event_id: str
+    def __init__(self, event_id: _Optional[str] = ...) -> None: ...
+
 class DeleteResponse(_message.Message):
     __slots__ = ("documents", "total_chunks")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]

@@ -54,6 +54,11 @@ class RetrieverStub:
                 request_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.SerializeToString,
                 response_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
                 _registered_method=True)
+        self.Forget = channel.unary_unary(
+                '/lookahead_rag.v1.Retriever/Forget',
+                request_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.ForgetRequest.SerializeToString,
+                response_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.ForgetResponse.FromString,
+                _registered_method=True)
 
 
 class RetrieverServicer:
@@ -83,6 +88,12 @@ class RetrieverServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Forget(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RetrieverServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -105,6 +116,11 @@ def add_RetrieverServicer_to_server(servicer, server):
                     servicer.Delete,
                     request_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.FromString,
                     response_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.SerializeToString,
+            ),
+            'Forget': grpc.unary_unary_rpc_method_handler(
+                    servicer.Forget,
+                    request_deserializer=lookahead__rag_dot_v1_dot_retriever__pb2.ForgetRequest.FromString,
+                    response_serializer=lookahead__rag_dot_v1_dot_retriever__pb2.ForgetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -215,6 +231,33 @@ class Retriever:
             '/lookahead_rag.v1.Retriever/Delete',
             lookahead__rag_dot_v1_dot_retriever__pb2.DeleteRequest.SerializeToString,
             lookahead__rag_dot_v1_dot_retriever__pb2.DeleteResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/lookahead_rag.v1.Retriever/Forget',
+            lookahead__rag_dot_v1_dot_retriever__pb2.ForgetRequest.SerializeToString,
+            lookahead__rag_dot_v1_dot_retriever__pb2.ForgetResponse.FromString,
             options,
             channel_credentials,
             insecure,
