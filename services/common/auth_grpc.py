@@ -1,0 +1,108 @@
+"""The gRPC side of ``services.common.auth``: one server interceptor checks every call.
+
+    interceptors = [ObservabilityInterceptor(registry), *auth_interceptors(authenticator)]
+
+Every method of every servicer on the server is checked before its handler runs (new RPCs
+included: nothing to remember per method), except the health and reflection services, which
+probes and tools reach without a credential and which tell nothing about a tenant. The request's
+``tenant`` field names the tenant; a request without one (Snapshot, Stats over every tenant, a
+streamed request) needs a credential for every tenant. Refusals are UNAUTHENTICATED or
+PERMISSION_DENIED (``services.common.errors``), before the handler touches any data.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from services.common.auth import AUTHORIZATION, Authenticator, subject_of
+from services.common.errors import ServiceError, status_of
+
+log = logging.getLogger(__name__)
+
+OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # no tenant data behind them
+Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
+
+
+def tenant_of(request: Any) -> str:
+    """The request's tenant ("" when it has none: a call across every tenant)."""
+    tenant = getattr(request, "tenant", "")
+    return tenant if isinstance(tenant, str) else ""
+
+
+class AuthInterceptor(grpc.aio.ServerInterceptor):
+    """Refuse a call whose credential is missing, unknown or revoked, or is not for the request's tenant."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self.auth = auth
+
+    async def guard(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
+        """Return when the call may go on; else abort it with UNAUTHENTICATED or PERMISSION_DENIED."""
+        metadata = context.invocation_metadata() or ()
+        bearer = next((str(v) for k, v in metadata if k.lower() == AUTHORIZATION), None)
+        try:
+            principal = self.auth.check(bearer, subject_of(context.auth_context()), tenant_of(request))
+        except ServiceError as exc:
+            code, message = status_of(exc)
+            log.info("%s refused: %s: %s", method, code.name, message)
+            await context.abort(code, message)
+            raise  # abort() raises; should it ever return, the call is still refused
+        log.debug("%s by %s", method, principal.name)
+
+    def _unary(self, behavior: Behavior, method: str) -> Behavior:
+        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await self.guard(method, request, context)
+            result = behavior(request, context)
+            return await result if inspect.isawaitable(result) else result
+
+        return unary
+
+    def _stream(self, behavior: Behavior, method: str) -> Behavior:
+        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            await self.guard(method, request, context)
+            responses = behavior(request, context)
+            if inspect.isawaitable(responses):  # a handler that writes with context.write()
+                await responses
+            elif hasattr(responses, "__aiter__"):
+                async for response in responses:
+                    yield response
+            else:
+                for response in responses:
+                    yield response
+
+        return stream
+
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        """The same handler, guarded."""
+        kinds: list[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[[Behavior, str], Behavior]]] = [
+            ("unary_unary", grpc.unary_unary_rpc_method_handler, self._unary),
+            ("stream_unary", grpc.stream_unary_rpc_method_handler, self._unary),
+            ("unary_stream", grpc.unary_stream_rpc_method_handler, self._stream),
+            ("stream_stream", grpc.stream_stream_rpc_method_handler, self._stream),
+        ]
+        for attr, make, wrap in kinds:
+            behavior = getattr(handler, attr)
+            if behavior is not None:
+                return make(wrap(behavior, method), request_deserializer=handler.request_deserializer,
+                            response_serializer=handler.response_serializer)
+        return handler
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_METHOD_PREFIXES):
+            return handler
+        return self.wrap(handler, method)
+
+
+def auth_interceptors(auth: Authenticator | None) -> list[grpc.aio.ServerInterceptor]:
+    """``[AuthInterceptor(auth)]`` when ``[auth] mode = "required"``, else none."""
+    return [AuthInterceptor(auth)] if auth is not None and auth.required else []
