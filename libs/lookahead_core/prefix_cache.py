@@ -17,6 +17,11 @@ entry is not stored), so the list holds no redundant KV.
 
 LRU is global over tenants (one ``OrderedDict``); isolation is by construction: a lookup only ever
 compares against, and returns, the entries of the tenant it is given. One lock guards everything.
+
+Forgetting: ``forget_tenant`` drops a tenant's entries and advances its *epoch*. A request reads
+``epoch(tenant)`` before its prompt is built and hands it to ``put``: a put from a request whose prompt
+was built before the forget (stale epoch) stores nothing, so a forget is never undone by a prefill
+that overlapped it.
 """
 
 from __future__ import annotations
@@ -148,6 +153,7 @@ class PrefixKVCache:
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # LRU first
         self._tenants: dict[str, list[int]] = {}  # entry keys per tenant
         self._index: dict[str, _Index] = {}  # lazily rebuilt match matrices per tenant
+        self._epochs: dict[str, int] = {}  # forgets per tenant (absent: 0); a put with an older epoch stores nothing
         self._next_key = itertools.count()
         self._bytes = 0
         self._lookups = 0
@@ -174,14 +180,16 @@ class PrefixKVCache:
             self._hit_tokens += n
             return n, view_prefix(self._entries[key].kv, n)
 
-    def put(self, tenant: str, ids: Sequence[int], kv: KV) -> None:
+    def put(self, tenant: str, ids: Sequence[int], kv: KV, epoch: int | None = None) -> None:
         """Store the KV of ``ids`` (each layer tensor [1, kv_heads, >= len(ids), head_dim]).
 
         The cache keeps the given tensors sliced to len(ids) (copied only when the slice would pin a
         larger storage): the caller must not write into them afterwards. Stored entries that are a
         prefix of ``ids`` are dropped; if ``ids`` is a prefix of a stored entry nothing is stored
         and that entry is touched. Sequences shorter than ``min_tokens`` and entries alone larger
-        than ``max_bytes`` are not stored. Least recently used entries are evicted to fit.
+        than ``max_bytes`` are not stored. Least recently used entries are evicted to fit. ``epoch``:
+        the tenant's ``epoch()`` when the prompt was built; a stale one (the tenant was forgotten
+        since) stores nothing (None: no check).
         """
         seq = as_ids(ids)
         n = len(seq)
@@ -190,6 +198,8 @@ class PrefixKVCache:
         if n < self.config.min_tokens or nbytes > self.config.max_bytes:
             return
         with self._lock:
+            if epoch is not None and epoch != self._epochs.get(tenant, 0):
+                return
             index = self._tenant_index(tenant)
             if index is not None:
                 lcp = common_prefix_lengths(index.rows, index.lengths, seq)  # [entries]
@@ -212,6 +222,21 @@ class PrefixKVCache:
     def drop_tenant(self, tenant: str) -> int:
         """Forget every entry of ``tenant``; returns how many were dropped."""
         with self._lock:
+            keys = list(self._tenants.get(tenant, ()))
+            for key in keys:
+                self._remove(key)
+            return len(keys)
+
+    def epoch(self, tenant: str) -> int:
+        """How often ``tenant`` was forgotten: read it before building a prompt, give it to ``put``."""
+        with self._lock:
+            return self._epochs.get(tenant, 0)
+
+    def forget_tenant(self, tenant: str) -> int:
+        """Drop every entry of ``tenant`` and advance its epoch (puts of prompts built before now store
+        nothing); returns how many entries were dropped."""
+        with self._lock:
+            self._epochs[tenant] = self._epochs.get(tenant, 0) + 1
             keys = list(self._tenants.get(tenant, ()))
             for key in keys:
                 self._remove(key)

@@ -385,7 +385,8 @@ class StepScheduler:
         assert req.kv is not None
         n = len(req.prompt_ids)
         if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
-            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(req.kv, n))
+            # a prompt built before a forget of its tenant (stale epoch) is not kept
+            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(req.kv, n), epoch=req.prefix_epoch)
         req.phase = Phase.DECODE
         req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
         req.emit([first])

@@ -91,6 +91,7 @@ class ServeRequest:
         on_done: OnDone | None = None,
         drafter: Drafter | None = None,
         observer: StepObserver | None = None,
+        prefix_epoch: int | None = None,
     ) -> None:
         if not prompt_ids:
             raise ValueError("prompt_ids must not be empty")
@@ -104,6 +105,7 @@ class ServeRequest:
         self.on_done = on_done
         self.drafter = drafter
         self.observer = observer  # sees every verified tree and its accepted path (benchmarks)
+        self.prefix_epoch = prefix_epoch  # the tenant's prefix cache epoch when the prompt was built (None: unchecked)
         self.id = uuid.uuid4().hex
         self.phase = Phase.WAITING
         self.output: list[int] = []

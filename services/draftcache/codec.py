@@ -9,6 +9,14 @@ payload (version 1):
                        | u32 outputs kept whole, each: u64 count | u32 n | n x u32 token id
                          (least recently seen first)
 
+version 2 appends, per scope in the same order, the outputs it can forget (``forget.OutputLog``):
+
+    u32 complete (0/1) | u32 logged outputs, each: u32 n | n x u32 token id | u32 d | d x str doc id
+                                                  (oldest first)
+
+and then ``bytes`` of the forget ledger (``services.events.forget.ForgetLedger.to_bytes``). Version 1
+snapshots still load: their scopes have an empty, incomplete log and the ledger is empty.
+
 str / bytes = u32 (bytes: u64) length + data (str: UTF-8).
 """
 
@@ -21,7 +29,9 @@ from array import array
 from dataclasses import dataclass, field
 
 MAGIC = b"LARDRAFT"
-VERSION = 1
+VERSION = 2
+LOG_VERSION = 2  # the first version with the forget log and ledger
+READABLE_VERSIONS = (1, 2)  # versions decode() accepts (1: before forgetting)
 _HEAD = struct.Struct("<IIQ")  # version, crc32 of the payload, payload length
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -38,12 +48,15 @@ class ScopeState:
     tokenizer_id: str
     trie: bytes  # TokenTrie.dump_outputs()
     outputs: list[tuple[tuple[int, ...], int]] = field(default_factory=list)  # (ids, count), oldest first
+    log: list[tuple[tuple[int, ...], tuple[str, ...]]] = field(default_factory=list)  # (ids, doc ids), oldest first
+    complete: bool = False  # the log holds every output in the trie
 
 
 @dataclass
 class StoreState:
     applied: dict[str, list[str]] = field(default_factory=dict)  # tenant -> event ids, oldest first
     scopes: list[ScopeState] = field(default_factory=list)
+    ledger: bytes = b""  # ForgetLedger.to_bytes() (empty: no forget applied)
 
 
 def _token_array(ids: tuple[int, ...]) -> array[int]:
@@ -126,6 +139,16 @@ def encode(state: StoreState) -> bytes:
             w.u64(count)
             w.u32(len(ids))
             w.buf += _token_array(ids).tobytes()
+    for scope in state.scopes:
+        w.u32(int(scope.complete))
+        w.u32(len(scope.log))
+        for ids, doc_ids in scope.log:
+            w.u32(len(ids))
+            w.buf += _token_array(ids).tobytes()
+            w.u32(len(doc_ids))
+            for doc_id in doc_ids:
+                w.text(doc_id)
+    w.blob(state.ledger)
     payload = bytes(w.buf)
     return MAGIC + _HEAD.pack(VERSION, zlib.crc32(payload), len(payload)) + payload
 
@@ -136,8 +159,8 @@ def decode(data: bytes) -> StoreState:
     if len(data) < len(MAGIC) + _HEAD.size:
         raise SnapshotError("truncated snapshot header")
     version, crc, size = _HEAD.unpack_from(data, len(MAGIC))
-    if version != VERSION:
-        raise SnapshotError(f"snapshot version {version} is not supported (this code reads {VERSION})")
+    if version not in READABLE_VERSIONS:
+        raise SnapshotError(f"snapshot version {version} is not supported (this code reads {READABLE_VERSIONS})")
     payload = data[len(MAGIC) + _HEAD.size :]
     if len(payload) != size or zlib.crc32(payload) != crc:
         raise SnapshotError("snapshot checksum or length mismatch (damaged file)")
@@ -152,6 +175,13 @@ def decode(data: bytes) -> StoreState:
             count = r.u64()
             scope.outputs.append((r.tokens(r.u32()), count))
         state.scopes.append(scope)
+    if version >= LOG_VERSION:
+        for scope in state.scopes:
+            scope.complete = bool(r.u32())
+            for _ in range(r.u32()):
+                ids = r.tokens(r.u32())
+                scope.log.append((ids, tuple(r.text() for _ in range(r.u32()))))
+        state.ledger = r.blob()
     if r.pos != len(payload):
         raise SnapshotError("trailing bytes after the snapshot")
     return state

@@ -5,7 +5,8 @@
     store.add_output("acme", tok_id, output_ids, event_id)     # True once per event id
     branches = store.fetch("acme", tok_id, prompt_ids, reference_ids, budget=0)  # [Branch(ids, weight)]
 
-Also the bus's EventApplier for ``GenerationCompleted`` (``apply`` / ``snapshot`` / ``restore``).
+Also the bus's EventApplier for ``GenerationCompleted`` and ``ForgetRequested`` (``apply`` /
+``snapshot`` / ``restore``).
 Tenants and tokenizers never mix: each (tenant, tokenizer_id) has its own trie and outputs, and a
 fetch reads only its own scope. Applied event ids are remembered per tenant (bounded) and kept in
 the snapshot, so replaying the log after a restore applies nothing twice.
@@ -24,6 +25,13 @@ at once; a store-wide lock guards the tenant table (creating, evicting, the use 
 state on ``restore``). Each tenant's part of a snapshot is consistent with its applied event ids
 (events are per tenant). A write racing with its tenant's eviction lands in the evicted copy, as if
 the eviction had come just after it.
+
+Forgetting (``forget``, a ``ForgetRequested`` event): every scope also logs its recent outputs with
+the documents they were grounded on (``services.draftcache.forget``). A forget of a whole tenant drops
+its scopes; a forget of one document drops the logged outputs grounded on it and rebuilds each scope's
+trie and whole outputs from what its log still holds. Both keep the tenant's applied event ids (a
+resent answer is not applied again) and record the forget in the store's ``ForgetLedger``, which
+outlives evictions and rides in the snapshot: an answer that began before the forget is never kept.
 """
 
 from __future__ import annotations
@@ -43,10 +51,12 @@ from services.common.errors import InvalidArgument, ResourceExhausted
 from services.common.limits import RequestLimits
 from services.draftcache import codec
 from services.draftcache.fetch import Branch, fetch_branches
+from services.draftcache.forget import OutputLog, needs_rebuild, rebuild
 from services.draftcache.persistence import read_file, write_file_atomic
 from services.draftcache.references import ReferenceStore
 from services.draftcache.settings import DraftCacheSettings
 from services.draftcache.validate import check_budget, check_ids, check_name
+from services.events.forget import EVERYTHING, ForgetLedger
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +70,18 @@ class ScopeStats:
     tenant: str
     tokenizer_id: str
     nodes: int  # trie nodes
-    bytes: int  # approximate memory: trie nodes + outputs kept whole + their index
+    bytes: int  # approximate memory: trie nodes + outputs kept whole + their index + the forget log
     outputs: int  # outputs inserted into the trie (pruning does not lower it)
     references: int  # distinct outputs kept whole
 
 
 @dataclass
 class _Scope:
-    """One (tenant, tokenizer): the trie of output windows and the outputs kept whole."""
+    """One (tenant, tokenizer): the trie of output windows, the outputs kept whole, the forget log."""
 
     trie: TokenTrie
     refs: ReferenceStore
+    log: OutputLog  # the recent outputs and their documents: what a forget rebuilds the scope from
 
 
 @dataclass
@@ -93,6 +104,7 @@ class DraftCacheStore:
         self.changes = 0  # bumped by every applied change (persistence saves when it moved)
         self.saved_changes = 0  # ``changes`` at the last save/load (an empty new store needs no file)
         self.evictions = 0  # tenants evicted (least recently used) to stay within max_tenants
+        self._ledger = ForgetLedger()  # forgets applied and their horizons (store lock; survives evictions)
 
     def add_eviction_listener(self, listener: EvictionListener) -> None:
         """Call ``listener(tenant)`` after each eviction (outside the store's locks)."""
@@ -102,6 +114,10 @@ class DraftCacheStore:
     def _new_refs(self) -> ReferenceStore:
         s = self.settings
         return ReferenceStore(s.max_references, s.similarity_ngram, s.max_reference_tokens, s.max_ngram_outputs)
+
+    def _new_log(self) -> OutputLog:
+        """A scope's forget log: as many outputs, as long, as the whole outputs it keeps."""
+        return OutputLog(self.settings.max_references, self.settings.max_reference_tokens)
 
     def _tenant_for_write(self, name: str) -> _Tenant:
         """The tenant, now the most recently used; a new one evicts the least recently used past max_tenants."""
@@ -151,7 +167,7 @@ class DraftCacheStore:
             raise ResourceExhausted(
                 f"tenant {name!r} has {len(tenant.scopes)} tokenizers already (max_tokenizers_per_tenant)"
             )
-        scope = tenant.scopes[tokenizer_id] = _Scope(TokenTrie(self._trie_config), self._new_refs())
+        scope = tenant.scopes[tokenizer_id] = _Scope(TokenTrie(self._trie_config), self._new_refs(), self._new_log())
         return scope
 
     def _changed(self) -> None:
@@ -159,8 +175,10 @@ class DraftCacheStore:
             self.changes += 1
 
     # ---- writes ------------------------------------------------------------------------------
-    def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str) -> bool:
-        """Insert one finished output; False (nothing changed) when ``event_id`` was applied before."""
+    def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str,
+                   doc_ids: Sequence[str] = ()) -> bool:
+        """Insert one finished output, grounded on ``doc_ids``; False (nothing changed) when ``event_id``
+        was applied before."""
         s = self.settings
         self.limits.check_tenant(tenant)
         check_name("tokenizer_id", tokenizer_id, s.max_name_chars)
@@ -173,15 +191,61 @@ class DraftCacheStore:
             scope = self._scope_for_write(state, tenant, tokenizer_id)
             scope.trie.insert_output(ids)
             scope.refs.add(ids)
-            state.applied[event_id] = None
-            while len(state.applied) > s.max_event_ids:
-                state.applied.popitem(last=False)
+            scope.log.add(ids, doc_ids)
+            self._remember(state, event_id)
         self._changed()
         return True
 
-    def apply(self, event: events_pb2.GenerationCompleted) -> bool:
-        """EventApplier: insert the event's output; False when its event_id was applied before."""
-        return self.add_output(event.tenant, event.tokenizer_id, event.output_ids, event.event_id)
+    def _remember(self, state: _Tenant, event_id: str) -> None:
+        """Note an applied event id (tenant lock held), forgetting the oldest past max_event_ids."""
+        state.applied[event_id] = None
+        while len(state.applied) > self.settings.max_event_ids:
+            state.applied.popitem(last=False)
+
+    def apply(self, event: events_pb2.GenerationCompleted | events_pb2.ForgetRequested) -> bool:
+        """EventApplier: insert a GenerationCompleted's output, or apply a ForgetRequested; False when
+        its event_id was applied before. An answer that began before a forget covering it is not kept."""
+        if isinstance(event, events_pb2.ForgetRequested):
+            return self.forget(event)
+        with self._lock:
+            covered = self._ledger.covers(event)
+        if covered:  # handled: a resend meets the same horizon again
+            log.info("draft cache: output %s of tenant %r began before a forget; not kept", event.event_id,
+                     event.tenant)
+            return True
+        return self.add_output(event.tenant, event.tokenizer_id, event.output_ids, event.event_id,
+                               list(event.doc_ids))
+
+    def forget(self, event: events_pb2.ForgetRequested) -> bool:
+        """Drop the tenant's outputs (all of them, or those grounded on ``event.doc_id``) and rebuild
+        its tries without them; False (nothing changed) when this forget was applied before."""
+        with self._lock:
+            if not self._ledger.admit(event):
+                return False
+            self.changes += 1  # the ledger is in the snapshot
+            state = self._tenants.get(event.tenant)  # not a use: no LRU move
+        if state is None:
+            return True
+        with state.lock:
+            self._remember(state, event.event_id)
+            if event.doc_id == EVERYTHING:
+                state.scopes.clear()
+            else:
+                for tok, scope in list(state.scopes.items()):
+                    self._forget_doc(state, tok, scope, event.doc_id)
+        log.info("draft cache forgot tenant %r's outputs (%s)", event.tenant,
+                 f"document {event.doc_id!r}" if event.doc_id else "all")
+        self._changed()
+        return True
+
+    def _forget_doc(self, state: _Tenant, tokenizer_id: str, scope: _Scope, doc_id: str) -> None:
+        """Rebuild one scope without the outputs grounded on ``doc_id`` (tenant lock held); an empty one goes."""
+        if not needs_rebuild(scope.log.drop(doc_id), scope.log):
+            return
+        if not scope.log:
+            del state.scopes[tokenizer_id]
+            return
+        scope.trie, scope.refs = rebuild(scope.log, self._trie_config, self._new_refs)
 
     # ---- reads -------------------------------------------------------------------------------
     def fetch(
@@ -223,7 +287,7 @@ class DraftCacheStore:
             with state.lock:
                 for tok, scope in sorted(state.scopes.items()):
                     trie, refs = scope.trie, scope.refs
-                    nbytes = trie.nbytes() + refs.nbytes()
+                    nbytes = trie.nbytes() + refs.nbytes() + scope.log.nbytes()
                     out.append(ScopeStats(name, tok, trie.node_count, nbytes, trie.outputs_inserted, len(refs)))
         return out
 
@@ -243,12 +307,14 @@ class DraftCacheStore:
     def snapshot(self) -> bytes:
         """EventApplier: every scope's trie and whole outputs plus the applied event ids, tenants
         least recently used first (the order a restore takes back)."""
-        state = codec.StoreState()
+        with self._lock:
+            state = codec.StoreState(ledger=self._ledger.to_bytes())
         for name, tenant in self._tenants_by_use():
             with tenant.lock:
                 state.applied[name] = list(tenant.applied)
                 for tok, scope in sorted(tenant.scopes.items()):
-                    state.scopes.append(codec.ScopeState(name, tok, scope.trie.dump_outputs(), scope.refs.items()))
+                    state.scopes.append(codec.ScopeState(name, tok, scope.trie.dump_outputs(), scope.refs.items(),
+                                                         scope.log.items(), scope.log.complete))
         return codec.encode(state)
 
     def restore(self, data: bytes) -> None:
@@ -257,14 +323,22 @@ class DraftCacheStore:
         Writes racing with a restore may be lost: restore at start, or from the consumer's own thread.
         """
         state = codec.decode(data)
+        try:
+            ledger = ForgetLedger.from_bytes(state.ledger)
+        except ValueError as exc:
+            raise codec.SnapshotError(str(exc)) from exc
         tenants = OrderedDict((name, _Tenant(applied=OrderedDict.fromkeys(ids))) for name, ids in state.applied.items())
         for saved in state.scopes:
-            scope = _Scope(self._load_trie(saved.trie), self._new_refs())
+            scope = _Scope(self._load_trie(saved.trie), self._new_refs(), self._new_log())
             for ids, count in saved.outputs:
                 scope.refs.add(ids, count)
+            for ids, doc_ids in saved.log:
+                scope.log.add(ids, doc_ids)
+            scope.log.complete = saved.complete and scope.log.complete  # a smaller capacity now: not complete
             tenants.setdefault(saved.tenant, _Tenant()).scopes[saved.tokenizer_id] = scope
         with self._lock:
             self._tenants = tenants
+            self._ledger = ledger
             self.changes += 1
             evicted = self._evict_down_to(self.settings.max_tenants)  # max_tenants may be lower than when saved
         self._report_evictions(evicted)

@@ -7,6 +7,11 @@ Fed by ``GenerationCompleted`` events through the event-applier protocol the bus
     restore(data) -> None       replace the state with a snapshot
 
 Tenants never mix: each tenant has its own rows and vectors, and a search only sees its own.
+
+``ForgetRequested`` events (same stream, same ``apply``) drop a tenant's sessions: all of them, or
+those grounded on one document (each session keeps the doc ids of its answer). The forgets applied
+and their horizons (``services.events.forget.ForgetLedger``) ride in the snapshot: an answer that
+began before a forget covering it is recorded as applied and never indexed.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from lookahead_rag.v1 import events_pb2
 
+from services.events.forget import ForgetLedger, grounded_on
 from services.retriever.embeddings import Encoder
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2  # 2: sessions keep their doc ids, the forget ledger is saved
+READABLE_VERSIONS = (1, SNAPSHOT_VERSION)  # a version 1 snapshot loads with no doc ids and no ledger
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,7 @@ class SessionRecord:
     question: str
     answer: str
     created_unix_ms: int
+    doc_ids: tuple[str, ...] = ()  # documents the answer was grounded on
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +63,15 @@ class _TenantSessions:
             self.records = self.records[excess:]
             self.vectors = np.ascontiguousarray(self.vectors[excess:])
 
+    def drop(self, doc_id: str) -> int:
+        """Remove the sessions a forget of ``doc_id`` covers; how many were removed."""
+        keep = [i for i, r in enumerate(self.records) if not grounded_on(r.doc_ids, doc_id)]
+        dropped = len(self.records) - len(keep)
+        if dropped:
+            self.records = [self.records[i] for i in keep]
+            self.vectors = np.ascontiguousarray(self.vectors[keep])  # [kept, dim]
+        return dropped
+
     def search(self, query: np.ndarray, m: int) -> list[ScoredSession]:
         if m <= 0 or not self.records:
             return []
@@ -73,6 +90,7 @@ class PastSessions:
         self._max_event_ids = max_event_ids
         self._tenants: dict[str, _TenantSessions] = {}
         self._applied: OrderedDict[str, None] = OrderedDict()  # event ids, oldest first
+        self._ledger = ForgetLedger()  # forgets applied and their horizons
         self._lock = threading.Lock()
 
     def _seen(self, event_id: str) -> bool:
@@ -84,26 +102,46 @@ class PastSessions:
         while len(self._applied) > self._max_event_ids:
             self._applied.popitem(last=False)
 
-    def apply(self, event: events_pb2.GenerationCompleted) -> bool:
-        """Index (question -> answer) for the event's tenant; False if this event id was applied before.
+    def apply(self, event: events_pb2.GenerationCompleted | events_pb2.ForgetRequested) -> bool:
+        """Index (question -> answer) for the event's tenant, or apply a forget; False if this event id
+        was applied before.
 
-        Events without tenant, question or answer text (raw Generate calls) are recorded as applied
-        and index nothing.
+        Events without tenant, question or answer text (raw Generate calls), and answers that began
+        before a forget covering them, are recorded as applied and index nothing.
         """
+        if isinstance(event, events_pb2.ForgetRequested):
+            return self.forget(event)
         if not event.event_id:
             raise ValueError("GenerationCompleted without event_id cannot be deduplicated")
         if self._seen(event.event_id):
             return False
-        usable = bool(event.tenant and event.question.strip() and event.answer_text.strip())
+        with self._lock:
+            covered = self._ledger.covers(event)
+        usable = bool(event.tenant and event.question.strip() and event.answer_text.strip()) and not covered
         vector = self._embedder.encode_one(event.question) if usable else None  # outside the lock: slow
         with self._lock:
             if event.event_id in self._applied:  # applied meanwhile by another thread
                 return False
-            if vector is not None:
-                record = SessionRecord(event.event_id, event.question, event.answer_text, event.created_unix_ms)
+            if vector is not None and not self._ledger.covers(event):  # again: a forget may have come meanwhile
+                record = SessionRecord(event.event_id, event.question, event.answer_text, event.created_unix_ms,
+                                       tuple(dict.fromkeys(event.doc_ids)))
                 tenant = self._tenants.setdefault(event.tenant, _TenantSessions(self._dim))
                 tenant.add(record, vector, self._max_per_tenant)
             self._remember(event.event_id)
+        return True
+
+    def forget(self, event: events_pb2.ForgetRequested) -> bool:
+        """Drop the tenant's sessions (all, or those grounded on ``event.doc_id``); False (nothing
+        changed) when this forget was applied before."""
+        with self._lock:
+            if not self._ledger.admit(event):
+                return False
+            sessions = self._tenants.get(event.tenant)
+            dropped = sessions.drop(event.doc_id) if sessions is not None else 0
+            if sessions is not None and not sessions.records:
+                del self._tenants[event.tenant]
+        log.info("forgot %d past sessions of tenant %r (%s)", dropped, event.tenant,
+                 f"document {event.doc_id!r}" if event.doc_id else "all")
         return True
 
     def search(self, tenant: str, query: np.ndarray, m: int) -> list[ScoredSession]:
@@ -132,6 +170,7 @@ class PastSessions:
                 "version": SNAPSHOT_VERSION,
                 "dim": self._dim,
                 "applied": list(self._applied),
+                "forgets": self._ledger.to_json(),
                 "tenants": [[name, [asdict(r) for r in self._tenants[name].records]] for name in names],
             }
             arrays = {f"v{i}": self._tenants[name].vectors for i, name in enumerate(names)}
@@ -144,12 +183,12 @@ class PastSessions:
         with np.load(io.BytesIO(data), allow_pickle=False) as npz:
             meta = json.loads(npz["meta"].tobytes())
             vectors = {key: np.ascontiguousarray(npz[key], dtype=np.float32) for key in npz.files if key != "meta"}
-        if meta.get("version") != SNAPSHOT_VERSION or meta.get("dim") != self._dim:
+        if meta.get("version") not in READABLE_VERSIONS or meta.get("dim") != self._dim:
             raise ValueError(f"snapshot version {meta.get('version')} / dim {meta.get('dim')} not supported here")
         tenants: dict[str, _TenantSessions] = {}
         for i, (name, records) in enumerate(meta["tenants"]):
             sessions = _TenantSessions(self._dim)
-            sessions.records = [SessionRecord(**r) for r in records]
+            sessions.records = [SessionRecord(**{**r, "doc_ids": tuple(r.get("doc_ids", ()))}) for r in records]
             sessions.vectors = vectors[f"v{i}"]
             if sessions.vectors.shape != (len(sessions.records), self._dim):
                 raise ValueError(
@@ -158,9 +197,11 @@ class PastSessions:
                 )
             tenants[name] = sessions
         applied = OrderedDict.fromkeys(meta["applied"])
+        ledger = ForgetLedger.from_json(meta.get("forgets"))
         with self._lock:
             self._tenants = tenants
             self._applied = applied
+            self._ledger = ledger
         log.info(
             "restored %d past sessions of %d tenants",
             sum(len(s.records) for s in tenants.values()),
