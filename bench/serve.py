@@ -38,13 +38,14 @@ class RunConfig:
     deadline_s: float  # gRPC deadline of one request (generous)
     threads: int  # torch threads for the serial baseline's worker thread (0 = default)
     sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
+    safe_stream: bool = False  # --safe-stream: every engine request asks for the side-channel-safe stream
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
                       seq: list[Question], c: int, way: str) -> Raw:
     async with serving(stack, f"c{c}-{way}", model, tok, wl.docs) as stub, RssSampler() as rss:
         records, wall = await closed_loop(stub, seq, c, MODE_OF[way], run.max_new_tokens, run.deadline_s,
-                                          f"c={c} {way}", run.sampling)
+                                          f"c={c} {way}", run.sampling, run.safe_stream)
     return records, wall, rss.peak_mb
 
 
@@ -143,7 +144,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
-    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling)
+    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
+                    args.safe_stream)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -166,6 +168,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "pool": len(wl.pool),
         "distinct_questions": len(set(drawn)),
         "max_new_tokens": args.max_new_tokens,
+        "safe_stream": args.safe_stream,
         "tenants": len(wl.docs),
         "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
         "ratios": _ratios(levels),
@@ -186,7 +189,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, "
           f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens, "
-          f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}")
+          f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}"
+          f"{'; safe stream' if args.safe_stream else ''}")
     print_table([row for c, ways in data["levels"].items() for row in _rows(int(c), ways)], COLUMNS)
     print_table([{"c": int(c), **r} for c, r in data["ratios"].items()], [
         ("c", "c", "d"), ("goodput_on_over_off", "goodput on/off", ".2f"),

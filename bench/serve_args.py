@@ -3,7 +3,7 @@
     lookahead-rag-bench serve [--corpus C.jsonl --questions Q.jsonl] --pool 100 --requests 200 --zipf 1.1 \\
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
-        [--temperature T --top-p P --top-k K]
+        [--temperature T --top-p P --top-k K] [--safe-stream]
 
 Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
 pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
@@ -18,6 +18,11 @@ services (cold caches) sharing one loaded model:
   clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue). With
   ``--temperature T > 0`` it runs the reference sampler (lookahead_core.sampling.generate_sampled)
   instead, with the same temperature / top-p / top-k and seed.
+
+``--safe-stream`` sends every request of the engine ways with GenerationParams.safe_stream (fixed cadence,
+fixed-size padded chunks: docs/SECURITY.md) to measure what the mode costs in TTFT and tokens/s; set its
+cadence with ``--gen safe_stream_interval_ms=MS --gen safe_stream_chunk_tokens=N``. Its final messages
+carry no prompt ids, so it runs without serial_hf (which replays them) and without exact match.
 
 Exact match compares every answer with the serial baseline's answer to its own prompt ids (serial_hf's
 outputs, computed untimed for prompts it did not cover): batch-1 greedy, or the reference sampler's
@@ -57,6 +62,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
+    p.add_argument("--safe-stream", action="store_true",
+                   help="every request asks for the side-channel-safe stream (its cost in TTFT and tokens/s)")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     add_sampling_args(p, "fixes the request sequence and, with --temperature > 0, is every request's sampling seed")
@@ -68,6 +75,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
         p.error(f"--ways must name some of {','.join(WAYS)}")
     if "serial_hf" in ways and not {"on", "off"} & set(ways):
         p.error("serial_hf replays the prompts of on (or off): name one of them too")
+    if args.safe_stream and "serial_hf" in ways:
+        p.error("--safe-stream hides the prompt ids serial_hf replays: use --ways on,off")
     args.ways = [w for w in WAYS if w in ways]
     args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
     if not args.levels or args.levels[0] < 1:

@@ -32,10 +32,10 @@ def engine_stats(stats: Any) -> EngineStats:
     )
 
 
-def generation_params(mode: str, max_new: int, sampling: Sampling | None = None) -> Any:
+def generation_params(mode: str, max_new: int, sampling: Sampling | None = None, safe_stream: bool = False) -> Any:
     """GenerationParams of every request: greedy ones as before (no sampling field set); sampling ones
-    carry temperature, top_p, top_k and the run's one seed."""
-    params = generator_pb2.GenerationParams(max_new_tokens=max_new, mode=mode)
+    carry temperature, top_p, top_k and the run's one seed; ``safe_stream`` asks for the safe stream."""
+    params = generator_pb2.GenerationParams(max_new_tokens=max_new, mode=mode, safe_stream=safe_stream)
     if sampling is not None and sampling.enabled:
         params.temperature, params.top_p, params.top_k = sampling.temperature, sampling.top_p, sampling.top_k
         params.seed = sampling.seed
@@ -53,9 +53,10 @@ def sampling_mismatch(stats: Any, sampling: Sampling | None) -> str | None:
 
 
 async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: int,
-                      deadline_s: float, sampling: Sampling | None = None) -> RequestRecord:
-    """Send one Answer and time its stream."""
-    params = generation_params(mode, max_new, sampling)
+                      deadline_s: float, sampling: Sampling | None = None, safe_stream: bool = False) -> RequestRecord:
+    """Send one Answer and time its stream (a safe stream's final has no ids: the streamed ones count)."""
+    params = generation_params(mode, max_new, sampling, safe_stream)
+    streamed: list[int] = []
     req = generator_pb2.AnswerRequest(tenant=q.tenant, question=q.question, params=params)
     rec = RequestRecord(index, time.perf_counter())
     try:
@@ -63,9 +64,10 @@ async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: in
             now = time.perf_counter()
             if chunk.HasField("delta") and chunk.delta.token_ids:
                 rec.deltas.append((now, len(chunk.delta.token_ids)))
+                streamed += chunk.delta.token_ids
             elif chunk.HasField("final"):
                 final = chunk.final
-                rec.prompt_ids, rec.output_ids = list(final.prompt_ids), list(final.output_ids)
+                rec.prompt_ids, rec.output_ids = list(final.prompt_ids), list(final.output_ids or streamed)
                 rec.stats = engine_stats(final.stats)
                 rec.error = sampling_mismatch(final.stats, sampling)
     except grpc.aio.AioRpcError as exc:
@@ -79,8 +81,8 @@ async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: in
 
 
 async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mode: str, max_new: int,
-                      deadline_s: float, desc: str,
-                      sampling: Sampling | None = None) -> tuple[list[RequestRecord], float]:
+                      deadline_s: float, desc: str, sampling: Sampling | None = None,
+                      safe_stream: bool = False) -> tuple[list[RequestRecord], float]:
     """All requests of the sequence through ``concurrency`` clients; (records, wall seconds)."""
     todo: Iterator[tuple[int, Question]] = iter(enumerate(sequence))  # shared: one event loop, no lock
     records: list[RequestRecord] = []
@@ -88,7 +90,7 @@ async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mod
 
     async def client() -> None:
         for index, q in todo:
-            records.append(await one_request(stub, index, q, mode, max_new, deadline_s, sampling))
+            records.append(await one_request(stub, index, q, mode, max_new, deadline_s, sampling, safe_stream))
             bar.update(1)
 
     t0 = time.perf_counter()

@@ -21,6 +21,10 @@ and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
 (``services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
 overrides its port); ``stop()`` closes it first, gracefully.
+
+Auth: with ``[auth] mode = "required"`` every gRPC server here refuses a call whose credential is not
+for its tenant (``services.common.auth_grpc``), so does the HTTP endpoint, and the generator's
+clients send ``[auth] service_key`` (a key for every tenant) to the other two.
 """
 
 from __future__ import annotations
@@ -36,11 +40,14 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
+from services.common.auth import Authenticator
+from services.common.auth_grpc import auth_interceptors
 from services.common.grpcutil import local_target, open_channel
 from services.common.observability import ObservabilityInterceptor, start_metrics_server, stop_metrics_server
 from services.common.ports import DRAFTCACHE_GRPC_PORT, RETRIEVER_GRPC_PORT
 from services.common.refresher import Refresher
 from services.common.service import Service
+from services.common.tls import check_bind, server_credentials
 from services.config import AllSettings
 from services.draftcache.build import DraftCacheService, build_draftcache
 from services.draftcache.client import GrpcDraftClient, LocalDraftClient
@@ -51,6 +58,7 @@ from services.events.protocols import EventBus
 from services.generator.build import build_generator
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
+from services.generator.forget import subscribe_forgets
 from services.http.server import HttpServer
 from services.retriever.build import build_retriever
 from services.retriever.client import GrpcRetrieverClient, LocalRetrieverClient
@@ -75,6 +83,7 @@ class Pipeline:
     metrics_port: int | None = None  # the bound /metrics port, when one was asked for
     http: HttpServer | None = None  # the OpenAI-compatible endpoint, when it runs here
     http_port: int | None = None  # its bound port
+    server_credentials: grpc.ServerCredentials | None = None  # TLS of the gRPC servers ([tls]); None: plaintext
 
     @property
     def engine(self) -> GeneratorEngine:
@@ -103,10 +112,16 @@ class Pipeline:
         if unknown or not names:
             raise ValueError(f"services must be some of {', '.join(SERVICES)}; got {', '.join(names) or 'none'}")
         bind = bind or {}
+        credentials = None
+        if grpc_servers:  # before anything starts: refuse plaintext beyond loopback, read the certificates
+            check_bind(listen_hosts(settings, names), settings.tls)
+            credentials = server_credentials(settings.tls)
         registry = CollectorRegistry() if registry is None else registry
-        interceptors = [ObservabilityInterceptor(registry)]
+        auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
+        interceptors = [ObservabilityInterceptor(registry), *auth_interceptors(auth)]  # outermost first
         bus = make_bus(settings.kafka, _bus_dir(settings, names))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
+        pipeline.server_credentials = credentials
         if "generator" in names and (model is None or tokenizer is None):
             from lookahead_core.models import load_model  # torch: only where the generator runs
 
@@ -119,16 +134,23 @@ class Pipeline:
         if "draftcache" in names:
             await pipeline._add(await build_draftcache(settings.draftcache, settings.limits, bus, registry),
                                 grpc_servers, bind, interceptors)
+        forgets = None
+        if "generator" in names:  # subscribed before the bus starts (Kafka); every replica applies forgets
+            forgets, forget_jobs = subscribe_forgets(bus, registry)
+            for job in forget_jobs:
+                pipeline.refresher.add(job)
         await bus.start()
         if "generator" in names:
             if settings.kafka.enabled:
                 pipeline.refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
             retriever, drafts = pipeline._clients(grpc_servers)
             generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever, drafts,
-                                              served=settings.model, model=model, tokenizer=tokenizer)
+                                              served=settings.model, model=model, tokenizer=tokenizer,
+                                              forgets=forgets)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
             if grpc_servers and settings.http.enabled:
-                pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"))
+                pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"), settings.tls,
+                                                   auth)
                 pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:
@@ -143,7 +165,8 @@ class Pipeline:
             self.refresher.add(job)
         await service.start()
         if grpc_servers:
-            self.ports[service.name] = await service.serve(bind.get(service.name), interceptors=interceptors)
+            self.ports[service.name] = await service.serve(bind.get(service.name), interceptors=interceptors,
+                                                           credentials=self.server_credentials)
 
     def _clients(self, grpc_servers: bool) -> tuple[RetrieverClient, DraftClient]:
         """The generator's way to each of the other two: in-process, this process's server, or a target."""
@@ -153,19 +176,22 @@ class Pipeline:
         if "retriever" in self.services and not grpc_servers:
             retriever = LocalRetrieverClient(self.retriever)
         else:
-            retriever = GrpcRetrieverClient(self._channel("retriever", gs.retriever_target, RETRIEVER_GRPC_PORT))
+            retriever = GrpcRetrieverClient(self._channel("retriever", gs.retriever_target, RETRIEVER_GRPC_PORT),
+                                            self.settings.auth.service_key)
         if "draftcache" in self.services and not grpc_servers:
             service = self.services["draftcache"]
             assert isinstance(service, DraftCacheService)
             drafts = LocalDraftClient(service.meter)
         else:
-            drafts = GrpcDraftClient(self._channel("draftcache", gs.draftcache_target, DRAFTCACHE_GRPC_PORT))
+            drafts = GrpcDraftClient(self._channel("draftcache", gs.draftcache_target, DRAFTCACHE_GRPC_PORT),
+                                     self.settings.auth.service_key)
         return retriever, drafts
 
     def _channel(self, name: str, target: str, default_port: int) -> grpc.aio.Channel:
         if name in self.ports:  # served by this process
             target = local_target(self.services[name].settings.host, self.ports[name])
-        channel = open_channel(target or f"127.0.0.1:{default_port}", self.settings.generator.max_message_bytes)
+        channel = open_channel(target or f"127.0.0.1:{default_port}", self.settings.generator.max_message_bytes,
+                               self.settings.tls)
         self.channels.append(channel)
         return channel
 
@@ -190,6 +216,15 @@ class Pipeline:
         await self.bus.stop()
         for service in services:
             await service.close()
+
+
+def listen_hosts(settings: AllSettings, names: Sequence[str]) -> dict[str, str]:
+    """server -> the address it binds when ``names`` are served here: each service's gRPC (and
+    metrics) host, and the HTTP endpoint's beside the generator."""
+    hosts = {name: getattr(settings, name).host for name in names}
+    if "generator" in names and settings.http.enabled:
+        hosts["http"] = settings.http.host
+    return hosts
 
 
 def _bus_dir(settings: AllSettings, names: Sequence[str]) -> Path:

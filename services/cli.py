@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ask": ("services.generator.ask", "ask a running generator; the answer streams to the terminal"),
     "broker": ("services.events.kafka.broker", "start the bundled tansu Kafka-compatible broker (memory storage)"),
     "config": ("services.config_cli", "show the effective configuration"),
+    "keys": ("services.keys_cli", "add, list or revoke the API keys that bind callers to tenants"),
 }
 
 

@@ -15,9 +15,11 @@ from typing import Any
 
 from pydantic_settings import BaseSettings
 
+from services.common.auth_settings import AuthSettings
 from services.common.limits import RequestLimits
 from services.common.model_settings import ModelSettings
 from services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
+from services.common.tls import TlsSettings
 from services.draftcache.settings import DraftCacheSettings
 from services.events.kafka.settings import KafkaSettings
 from services.generator.settings import GeneratorSettings
@@ -32,7 +34,9 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "generator": GeneratorSettings,
     "limits": RequestLimits,
     "http": HttpSettings,
+    "auth": AuthSettings,
     "kafka": KafkaSettings,
+    "tls": TlsSettings,
     "logging": LoggingSettings,
 }
 
@@ -48,6 +52,8 @@ class AllSettings:
     limits: RequestLimits
     kafka: KafkaSettings
     http: HttpSettings
+    auth: AuthSettings
+    tls: TlsSettings
 
     @classmethod
     def load(cls, config_file: PathArg = None, **sections: dict[str, Any]) -> AllSettings:
@@ -63,4 +69,6 @@ class AllSettings:
             limits=load_settings(RequestLimits, "limits", path, **sections.get("limits", {})),
             kafka=load_settings(KafkaSettings, "kafka", path, **sections.get("kafka", {})),
             http=load_settings(HttpSettings, "http", path, **sections.get("http", {})),
+            auth=load_settings(AuthSettings, "auth", path, **sections.get("auth", {})),
+            tls=load_settings(TlsSettings, "tls", path, **sections.get("tls", {})),
         )

@@ -8,6 +8,9 @@ metrics, so scrape one of them. A single service needs Kafka to receive events f
 its Kafka state (consumer snapshot + offsets, the generator's outbox) lives under its own data_dir.
 Logging follows the ``[logging]`` settings (LAR_LOG_LEVEL, LAR_LOG_FORMAT). SIGINT/SIGTERM stop
 gracefully (each server's shutdown_grace_s) and the process exits 0.
+
+Transport security follows ``[tls]`` (services.common.tls): without a server certificate, a host
+other than loopback is refused (exit 2) unless ``allow_insecure = true``, which logs a warning.
 """
 
 from __future__ import annotations
@@ -85,7 +88,8 @@ async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None)
             exporters.append(exporter)
     ports = ", ".join(f"{k} {getattr(settings, k).host}:{v}" for k, v in pipeline.ports.items())
     if pipeline.http_port is not None:
-        ports += f", http http://{settings.http.host}:{pipeline.http_port}/v1"
+        scheme = "https" if settings.tls.server_enabled else "http"
+        ports += f", http {scheme}://{settings.http.host}:{pipeline.http_port}/v1"
     print(f"serving {ports} (Ctrl-C to stop)", flush=True)
     await _wait_for_signal()
     log.info("stopping %s", ", ".join(names))
@@ -107,5 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(logging_settings.level, json=logging_settings.format == "json" and not args.text_logs)
     names = SERVICES if args.service == "all" else (args.service,)
-    asyncio.run(serve(names, settings, args.port))
+    try:
+        asyncio.run(serve(names, settings, args.port))
+    except ConfigError as exc:  # e.g. [tls]: plaintext beyond loopback, an unreadable certificate
+        print(f"lookahead-rag serve: {exc}", file=sys.stderr)
+        return 2
     return 0

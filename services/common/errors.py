@@ -3,7 +3,8 @@
 Library code (retriever core, draft cache, generator) raises a ``ServiceError`` subclass with a
 one-line message; the ``grpc_errors`` decorator on a grpc.aio servicer method turns it into
 ``context.abort(code, message)``. Anything unexpected becomes INTERNAL with a one-line message, and
-its traceback goes to the log, never to the client.
+its traceback goes to the log, never to the client. A ``ResourceExhausted`` that knows when to retry
+(a tenant's quota) also carries a ``google.rpc.RetryInfo`` in the status details.
 
     class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         @grpc_errors
@@ -24,10 +25,14 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_CHARS = 300  # status details are cut here: one readable line, never a dump
+NANOS = 1_000_000_000
 
 
 class ServiceError(Exception):
@@ -43,9 +48,17 @@ class InvalidArgument(ServiceError):
 
 
 class ResourceExhausted(ServiceError):
-    """Over a configured limit: overload, oversize message, capacity."""
+    """Over a configured limit: overload, oversize message, capacity, a tenant's quota.
+
+    ``retry_after_s``: when the caller may try again, if known (a ``google.rpc.RetryInfo`` in the
+    status details over gRPC, ``Retry-After`` over HTTP).
+    """
 
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class NotFound(ServiceError):
@@ -72,6 +85,18 @@ class DeadlineExceeded(ServiceError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class Unauthenticated(ServiceError):
+    """No credential, or one that is malformed, unknown or revoked (never echoes the credential)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ServiceError):
+    """A valid credential asked for a tenant (or for every tenant) it may not use."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 def one_line(message: object, limit: int = MAX_MESSAGE_CHARS) -> str:
     """Collapse whitespace/newlines and cut to ``limit`` characters (with an ellipsis)."""
     text = " ".join(str(message).split())
@@ -94,7 +119,25 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str)
         log.error("%s failed", method, exc_info=exc)
     else:
         log.info("%s -> %s: %s", method, code.name, message)
-    await context.abort(code, message)
+    retry_after_s = retry_after_of(exc)
+    if retry_after_s is None:
+        await context.abort(code, message)
+    else:  # the hint travels in the status details (grpc-status-details-bin)
+        await context.abort_with_status(rpc_status.to_status(retry_status(code, message, retry_after_s)))
+
+
+def retry_after_of(exc: BaseException) -> float | None:
+    """The seconds after which ``exc``'s caller may retry, when it says (a quota refusal does)."""
+    return getattr(exc, "retry_after_s", None) if isinstance(exc, ResourceExhausted) else None
+
+
+def retry_status(code: grpc.StatusCode, message: str, retry_after_s: float) -> status_pb2.Status:
+    """A ``google.rpc.Status`` carrying a ``RetryInfo`` (the client reads it with ``rpc_status.from_call``)."""
+    delay = duration_pb2.Duration()
+    delay.FromNanoseconds(max(0, round(retry_after_s * NANOS)))
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+    return status_pb2.Status(code=code.value[0], message=message, details=[detail])
 
 
 Method = TypeVar("Method", bound=Callable[..., Any])
@@ -136,9 +179,12 @@ def grpc_errors(method: Method) -> Method:
 
 def reraise_bad_input(err: grpc.aio.AioRpcError) -> None:
     """Client side: a peer's INVALID_ARGUMENT is the caller's own bad input and stays an error
-    (raised as InvalidArgument), and FAILED_PRECONDITION a set-up error (FailedPrecondition); any
-    other status returns, for the caller to treat as an outage."""
+    (raised as InvalidArgument), and FAILED_PRECONDITION a set-up error (FailedPrecondition), as is
+    a refused service credential (UNAUTHENTICATED, PERMISSION_DENIED); any other status returns, for
+    the caller to treat as an outage."""
     if err.code() == grpc.StatusCode.INVALID_ARGUMENT:
         raise InvalidArgument(err.details() or "invalid argument") from err
     if err.code() == grpc.StatusCode.FAILED_PRECONDITION:  # e.g. the two services serve different models
         raise FailedPrecondition(err.details() or "failed precondition") from err
+    if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # [auth] service_key
+        raise FailedPrecondition(f"a peer refused this service's credential: {err.details()}") from err

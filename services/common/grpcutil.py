@@ -23,6 +23,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from services.common.decode_guard import DecodeGuard
+from services.common.tls import TlsSettings, channel_credentials, channel_options
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ingest batches and long prompt id lists fit
@@ -52,16 +55,18 @@ async def start_server(
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     max_concurrent_rpcs: int | None = None,
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+    credentials: grpc.ServerCredentials | None = None,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a grpc.aio server with the servicers, health checking and reflection; return (server, port).
 
     ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
     RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them;
-    ``interceptors`` (e.g. services.common.observability.ObservabilityInterceptor) see every call.
+    ``interceptors`` (e.g. services.common.observability.ObservabilityInterceptor) see every call;
+    ``credentials`` (services.common.tls.server_credentials) serve TLS, None plaintext.
     """
     server = grpc.aio.server(
         options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs,
-        interceptors=list(interceptors),
+        interceptors=[*interceptors, DecodeGuard()],  # innermost: undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
     )
     for add_fn, servicer in servicers:
         add_fn(servicer, server)
@@ -71,14 +76,16 @@ async def start_server(
         [*service_names, health.SERVICE_NAME, reflection.SERVICE_NAME], server
     )
     address = f"{host}:{port}"
-    bound = server.add_insecure_port(address)
+    secure = credentials is not None
+    bound = server.add_secure_port(address, credentials) if secure else server.add_insecure_port(address)
     if bound == 0:
         raise OSError(f"could not bind gRPC server to {address}")
     await server.start()
     for name in [*service_names, OVERALL]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     _HEALTH[server] = health_servicer
-    log.info("gRPC server on %s:%d serving %s", host, bound, ", ".join(service_names))
+    log.info("gRPC server on %s:%d (%s) serving %s", host, bound, "TLS" if secure else "plaintext",
+             ", ".join(service_names))
     return server, bound
 
 
@@ -99,6 +106,12 @@ def local_target(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.aio.Channel:
-    """An insecure grpc.aio channel to ``target`` (HOST:PORT) with the same message size limits."""
-    return grpc.aio.insecure_channel(target, options=message_size_options(max_message_bytes))
+def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+                 tls: TlsSettings | None = None) -> grpc.aio.Channel:
+    """A grpc.aio channel to ``target`` (HOST:PORT) with the same message size limits: TLS when
+    ``tls`` turns it on for clients (services.common.tls), else plaintext."""
+    options = message_size_options(max_message_bytes)
+    credentials = channel_credentials(tls)
+    if credentials is None:
+        return grpc.aio.insecure_channel(target, options=options)
+    return grpc.aio.secure_channel(target, credentials, options=[*options, *channel_options(tls)])

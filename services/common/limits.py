@@ -12,10 +12,11 @@ default. Each check raises InvalidArgument with a one-line message (gRPC INVALID
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
+from typing_extensions import TypedDict
 
 from services.common.errors import InvalidArgument
 from services.common.settings import ServiceSettings
@@ -26,6 +27,16 @@ RESOLVED: dict[str, tuple[str, str]] = {
     "m": ("default_m", "max_m"),
     "max_new_tokens": ("default_max_new_tokens", "max_new_tokens"),
 }
+
+
+class TenantQuota(TypedDict, total=False):
+    """One tenant's quotas in ``tenant_quotas`` (a field left out takes the ``tenant_*`` default; 0 = unlimited)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+
+    rps: Annotated[float, Field(ge=0)]
+    burst: Annotated[float, Field(ge=0)]
+    streams: Annotated[int, Field(ge=0)]
 
 
 class RequestLimits(ServiceSettings):
@@ -45,6 +56,14 @@ class RequestLimits(ServiceSettings):
     max_new_tokens: int = Field(512, ge=1, description="largest max_new_tokens a request may ask for")
     max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
     max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
+    # per-tenant quotas (services/common/quota.py), each service counting its own calls
+    tenant_rps: float = Field(0.0, ge=0, description="requests per second one tenant may start (0 = unlimited)")
+    tenant_burst: float = Field(0.0, ge=0, description="requests a tenant may start at once (0 = tenant_rps, >= 1)")
+    tenant_streams: int = Field(0, ge=0, description="answer streams one tenant may have open at once (0 = unlimited)")
+    tenant_streams_retry_s: float = Field(1.0, gt=0, description="retry-after hint for a tenant at its stream limit")
+    tenant_quotas: dict[str, TenantQuota] = Field(
+        default={}, description="per-tenant overrides: {tenant = {rps = R, burst = B, streams = S}}"
+    )
 
     @model_validator(mode="after")
     def _defaults_within_limits(self) -> RequestLimits:

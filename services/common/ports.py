@@ -51,6 +51,8 @@ ENV_PREFIXES: dict[str, str] = {
     "logging": "LAR_LOG_",
     "model": "LAR_MODEL_",
     "http": "LAR_HTTP_",
+    "auth": "LAR_AUTH_",
+    "tls": "LAR_TLS_",
 }
 
 # Fields of the generator's settings that point it at the other two services (HOST:PORT).

@@ -52,14 +52,16 @@ class Service(Generic[T]):
         self._tasks = [asyncio.create_task(loop(), name=f"{self.name}-{i}") for i, loop in enumerate(self.loops)]
 
     async def serve(self, port: int | None = None, host: str | None = None,
-                    interceptors: Iterable[grpc.aio.ServerInterceptor] = ()) -> int:
+                    interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
+                    credentials: grpc.ServerCredentials | None = None) -> int:
         """Serve the servicers (health and reflection on) on ``host:port`` (default: the settings';
-        port 0 = any free port); returns the bound port."""
+        port 0 = any free port), over TLS with ``credentials`` (services.common.tls.server_credentials);
+        returns the bound port."""
         self.server, self.port = await start_server(
             list(self.handlers), list(self.service_names),
             port=self.settings.port if port is None else port,
             host=self.settings.host if host is None else host,
-            max_message_bytes=self.max_message_bytes, interceptors=interceptors,
+            max_message_bytes=self.max_message_bytes, interceptors=interceptors, credentials=credentials,
         )
         return self.port
 

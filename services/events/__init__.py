@@ -5,6 +5,7 @@
 - ``services.events.factory``: ``make_bus(settings, data_dir)`` picks one from ``KafkaSettings``;
 - ``services.events.metrics``: consumer and outbox metrics, sampled from ``EventBus.stats()``;
 - ``services.events.streams``: the event kinds a bus carries (``GENERATIONS``, ``DOCUMENTS``) and their keys.
+- ``services.events.forget``: ``ForgetRequested`` (on ``GENERATIONS``): its builder and the consumers' ledger.
 
 Nothing in this package imports a service package (retriever, draft cache, generator).
 """
@@ -14,6 +15,7 @@ from services.events.protocols import (
     DEFAULT_RETRY_BACKOFF_S,
     DRAFTCACHE_GROUP,
     ERROR_TEXT_LIMIT,
+    GENERATOR_GROUP,
     RETRIEVER_DOCUMENTS_GROUP,
     RETRIEVER_GROUP,
     ApplyOutcome,
@@ -37,6 +39,7 @@ __all__ = [
     "DRAFTCACHE_GROUP",
     "ERROR_TEXT_LIMIT",
     "GENERATIONS",
+    "GENERATOR_GROUP",
     "RETRIEVER_DOCUMENTS_GROUP",
     "RETRIEVER_GROUP",
     "ApplyOutcome",

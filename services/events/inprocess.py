@@ -1,7 +1,8 @@
 """The in-process event bus: the embedded default (one process, no durability).
 
 Publish enqueues a copy; one background task applies each event to every subscriber of its stream,
-in publish order across streams. One process is one replica: ``every_replica`` changes nothing here.
+in publish order across streams (and across the message types one stream carries). One process is
+one replica: ``every_replica`` changes nothing here.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class InProcessBus:
     # --- publisher side ---
     def publish(self, event: Event) -> None:
         """Enqueue a copy of the event; safe from the loop thread and from other threads."""
-        item = (stream_of(event), event.SerializeToString())  # a copy: the caller may reuse its message
+        stream = stream_of(event)
+        item = (stream, stream.encode(event))  # a copy: the caller may reuse its message
         if self._loop is not None and threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         else:
@@ -110,7 +112,7 @@ class InProcessBus:
             try:
                 for sub in list(self._subscribers.values()):
                     if sub.stream is stream:
-                        await self._deliver(sub, stream.message.FromString(data))
+                        await self._deliver(sub, stream.parse(data))
             finally:
                 self._queue.task_done()
 

@@ -1,7 +1,9 @@
 """The feedback-loop event bus: its interfaces and the small types both buses share.
 
 The generator publishes one ``GenerationCompleted`` per finished answer; the draft cache and the
-retriever each subscribe an *applier* under their own group name. A bus carries several streams
+retriever each subscribe an *applier* under their own group name. The retriever's Forget publishes a
+``ForgetRequested`` on the same stream (ordered with the tenant's answers): those appliers receive
+either type, and the generator subscribes too (its prefix KV; ``services.events.forget``). A bus carries several streams
 (``services.events.streams``): the retriever also publishes and consumes ``DocumentChanged``.
 ``services.events.inprocess`` holds the embedded default (one process, no durability),
 ``services.events.kafka.bus`` the same interface over Kafka; ``services.events.factory.make_bus`` picks one.
@@ -30,6 +32,7 @@ ERROR_TEXT_LIMIT = 500  # characters of an exception kept in a dead-letter recor
 DRAFTCACHE_GROUP = "draftcache"
 RETRIEVER_GROUP = "retriever"  # past sessions (GenerationCompleted)
 RETRIEVER_DOCUMENTS_GROUP = "retriever-documents"  # tenant documents (DocumentChanged)
+GENERATOR_GROUP = "generator"  # prefix KV forgets (ForgetRequested; every replica)
 
 
 class StaleSnapshot(Exception):

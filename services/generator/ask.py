@@ -13,7 +13,12 @@ import sys
 import grpc
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
+from services.common.auth import add_key_argument, bearer_metadata
 from services.common.ports import GENERATOR_GRPC_PORT
+from services.common.settings import ConfigError
+from services.common.tls import add_tls_arguments, sync_channel, tls_from_args
+
+EXIT_BAD_CONFIG = 2
 
 
 def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, generator_pb2.AnswerRequest]:
@@ -34,6 +39,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, generator_
     s.add_argument("--min-p", type=float, default=0.0, help="in [0, 1] (0 = off)")
     s.add_argument("--repetition-penalty", type=float, default=0.0, help="> 0 (0 = the model's)")
     s.add_argument("--seed", type=int, default=None, help="sampling seed (default: a random one, printed at the end)")
+    add_tls_arguments(p)
+    add_key_argument(p)
     args = p.parse_args(argv or [])
     if args.top_k < 0:  # the range checks of the float knobs are the server's (one place)
         p.error("--top-k must be >= 0")
@@ -49,10 +56,15 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, generator_
 
 def main(argv: list[str] | None = None) -> int:
     args, req = parse(argv)
-    with grpc.insecure_channel(args.target) as channel:
+    try:
+        tls = tls_from_args(args)
+    except ConfigError as exc:
+        print(f"lookahead-rag ask: {exc}", file=sys.stderr)
+        return EXIT_BAD_CONFIG
+    with sync_channel(args.target, tls) as channel:
         stub = generator_pb2_grpc.GeneratorStub(channel)
         try:
-            for chunk in stub.Answer(req, timeout=args.timeout):
+            for chunk in stub.Answer(req, timeout=args.timeout, metadata=bearer_metadata(args.api_key)):
                 if chunk.HasField("delta"):
                     print(chunk.delta.text, end="", flush=True)
                 else:

@@ -6,6 +6,8 @@
 
 The model loads here unless the caller already holds one (``model``/``tokenizer``); the engine
 publishes finished answers on ``bus`` and reaches the other two services through the clients.
+``forgets`` (``services.generator.forget.subscribe_forgets``, subscribed before the bus started)
+drops a tenant's prefix KV in this engine when a ``ForgetRequested`` comes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from services.common.service import Service
 from services.events.protocols import EventPublisher
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
+from services.generator.forget import PrefixForgets
 from services.generator.metrics import GeneratorMetrics
 from services.generator.servicer import SERVICE_NAME, GeneratorServicer
 from services.generator.settings import GeneratorSettings
@@ -55,7 +58,7 @@ async def check_same_model(retriever: RetrieverClient, model: str, tokenizer: st
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
                           drafts: DraftClient | None, *, served: ModelSettings, model: Any = None,
-                          tokenizer: Any = None) -> Service[GeneratorEngine]:
+                          tokenizer: Any = None, forgets: PrefixForgets | None = None) -> Service[GeneratorEngine]:
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
         model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
@@ -63,6 +66,8 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
                              metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name)
+    if forgets is not None:
+        forgets.attach(engine.scheduler.prefix_cache)
 
     async def close() -> None:
         engine.close()

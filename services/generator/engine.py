@@ -19,7 +19,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
 
 import torch
 from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
@@ -29,7 +28,7 @@ from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.detok import TextStreamer
 from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
 from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStats
-from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
+from lookahead_rag.v1 import events_pb2, generator_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (
@@ -42,10 +41,13 @@ from services.common.errors import (
 )
 from services.common.limits import RequestLimits
 from services.common.logs import log_text
+from services.common.quota import TenantQuotas
 from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.params import decoding_config
+from services.generator.prepared import Prepared, grounding_doc_ids
+from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
 
 log = logging.getLogger(__name__)
@@ -53,21 +55,6 @@ log = logging.getLogger(__name__)
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
 MIB = 1 << 20
-
-
-@dataclass
-class Prepared:
-    """A validated request, ready to decode."""
-
-    tenant: str
-    question: str
-    prompt_ids: list[int]
-    references: list[list[int]]
-    config: DecodingConfig
-    request_id: str
-    documents: list[retriever_pb2.Chunk] = field(default_factory=list)
-    documents_available: bool = True
-    started: float = field(default_factory=time.perf_counter)
 
 
 class GeneratorEngine:
@@ -88,6 +75,7 @@ class GeneratorEngine:
         self.settings = settings
         self.model_name = model_name  # the served model's name ([model] name), stamped on every event
         self.limits = limits if limits is not None else RequestLimits()
+        self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/quota.py)
         self.tokenizer = tokenizer
         self.config = self._config_from(settings, self.limits)
         if settings.threads:  # once, process-wide, before the scheduler thread starts (never per request)
@@ -97,6 +85,7 @@ class GeneratorEngine:
             model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward
         ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)
+        self.token_bytes = max_token_bytes(tokenizer)  # the longest token's UTF-8 bytes: sizes safe-stream chunks
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.retriever = retriever
@@ -161,6 +150,43 @@ class GeneratorEngine:
     async def answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
                      request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         """Answer a tenant's question, grounded on retrieved documents; streams AnswerChunks."""
+        async for chunk in self._served(req.tenant, req.params, self._answer(req, deadline, request_id)):
+            yield chunk
+
+    async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
+                       request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        """Decode a caller-built prompt (raw text or chat messages) with optional references."""
+        async for chunk in self._served(req.tenant, req.params, self._generate(req, deadline, request_id)):
+            yield chunk
+
+    async def _served(self, tenant: str, params: generator_pb2.GenerationParams,
+                      chunks: AsyncIterator[generator_pb2.AnswerChunk]) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        """One request's stream within its tenant's quota (its stream slot is freed however the stream
+        ends), re-cut by the safe stream when the request or its tenant asks for it."""
+        self.limits.check_tenant(tenant)
+        with self.quotas.admit(tenant):
+            stream = self._safe(chunks, params) if self.is_safe(tenant, params) else chunks
+            try:
+                async for chunk in stream:
+                    yield chunk
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+    def is_safe(self, tenant: str, params: generator_pb2.GenerationParams) -> bool:
+        """Whether the stream is side-channel safe: asked for by the request, or always for the tenant."""
+        return params.safe_stream or tenant in self.settings.safe_stream_tenants
+
+    def _safe(self, chunks: AsyncIterator[generator_pb2.AnswerChunk],
+              params: generator_pb2.GenerationParams) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        s = self.settings
+        config = SafeStreamConfig(s.safe_stream_interval_ms / MS, s.safe_stream_chunk_tokens,
+                                  text_budget(s.safe_stream_chunk_tokens, self.token_bytes))
+        streamer = TextStreamer(self.tokenizer, tuple(params.stop))  # as _decode's (bad stops are refused there)
+        return safe_stream(chunks, Chunker(streamer, config), config.interval_s)
+
+    async def _answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
+                      request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         limits = self.limits
         limits.check_tenant(req.tenant)
         question = limits.check_question(req.question)
@@ -172,9 +198,8 @@ class GeneratorEngine:
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
-    async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
-                       request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
-        """Decode a caller-built prompt (raw text or chat messages) with optional references."""
+    async def _generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
+                        request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         limits = self.limits
         limits.check_tenant(req.tenant)
         config = self.decoding_config(req.params)
@@ -216,6 +241,7 @@ class GeneratorEngine:
 
     async def _retrieve(self, prep: Prepared, k: int, m: int, deadline: float | None) -> None:
         cfg = prep.config
+        prep.prefix_epoch = self.scheduler.prefix_cache.epoch(prep.tenant)  # before: a forget meanwhile makes it stale
         if self.retriever is not None:
             try:
                 resp = await self.retriever.retrieve(
@@ -278,9 +304,11 @@ class GeneratorEngine:
             with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown): nobody listens any more
                 loop.call_soon_threadsafe(events.put_nowait, (kind, value))
 
+        epoch = self.scheduler.prefix_cache.epoch(prep.tenant) if prep.prefix_epoch is None else prep.prefix_epoch
         req = ServeRequest(
             prep.prompt_ids, prep.config, tenant=prep.tenant, trie=trie, references=prep.references,
             deadline=deadline, on_tokens=lambda _r, ids: post("step", ids), on_done=lambda _r, exc: post("done", exc),
+            prefix_epoch=epoch,
         )
         try:
             self.scheduler.submit(req)
@@ -363,7 +391,7 @@ class GeneratorEngine:
             event_id=uuid.uuid4().hex, tenant=prep.tenant, tokenizer_id=self.tokenizer_id,
             question=prep.question, prompt_ids=prep.prompt_ids, output_ids=output, answer_text=text,
             stats=stats, created_unix_ms=int(time.time() * MS), request_id=prep.request_id,
-            model=self.model_name,
+            model=self.model_name, doc_ids=grounding_doc_ids(prep.documents),
         )
         try:
             self.publisher.publish(event)

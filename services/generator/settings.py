@@ -45,6 +45,14 @@ class GeneratorSettings(ServerSettings):
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")
+    # side-channel-safe streams (services/generator/safe_stream.py, docs/SECURITY.md)
+    safe_stream_tenants: list[str] = Field(
+        default=[], description="tenants whose answers always stream in the side-channel-safe mode"
+    )
+    safe_stream_interval_ms: float = Field(
+        200.0, gt=0, description="safe stream: one chunk per tick of this many ms (longer than decoding a chunk)"
+    )
+    safe_stream_chunk_tokens: int = Field(4, ge=1, le=256, description="safe stream: tokens per chunk")
 
     @model_validator(mode="after")
     def _limits_agree(self) -> GeneratorSettings:

@@ -5,8 +5,11 @@ The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
 ``{"error": {"message", "type", "code"}}`` (``code``: the gRPC status name in lower case)::
 
     InvalidArgument                      -> 400     NotFound           -> 404
+    Unauthenticated                      -> 401     PermissionDenied   -> 403
     ResourceExhausted                    -> 429     Unavailable, FailedPrecondition -> 503
     DeadlineExceeded, TimeoutError       -> 504     anything else      -> 500 (one line; traceback logged)
+
+A ResourceExhausted that knows when to retry (a tenant's quota) adds ``Retry-After`` (whole seconds).
 
 FailedPrecondition is 503: on this path it means the deployment is wrong (the generator and the
 retriever serve different models), which the caller cannot fix by changing the request; 412 is
@@ -17,6 +20,7 @@ malformed body or a wrong type is a 400 (not FastAPI's 422), an unknown path a 4
 from __future__ import annotations
 
 import logging
+import math
 from http import HTTPStatus
 from typing import Any
 
@@ -31,10 +35,13 @@ from services.common.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     ServiceError,
+    Unauthenticated,
     Unavailable,
     one_line,
+    retry_after_of,
     status_of,
 )
 
@@ -45,6 +52,8 @@ INTERNAL = (HTTPStatus.INTERNAL_SERVER_ERROR, "server_error")
 # exception class -> (HTTP status, OpenAI error type); the first match wins
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (InvalidArgument, BAD_REQUEST, "invalid_request_error"),
+    (Unauthenticated, HTTPStatus.UNAUTHORIZED, "authentication_error"),
+    (PermissionDenied, HTTPStatus.FORBIDDEN, "permission_error"),
     (FailedPrecondition, HTTPStatus.SERVICE_UNAVAILABLE, "service_unavailable_error"),
     (NotFound, HTTPStatus.NOT_FOUND, "not_found_error"),
     (ResourceExhausted, HTTPStatus.TOO_MANY_REQUESTS, "rate_limit_error"),
@@ -73,7 +82,17 @@ def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
 
 def error_response(exc: BaseException, headers: dict[str, str] | None = None) -> JSONResponse:
     status, body = http_error(exc)
+    if status == HTTPStatus.UNAUTHORIZED:  # RFC 6750: say which scheme to use
+        headers = {**(headers or {}), "www-authenticate": "Bearer"}
+    retry_after_s = retry_after_of(exc)
+    if retry_after_s is not None:  # a quota refusal: when to come back (RFC 9110: whole seconds)
+        headers = {**(headers or {}), "retry-after": retry_after_header(retry_after_s)}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+def retry_after_header(seconds: float) -> str:
+    """HTTP ``Retry-After``: whole seconds, rounded up (at least 1: 0 would invite an instant retry)."""
+    return str(max(1, math.ceil(seconds)))
 
 
 def _validation_message(exc: RequestValidationError) -> str:

@@ -19,7 +19,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from lookahead_rag.v1 import generator_pb2
 
-from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, Unavailable
+from services.common.auth import AUTHORIZATION, Authenticator, Principal
+from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ServiceError, Unavailable
 from services.common.logs import REQUEST_ID_HEADER, request_context
 from services.http import errors, translate
 from services.http.schema import ChatCompletionRequest
@@ -30,6 +31,8 @@ from services.http.streaming import (
     ClientDisconnected,
     ClosingStreamingResponse,
     or_disconnect,
+    padded_sse,
+    safe_event_bytes,
     sse,
 )
 
@@ -44,9 +47,10 @@ Chunks = AsyncIterator[generator_pb2.AnswerChunk]
 class Frontend:
     """The endpoints' state: the engine, the settings, and whether new requests are welcome."""
 
-    def __init__(self, engine: GeneratorEngine, settings: HttpSettings) -> None:
+    def __init__(self, engine: GeneratorEngine, settings: HttpSettings, auth: Authenticator | None = None) -> None:
         self.engine = engine
         self.settings = settings
+        self.auth = auth if auth is not None and auth.required else None  # None: no credential asked
         self.serving = False  # True while the server runs; False from the moment it starts stopping
         self.created = int(time.time())
 
@@ -55,11 +59,22 @@ class Frontend:
         return self.engine.model_name
 
     # ---- request headers and body ------------------------------------------------------------
+    def principal_of(self, request: Request) -> Principal | None:
+        """The caller (``Authorization: Bearer <key>``) when auth is required: 401 without a valid key."""
+        if self.auth is None:
+            return None
+        return self.auth.authenticate(request.headers.get(AUTHORIZATION))
+
     def tenant_of(self, request: Request) -> str:
-        """The tenant header, else the default tenant; neither is a 400."""
-        tenant = request.headers.get(self.settings.tenant_header, self.settings.default_tenant)
+        """The tenant header, else the key's only tenant, else the default tenant; none is a 400, and
+        one the key may not use a 403."""
+        principal = self.principal_of(request)
+        only = principal.only_tenant if principal is not None else None
+        tenant = request.headers.get(self.settings.tenant_header) or only or self.settings.default_tenant
         if not tenant:
             raise InvalidArgument(f"no tenant: send the {self.settings.tenant_header} header")
+        if principal is not None:
+            Authenticator.authorize(principal, tenant)
         return tenant
 
     def deadline_of(self, request: Request) -> float | None:
@@ -143,13 +158,23 @@ async def _next(chunks: Chunks, when: float | None) -> generator_pb2.AnswerChunk
 
 
 async def _final(chunks: Chunks, when: float | None) -> generator_pb2.FinalInfo:
+    deltas: list[generator_pb2.TextDelta] = []
     try:
         while (chunk := await _next(chunks, when)) is not None:
             if chunk.HasField("final"):
-                return chunk.final
+                return _with_answer(chunk.final, deltas)
+            deltas.append(chunk.delta)
         raise RuntimeError("the answer ended without its final message")
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
+
+
+def _with_answer(final: generator_pb2.FinalInfo, deltas: list[generator_pb2.TextDelta]) -> generator_pb2.FinalInfo:
+    """``final`` with the answer's text and ids; a safe stream's final leaves them to the deltas."""
+    if not final.answer_text and not final.output_ids:
+        final.answer_text = "".join(d.text for d in deltas)
+        final.output_ids.extend(t for d in deltas for t in d.token_ids)
+    return final
 
 
 async def _events(stream: translate.StreamTranslator, first: generator_pb2.AnswerChunk | None, chunks: Chunks,
@@ -157,6 +182,7 @@ async def _events(stream: translate.StreamTranslator, first: generator_pb2.Answe
     """The SSE body: ``data: {chunk}`` per step, then the finish chunk and ``data: [DONE]``. Once the
     status line is out, an error comes as one ``data: {"error": ...}`` event (what OpenAI sends)."""
     with request_context(*context):
+        size = 0  # a safe stream's delta events: all this size (set by the first)
         try:
             chunk = first
             while chunk is not None:
@@ -166,8 +192,10 @@ async def _events(stream: translate.StreamTranslator, first: generator_pb2.Answe
                         yield sse(obj)
                     yield DONE
                     return
+                if chunk.delta.padding:  # a safe stream: every delta event has the same size
+                    size = size or safe_event_bytes(stream.largest_delta(), chunk.delta.ByteSize())
                 for obj in stream.delta(chunk.delta):
-                    yield sse(obj)
+                    yield padded_sse(obj, size) if chunk.delta.padding else sse(obj)
                 chunk = await _next(chunks, when)
             raise RuntimeError("the answer ended without its final message")
         except Exception as exc:
@@ -185,15 +213,20 @@ def make_app(front: Frontend) -> FastAPI:
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await front.chat(body, request)
 
-    @app.get("/v1/models")
-    async def list_models() -> dict[str, Any]:
-        return front.models()
+    @app.get("/v1/models", response_model=None)
+    async def list_models(request: Request) -> Response:
+        try:
+            front.principal_of(request)
+        except ServiceError as exc:
+            return errors.error_response(exc)
+        return JSONResponse(front.models())
 
     @app.get("/v1/models/{model:path}", response_model=None)
-    async def get_model(model: str) -> Response:
+    async def get_model(model: str, request: Request) -> Response:
         try:
+            front.principal_of(request)
             front.check_model(model)
-        except NotFound as exc:
+        except ServiceError as exc:
             return errors.error_response(exc)
         return JSONResponse(front.model_card())
 

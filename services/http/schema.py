@@ -73,3 +73,4 @@ class ChatCompletionRequest(BaseModel):
     m: int | None = None  # past sessions to include (RAG; omitted: the server default)
     rag: bool = True  # false: answer the messages as they are, without retrieval
     return_token_ids: bool = False  # add prompt_token_ids and the choices' token_ids
+    safe_stream: bool = False  # the side-channel-safe stream (GenerationParams.safe_stream, docs/SECURITY.md)

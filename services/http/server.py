@@ -19,10 +19,12 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
+from services.common.tls import TlsSettings, uvicorn_ssl
 from services.http.routes import Frontend, make_app
 from services.http.settings import HttpSettings
 
 if TYPE_CHECKING:
+    from services.common.auth import Authenticator
     from services.generator.engine import GeneratorEngine
 
 log = logging.getLogger(__name__)
@@ -61,14 +63,18 @@ class HttpServer:
         self.port = port
 
     @classmethod
-    async def start(cls, engine: GeneratorEngine, settings: HttpSettings, port: int | None = None) -> HttpServer:
-        """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port)."""
+    async def start(cls, engine: GeneratorEngine, settings: HttpSettings, port: int | None = None,
+                    tls: TlsSettings | None = None, auth: Authenticator | None = None) -> HttpServer:
+        """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port); HTTPS with
+        ``tls``'s server certificate when it has one (client certificates required with its client_ca_file);
+        ``auth`` (``[auth] mode = "required"``) asks every request for an API key of its tenant."""
         sock = bind_socket(settings.host, settings.port if port is None else port)
         bound = int(sock.getsockname()[1])
-        front = Frontend(engine, settings)
+        front = Frontend(engine, settings, auth)
         config = uvicorn.Config(make_app(front), host=settings.host, port=bound, lifespan="off", log_config=None,
                                 access_log=settings.access_log, ws="none",
-                                timeout_graceful_shutdown=settings.shutdown_grace_s)  # type: ignore[arg-type]
+                                timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
+                                **uvicorn_ssl(tls))
         server = _Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]), name="http-server")
         while not server.started and not task.done():
@@ -78,7 +84,8 @@ class HttpServer:
             task.result()  # raises what stopped it
             raise RuntimeError("the HTTP server stopped while starting")
         front.serving = True
-        log.info("OpenAI-compatible endpoint on http://%s:%d/v1", settings.host, bound)
+        scheme = "https" if uvicorn_ssl(tls) else "http"
+        log.info("OpenAI-compatible endpoint on %s://%s:%d/v1", scheme, settings.host, bound)
         return cls(front, server, task, bound)
 
     @property

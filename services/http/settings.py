@@ -20,7 +20,7 @@ class HttpSettings(ServiceSettings):
     enabled: bool = Field(True, description="serve /v1/chat/completions beside the generator's gRPC server")
     host: str = Field("127.0.0.1", description="interface it binds (0.0.0.0 in containers)")
     port: int = Field(HTTP_PORT, ge=0, le=65535, description="TCP port (0 = any free port)")
-    tenant_header: str = Field("x-tenant", description="request header naming the tenant (until API keys bind it)")
+    tenant_header: str = Field("x-tenant", description="header naming the tenant (with [auth]: one its key may use)")
     default_tenant: str = Field("", description="tenant when the header is absent (empty: the header is required)")
     timeout_header: str = Field("x-request-timeout", description="request header giving its deadline in seconds")
     request_timeout_s: float = Field(0.0, ge=0, description="deadline of a request without that header (0 = none)")

@@ -20,9 +20,12 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
+from services.generator.safe_stream import MIN_PADDING, PADDING_PREFIX_BYTES
+
 T = TypeVar("T")
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
+JSON_BYTES_PER_BYTE = 11  # most JSON bytes one byte of a delta's text or ids makes (an id: 10 digits and a comma)
 
 
 class ClientDisconnected(Exception):
@@ -32,6 +35,20 @@ class ClientDisconnected(Exception):
 def sse(obj: dict[str, Any]) -> bytes:
     """One ``data:`` event with ``obj`` as compact JSON."""
     return b"data: " + json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+def padded_sse(obj: dict[str, Any], size: int) -> bytes:
+    """``sse(obj)`` with a ``"padding"`` field of spaces making it ``size`` bytes (as is when it is larger)."""
+    base = len(sse({**obj, "padding": ""}))
+    return sse({**obj, "padding": " " * max(0, size - base)})
+
+
+def safe_event_bytes(largest: dict[str, Any], delta_bytes: int) -> int:
+    """The size of every event of a safe stream's deltas: the ``largest`` empty delta chunk, plus what
+    the text and ids of a padded delta of ``delta_bytes`` bytes (at least MIN_PADDING of it padding)
+    can take in JSON at most."""
+    payload = delta_bytes - MIN_PADDING - PADDING_PREFIX_BYTES
+    return len(sse({**largest, "padding": ""})) + JSON_BYTES_PER_BYTE * payload
 
 
 async def _disconnected(request: Request) -> None:

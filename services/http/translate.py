@@ -91,7 +91,7 @@ def generation_params(body: ChatCompletionRequest) -> generator_pb2.GenerationPa
     params = generator_pb2.GenerationParams(
         max_new_tokens=_max_new_tokens(body), stop=stop, temperature=body.temperature or 0.0,
         top_p=body.top_p or 0.0, top_k=_count("top_k", body.top_k), min_p=body.min_p or 0.0,
-        repetition_penalty=body.repetition_penalty or 0.0,
+        repetition_penalty=body.repetition_penalty or 0.0, safe_stream=body.safe_stream,
     )
     if body.seed is not None:
         params.seed = _count("seed", body.seed, UINT64_MAX)
@@ -187,11 +187,16 @@ class StreamTranslator:
         return {"role": "assistant", "content": text}
 
     def delta(self, delta: generator_pb2.TextDelta) -> list[Json]:
-        """One verified step (nothing when it adds neither text nor, when asked for, token ids)."""
+        """One verified step (nothing when it adds neither text nor, when asked for, token ids; a safe
+        stream's padded delta always makes one chunk: a missing event would tell)."""
         ids = list(delta.token_ids)
-        if not delta.text and not (self.reply.token_ids and ids):
+        if not delta.text and not (self.reply.token_ids and ids) and not delta.padding:
             return []
         return [self._chunk(self._delta(delta.text), token_ids=ids)]
+
+    def largest_delta(self) -> Json:
+        """The delta chunk with every field a delta chunk can have, empty (sizes a safe stream's events)."""
+        return self._chunk({"role": "assistant", "content": ""}, token_ids=[])
 
     def final(self, final: generator_pb2.FinalInfo) -> list[Json]:
         out = [] if self.started else [self._chunk(self._delta(""), token_ids=[])]

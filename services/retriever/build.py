@@ -4,7 +4,7 @@
     service = wire_retriever(core, bus, registry)                      # ... or wires a loaded core
     LocalRetrieverClient(service.core)  or  await service.serve(port=0)
 
-Every replica holds all of the state: it follows the finished answers (past sessions) and the
+Every replica holds all of the state: it follows the finished answers and forgets (past sessions) and the
 document changes (tenant indexes) in full (``every_replica``: all partitions, its own group id), and
 its Ingest and Delete publish document changes for the others (``doc_writer``). A new replica
 catches up from the beginning of the documents topic; a restarted one from its snapshot + offsets.
@@ -28,6 +28,7 @@ from services.events.streams import DOCUMENTS
 from services.retriever.core import RetrieverCore
 from services.retriever.doc_applier import DocumentsApplier
 from services.retriever.doc_writer import DocumentWriter
+from services.retriever.forget import ForgetWriter
 from services.retriever.servicer import SERVICE_NAME, RetrieverServicer
 from services.retriever.settings import RetrieverSettings
 
@@ -73,9 +74,10 @@ async def save_indexes_every(core: RetrieverCore, interval_s: float) -> None:
 def retriever_service(core: RetrieverCore, publisher: EventPublisher | None = None) -> Service[RetrieverCore]:
     """A loaded core as a Service (its servicer; closing it closes the core), subscribed to nothing.
 
-    ``publisher``: where Ingest and Delete announce their document changes (None: this replica only).
+    ``publisher``: where Ingest and Delete announce their document changes and Forget its event (None:
+    this replica only).
     """
-    servicer = RetrieverServicer(core, DocumentWriter(core, publisher))
+    servicer = RetrieverServicer(core, DocumentWriter(core, publisher), ForgetWriter(core, publisher))
     return Service(
         "retriever", core, core.settings,
         handlers=[(retriever_pb2_grpc.add_RetrieverServicer_to_server, servicer)],

@@ -3,7 +3,7 @@
 Either client returns a RetrieveResponse (notes and ``unknown_tenant`` included). Over gRPC the
 caller's own bad input (INVALID_ARGUMENT) is raised as InvalidArgument; any other failure is
 raised as is, and the caller decides to answer without documents. Calls carry the current
-request id (``x-request-id``), so the retriever logs under the same id.
+request id (``x-request-id``), so the retriever logs under the same id, and the service's API key.
 """
 
 from __future__ import annotations
@@ -12,23 +12,26 @@ import asyncio
 
 import grpc
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
+from pydantic import SecretStr
 
+from services.common.auth import call_metadata
 from services.common.errors import reraise_bad_input
-from services.common.logs import outgoing_metadata
 from services.retriever.convert import retrieve_response
 from services.retriever.core import RetrieverCore
 
 
 class GrpcRetrieverClient:
-    def __init__(self, channel: grpc.aio.Channel) -> None:
+    def __init__(self, channel: grpc.aio.Channel, key: SecretStr | str | None = None) -> None:
+        """``key``: the API key every call sends (``[auth] service_key``), or none."""
         self.stub = retriever_pb2_grpc.RetrieverStub(channel)
+        self.key = key
 
     async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
                        timeout_s: float) -> retriever_pb2.RetrieveResponse:
         req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
                                             max_new_tokens=max_new_tokens, tokenizer_id=tokenizer_id)
         try:
-            return await self.stub.Retrieve(req, timeout=timeout_s, metadata=outgoing_metadata())
+            return await self.stub.Retrieve(req, timeout=timeout_s, metadata=call_metadata(self.key))
         except grpc.aio.AioRpcError as err:
             reraise_bad_input(err)
             raise
@@ -36,7 +39,7 @@ class GrpcRetrieverClient:
     async def served_model(self, timeout_s: float) -> tuple[str, str]:
         """(model name, tokenizer id) the retriever builds prompts for."""
         resp = await self.stub.Stats(retriever_pb2.RetrieverStatsRequest(), timeout=timeout_s,
-                                     metadata=outgoing_metadata())
+                                     metadata=call_metadata(self.key))
         return resp.model, resp.tokenizer_id
 
 

@@ -17,9 +17,12 @@ import grpc
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from tqdm import tqdm
 
+from services.common.auth import add_key_argument, bearer_metadata
 from services.common.errors import ServiceError
 from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, open_channel
 from services.common.ports import RETRIEVER_GRPC_PORT
+from services.common.settings import ConfigError
+from services.common.tls import TlsSettings, add_tls_arguments, tls_from_args
 from services.retriever.documents import Document
 from services.retriever.ingest import read_documents
 
@@ -51,17 +54,19 @@ def to_proto(doc: Document) -> retriever_pb2.Document:
 
 
 async def send(
-    target: str, tenant: str, docs: list[Document], batch_docs: int, timeout_s: float, progress: bool = True
+    target: str, tenant: str, docs: list[Document], batch_docs: int, timeout_s: float, progress: bool = True,
+    tls: TlsSettings | None = None, key: str | None = None,
 ) -> tuple[int, int, int]:
-    """Ingest ``docs`` in batches; returns (documents accepted, chunks added, tenant's total chunks)."""
+    """Ingest ``docs`` in batches (over TLS when ``tls`` says so, with API key ``key`` when given);
+    returns (documents accepted, chunks added, tenant's total chunks)."""
     accepted = added = total = 0
     max_bytes = int(DEFAULT_MAX_MESSAGE_BYTES * BATCH_BYTES_FRACTION)
-    async with open_channel(target) as channel:
+    async with open_channel(target, tls=tls) as channel:
         stub = retriever_pb2_grpc.RetrieverStub(channel)
         with tqdm(total=len(docs), unit="doc", desc=f"ingest {tenant}", disable=not progress) as bar:
             for batch in batches(docs, batch_docs, max_bytes):
                 request = retriever_pb2.IngestRequest(tenant=tenant, documents=[to_proto(d) for d in batch])
-                reply = await stub.Ingest(request, timeout=timeout_s)
+                reply = await stub.Ingest(request, timeout=timeout_s, metadata=bearer_metadata(key))
                 accepted += reply.documents
                 added += reply.chunks
                 total = reply.total_chunks
@@ -76,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-docs", type=int, default=DEFAULT_BATCH_DOCS, help="documents per request")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per request")
     parser.add_argument("paths", nargs="+", type=Path, help="JSONL, .txt or .md files, or directories")
+    add_tls_arguments(parser)
+    add_key_argument(parser)
     args = parser.parse_args(argv)
+    try:
+        tls = tls_from_args(args)
+    except ConfigError as exc:
+        print(f"lookahead-rag ingest: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     try:
         docs = list(read_documents(args.paths))
     except (ServiceError, OSError, UnicodeDecodeError) as exc:
@@ -86,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         print("lookahead-rag ingest: no documents found", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
-        accepted, added, total = asyncio.run(send(args.target, args.tenant, docs, args.batch_docs, args.timeout))
+        accepted, added, total = asyncio.run(
+            send(args.target, args.tenant, docs, args.batch_docs, args.timeout, tls=tls, key=args.api_key))
     except grpc.aio.AioRpcError as exc:
         print(f"lookahead-rag ingest: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return EXIT_RPC_FAILED

@@ -5,7 +5,8 @@ Blocking work (embedding, FAISS, tokenization) runs in a worker thread so the ev
 responsive. Errors map to status codes in services.common.errors; protobuf conversions live in
 services.retriever.convert. Notes about a request and ``unknown_tenant`` are RetrieveResponse fields.
 Ingest and Delete go through a ``DocumentWriter``: published as document events (every replica
-applies them), and applied here before the reply.
+applies them), and applied here before the reply. Forget goes through a ``ForgetWriter``: one
+``ForgetRequested`` event (draft cache, past sessions, generator prefix KV), applied here before the reply.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import grpc
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 from services.common.errors import grpc_errors
+from services.common.quota import TenantQuotas
 from services.retriever.convert import (
     delete_response,
     document_from_proto,
@@ -25,20 +27,26 @@ from services.retriever.convert import (
 )
 from services.retriever.core import RetrieverCore
 from services.retriever.doc_writer import DocumentWriter
+from services.retriever.forget import ForgetWriter
 
 SERVICE_NAME: str = retriever_pb2.DESCRIPTOR.services_by_name["Retriever"].full_name
 
 
 class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
-    def __init__(self, core: RetrieverCore, writer: DocumentWriter | None = None) -> None:
-        """``writer``: how Ingest and Delete change documents (default: this replica only, no events)."""
+    def __init__(self, core: RetrieverCore, writer: DocumentWriter | None = None,
+                 forgetter: ForgetWriter | None = None) -> None:
+        """``writer``: how Ingest and Delete change documents, ``forgetter``: how Forget is announced
+        (defaults: this replica only, no events)."""
         self.core = core
         self.writer = writer if writer is not None else DocumentWriter(core)
+        self.forgetter = forgetter if forgetter is not None else ForgetWriter(core)
+        self.quotas = TenantQuotas.of(core.limits)  # Ingest counts against the tenant's rate ([limits] tenant_rps)
 
     @grpc_errors
     async def Ingest(
         self, request: retriever_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.IngestResponse:
+        self.quotas.check_rate(self.core.limits.check_tenant(request.tenant))
         documents = [document_from_proto(d) for d in request.documents]
         return ingest_response(await asyncio.to_thread(self.writer.ingest, request.tenant, documents))
 
@@ -47,6 +55,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.DeleteResponse:
         return delete_response(await asyncio.to_thread(self.writer.delete, request.tenant, list(request.doc_ids)))
+
+    @grpc_errors
+    async def Forget(
+        self, request: retriever_pb2.ForgetRequest, context: grpc.aio.ServicerContext
+    ) -> retriever_pb2.ForgetResponse:
+        event_id = await asyncio.to_thread(self.forgetter.forget, request.tenant, request.doc_id)
+        return retriever_pb2.ForgetResponse(event_id=event_id)
 
     @grpc_errors
     async def Retrieve(

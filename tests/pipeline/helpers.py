@@ -117,7 +117,7 @@ def pipeline_settings(root: Path, **sections: dict[str, Any]) -> AllSettings:
     kafka = {"bootstrap_servers": "", **sections.get("kafka", {})}
     http = {"port": 0, **sections.get("http", {})}  # the OpenAI-compatible endpoint, beside the gRPC servers
     return AllSettings.load(None, generator=gen, retriever=ret, draftcache=dc, limits=sections.get("limits", {}),
-                            kafka=kafka, http=http)
+                            kafka=kafka, http=http, auth=sections.get("auth", {}))
 
 
 def module_pipeline(**sections: dict[str, Any]) -> Any:

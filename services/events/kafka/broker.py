@@ -15,8 +15,10 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
@@ -159,9 +161,13 @@ async def ensure_topics(
     topics: dict[str, int],
     replication_factor: int = 1,
     request_timeout_ms: int = 10_000,
+    *,
+    security: Mapping[str, Any] | None = None,
 ) -> None:
-    """Create each topic (name -> partitions) that does not exist yet."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms)
+    """Create each topic (name -> partitions) that does not exist yet; ``security``: the TLS/SASL
+    kwargs (``services.events.kafka.security.client_security``; None: plaintext)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms,
+                                **(security or {}))
     await admin.start()
     try:
         new = [NewTopic(name, parts, replication_factor) for name, parts in topics.items()]

@@ -8,18 +8,24 @@ records (it counts batches).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from services.events.kafka.security import client_security
 from services.events.kafka.settings import KafkaSettings
 
 MS_PER_S = 1000
 
 
-async def cluster_view(bootstrap: str, topic: str, timeout_s: float) -> tuple[str, list[int]]:
-    """(id of the cluster behind ``bootstrap``, partitions of ``topic`` there); creates nothing."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * MS_PER_S))
+async def cluster_view(bootstrap: str, topic: str, timeout_s: float, *, security: Mapping[str, Any] | None = None
+                       ) -> tuple[str, list[int]]:
+    """(id of the cluster behind ``bootstrap``, partitions of ``topic`` there); creates nothing.
+    ``security``: the TLS/SASL kwargs (``client_security``; None: plaintext)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * MS_PER_S),
+                                **(security or {}))
     await admin.start()
     try:
         cluster = str((await admin.describe_cluster()).get("cluster_id") or "")
@@ -33,7 +39,8 @@ async def cluster_view(bootstrap: str, topic: str, timeout_s: float) -> tuple[st
 async def log_end_offsets(settings: KafkaSettings) -> tuple[str, dict[int, int]]:
     """(cluster id, partition -> end offset) of the topic; no partitions when it does not exist."""
     timeout_s = settings.request_timeout_ms / MS_PER_S
-    cluster, partitions = await cluster_view(settings.bootstrap_servers, settings.topic, timeout_s)
+    security = client_security(settings)
+    cluster, partitions = await cluster_view(settings.bootstrap_servers, settings.topic, timeout_s, security=security)
     if not partitions:
         return cluster, {}
     consumer = AIOKafkaConsumer(
@@ -41,6 +48,7 @@ async def log_end_offsets(settings: KafkaSettings) -> tuple[str, dict[int, int]]
         auto_offset_reset="earliest",
         fetch_max_wait_ms=settings.fetch_max_wait_ms,
         request_timeout_ms=settings.request_timeout_ms,
+        **security,
     )
     await consumer.start()
     tps = [TopicPartition(settings.topic, p) for p in partitions]

@@ -36,6 +36,7 @@ from services.events.kafka.broker import ensure_topics
 from services.events.kafka.cluster_offsets import cluster_view
 from services.events.kafka.dead_letter import DeadLetterSender
 from services.events.kafka.record_handler import RecordHandler, decode_event
+from services.events.kafka.security import client_security
 from services.events.kafka.settings import KafkaSettings
 from services.events.kafka.state import ConsumerState, read_state, state_path, write_state
 from services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
@@ -209,11 +210,13 @@ class KafkaConsumerRunner:
             heartbeat_interval_ms=s.heartbeat_interval_ms,
             fetch_max_wait_ms=s.fetch_max_wait_ms,
             max_poll_records=s.max_poll_records,
+            **client_security(s),
         )
         try:
             if s.create_topics:  # before subscribing: a metadata request may auto-create it otherwise
                 topics = {self.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
-                await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms)
+                await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms,
+                                    security=client_security(s))
             await consumer.start()
             self._consumer = consumer
             await self._take_partitions(consumer)
@@ -342,7 +345,8 @@ class KafkaConsumerRunner:
     async def _check_cluster(self) -> None:
         try:
             timeout_s = self.settings.commit_timeout_s
-            current, _ = await cluster_view(self.settings.bootstrap_servers, self.topic, timeout_s)
+            current, _ = await cluster_view(self.settings.bootstrap_servers, self.topic, timeout_s,
+                                            security=client_security(self.settings))
         except Exception as exc:
             log.warning("%s: cannot read the cluster id (%r); keeping saved offsets", self.group, exc)
             return

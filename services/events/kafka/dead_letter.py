@@ -8,6 +8,7 @@ import logging
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 
+from services.events.kafka.security import client_security
 from services.events.kafka.settings import KafkaSettings
 from services.events.protocols import error_text
 
@@ -47,6 +48,7 @@ class DeadLetterSender:
                 bootstrap_servers=self.settings.bootstrap_servers,
                 acks=self.settings.producer_acks(),
                 client_id=f"{self.settings.client_id}.{self.group}.dlt",
+                **client_security(self.settings),
             )
             await producer.start()
             self._producer = producer

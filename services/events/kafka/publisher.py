@@ -10,9 +10,10 @@ from aiokafka import AIOKafkaProducer
 
 from services.events.kafka.broker import ensure_topics
 from services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher
+from services.events.kafka.security import client_security
 from services.events.kafka.settings import KafkaSettings
 from services.events.protocols import OutboxStats
-from services.events.streams import Event, tenant_key
+from services.events.streams import Event, encode_event, tenant_key
 
 
 class KafkaPublisher:
@@ -36,7 +37,7 @@ class KafkaPublisher:
 
     def publish(self, event: Event) -> None:
         """Durably queue the event under its key (the tenant by default); never waits on the broker."""
-        self.outbox.append(event.SerializeToString(), self._key(event))
+        self.outbox.append(encode_event(event), self._key(event))  # framed when not its stream's first type
         self.flusher.wake()
 
     def depth(self) -> int:
@@ -66,9 +67,11 @@ class KafkaPublisher:
             enable_idempotence=s.enable_idempotence,
             linger_ms=s.linger_ms,
             request_timeout_ms=s.request_timeout_ms,
+            **client_security(s),
         )
 
     async def _ensure_topics(self) -> None:
         s = self.settings
         topics = {s.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
-        await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms)
+        await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms,
+                            security=client_security(s))

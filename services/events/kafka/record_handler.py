@@ -6,18 +6,16 @@ from collections.abc import Callable
 from typing import Any
 
 from aiokafka import ConsumerRecord
-from lookahead_rag.v1 import events_pb2
 
 from services.events.kafka.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
 from services.events.protocols import ConsumerCounters, EventApplier, apply_with_retries
+from services.events.streams import GENERATIONS
 
 
-def decode_event(value: bytes | None) -> events_pb2.GenerationCompleted:
-    """Parse a record value; raises on bytes that are not a usable event."""
-    event = events_pb2.GenerationCompleted.FromString(value or b"")
-    if not event.event_id:
-        raise ValueError("event without event_id")
-    return event
+def decode_event(value: bytes | None) -> Any:
+    """Parse a record value of the GENERATIONS stream (a GenerationCompleted or a ForgetRequested);
+    raises on bytes that are not a usable event."""
+    return GENERATIONS.decode(value)
 
 
 class RecordHandler:

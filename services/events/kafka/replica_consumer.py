@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from services.events.kafka.cluster_offsets import MS_PER_S, cluster_view
 from services.events.kafka.consumer import KafkaConsumerRunner
+from services.events.kafka.security import client_security
 
 
 class TopicNotReady(RuntimeError):
@@ -28,7 +29,8 @@ class EveryPartitionRunner(KafkaConsumerRunner):
 
     async def _take_partitions(self, consumer: AIOKafkaConsumer) -> None:
         timeout_s = self.settings.request_timeout_ms / MS_PER_S
-        _, partitions = await cluster_view(self.settings.bootstrap_servers, self.topic, timeout_s)
+        _, partitions = await cluster_view(self.settings.bootstrap_servers, self.topic, timeout_s,
+                                           security=client_security(self.settings))
         if not partitions:
             raise TopicNotReady(f"topic {self.topic!r} has no partitions yet")
         assigned = {TopicPartition(self.topic, p) for p in partitions}

@@ -11,7 +11,7 @@ import socket
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_GROUP
@@ -39,6 +39,23 @@ class KafkaSettings(BaseSettings):
     dlt_partitions: int = Field(1, ge=1, description="partitions of the DLT when this code creates it")
     replication_factor: int = Field(1, ge=1, description="replication factor of created topics (3 in prod)")
     client_id: str = Field("lookahead-rag", description="Kafka client id prefix seen in broker logs")
+
+    # --- security (aiokafka's names; services.events.kafka.security turns them into client kwargs) ---
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="how clients talk to the brokers: TLS (SSL), SASL, both (SASL_SSL) or neither"
+    )
+    ssl_cafile: Path | None = Field(
+        None, description="PEM CA bundle the brokers are verified against (SSL, SASL_SSL; None: system roots)"
+    )
+    ssl_certfile: Path | None = Field(None, description="PEM client certificate for brokers requiring mutual TLS")
+    ssl_keyfile: Path | None = Field(None, description="PEM private key of ssl_certfile (if not inside it)")
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism (SASL_PLAINTEXT, SASL_SSL); PLAIN sends the password: use SASL_SSL"
+    )
+    sasl_plain_username: str = Field("", description="SASL user name (SASL_PLAINTEXT, SASL_SSL)")
+    sasl_plain_password: SecretStr | None = Field(
+        None, description="SASL password (SASL_PLAINTEXT, SASL_SSL); prefer the env variable to the file"
+    )
 
     # --- producer ---
     acks: Literal["all", "1", "0"] = Field("all", description="producer acks; 'all' = every in-sync replica")
@@ -87,6 +104,20 @@ class KafkaSettings(BaseSettings):
     reconnect_backoff_s: float = Field(0.2, gt=0, description="first pause after a broker error")
     reconnect_backoff_max_s: float = Field(5.0, gt=0, description="longest pause between reconnect attempts")
     shutdown_timeout_s: float = Field(10.0, gt=0, description="graceful stop: flush/commit/snapshot deadline")
+
+    @model_validator(mode="after")
+    def _security_consistent(self) -> KafkaSettings:
+        tls = self.security_protocol in ("SSL", "SASL_SSL")
+        sasl = self.security_protocol.startswith("SASL_")
+        ssl_files = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(self, name)]
+        if ssl_files and not tls:
+            raise ValueError(f"{', '.join(ssl_files)} set but security_protocol {self.security_protocol} has no TLS")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ValueError("ssl_keyfile needs ssl_certfile")
+        if sasl and not (self.sasl_plain_username and self.sasl_plain_password):
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_plain_username and "
+                             "sasl_plain_password")
+        return self
 
     @property
     def dlt_topic(self) -> str:
