@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import os
 import random
 import statistics
 import time
@@ -342,9 +343,14 @@ async def test_observer_small(observed: RunningPipeline) -> None:
     check_observer(await run_observer(observed, SMALL_TRIALS))
 
 
+LONG_OBSERVER_ENV = "LAR_TEST_OBSERVER_200"  # set to 1 to run the 200-trial observer (~12 min on 2 cores)
+
+
 @module_loop
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # ~20 min on 2 loaded cores: one tick (1.5 x a slow fresh answer) per safe trial
+@pytest.mark.skipif(os.environ.get(LONG_OBSERVER_ENV) != "1", reason=f"opt-in: {LONG_OBSERVER_ENV}=1 (~12 min); "
+                    "its first full run had the off-mode observer at chance (0.500), see docs/SECURITY.md")
+@pytest.mark.timeout(3600)  # one tick (1.5 x a slow fresh answer) per safe trial
 async def test_observer_200_trials(observed: RunningPipeline) -> None:
     # the figure for the note: 100 hits and 100 misses per mode (a tenant of its own)
     check_observer(await run_observer(observed, 200))
