@@ -21,6 +21,7 @@ import grpc
 
 from services.common.auth import AUTHORIZATION, Authenticator, subject_of
 from services.common.errors import ServiceError, status_of
+from services.common.handlers import relay
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +65,8 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     def _stream(self, behavior: Behavior, method: str) -> Behavior:
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             await self.guard(method, request, context)
-            responses = behavior(request, context)
-            if inspect.isawaitable(responses):  # a handler that writes with context.write()
-                await responses
-            elif hasattr(responses, "__aiter__"):
-                async for response in responses:
-                    yield response
-            else:
-                for response in responses:
-                    yield response
+            async for response in relay(behavior(request, context)):
+                yield response
 
         return stream
 

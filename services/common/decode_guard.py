@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 
 from services.common.errors import one_line
+from services.common.handlers import relay
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 Deserializer = Callable[[bytes], Any]
@@ -60,15 +61,8 @@ def _unary_request(behavior: Behavior) -> Behavior:
 def _streamed_response(behavior: Behavior) -> Behavior:
     async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         await _refuse(request, context)
-        responses = behavior(request, context)
-        if inspect.isawaitable(responses):  # a handler that writes with context.write()
-            await responses
-        elif hasattr(responses, "__aiter__"):
-            async for response in responses:
-                yield response
-        else:
-            for response in responses:
-                yield response
+        async for response in relay(behavior(request, context)):
+            yield response
 
     return stream
 

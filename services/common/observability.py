@@ -20,6 +20,7 @@ from typing import Any
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
+from services.common.handlers import relay
 from services.common.logs import REQUEST_ID_HEADER, bind_tenant, request_context
 from services.common.metric_group import LATENCY_BUCKETS, MetricGroup
 
@@ -107,15 +108,8 @@ def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) 
     if inspect.isasyncgenfunction(behavior) or not inspect.iscoroutinefunction(behavior):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             with _Call(metrics, method, context, request):
-                responses = behavior(request, context)
-                if inspect.isawaitable(responses):  # a plain function returning a context.write() coroutine
-                    await responses
-                elif hasattr(responses, "__aiter__"):
-                    async for response in responses:
-                        yield response
-                else:
-                    for response in responses:
-                        yield response
+                async for response in relay(behavior(request, context)):
+                    yield response
 
         return stream
 
