@@ -44,7 +44,11 @@ from services.common.auth import Authenticator
 from services.common.auth_grpc import auth_interceptors
 from services.common.grpcutil import local_target, open_channel
 from services.common.observability import ObservabilityInterceptor, start_metrics_server, stop_metrics_server
-from services.common.ports import DRAFTCACHE_GRPC_PORT, RETRIEVER_GRPC_PORT
+from services.common.ports import (  # start order: retriever, draftcache, generator
+    DRAFTCACHE_GRPC_PORT,
+    RETRIEVER_GRPC_PORT,
+    SERVICES,
+)
 from services.common.refresher import Refresher
 from services.common.service import Service
 from services.common.tls import check_bind, server_credentials
@@ -66,7 +70,6 @@ from services.retriever.core import RetrieverCore
 
 log = logging.getLogger(__name__)
 
-SERVICES = ("retriever", "draftcache", "generator")  # in start order: the generator needs the other two
 
 
 @dataclass

@@ -16,6 +16,18 @@ from services.common.settings import ServerSettings
 from services.config import SECTIONS
 
 REPO = Path(__file__).resolve().parents[2]
+
+K8S_VERSION = "1.33"
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+IMAGE = f"lookahead-rag:{VERSION}"
+DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fields deploy/ sets
+DOCUMENTS_DLT_TOPIC = ports.DOCUMENTS_DLT_TOPIC
+ALL_TOPICS = {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.DOCUMENTS_TOPIC, DOCUMENTS_DLT_TOPIC}
+MIN_INSYNC_REPLICAS = 2  # k8s topics: acks=all survives the loss of one of 3 replicas
+UNLIMITED = "-1"  # retention.ms that keeps every record
+CONFIGMAP = "lookahead-rag-config"
+TOPIC_JOB = "lookahead-rag-topics"
+HEALTH_TIMEOUT_S = 30  # one run of the compose healthcheck command (a fresh Python imports grpc)
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
 NAMESPACE = "lookahead-rag"

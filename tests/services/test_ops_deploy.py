@@ -9,7 +9,6 @@ import copy
 import re
 import subprocess
 import sys
-import tomllib
 
 import grpc
 import pytest
@@ -21,8 +20,13 @@ from services.common.settings import ServerSettings, env_prefix
 from services.config import SECTIONS
 from tests.services.deploy_helpers import (
     DEPLOY,
+    DEPLOYED_SERVER_FIELDS,
+    HEALTH_TIMEOUT_S,
+    IMAGE,
     K8S,
+    K8S_VERSION,
     REPO,
+    VERSION,
     compose,
     compose_env,
     configmap_toml,
@@ -37,19 +41,6 @@ from tests.services.deploy_helpers import (
     published_ports,
     workload,
 )
-
-K8S_VERSION = "1.33"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-IMAGE = f"lookahead-rag:{VERSION}"
-DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fields deploy/ sets
-DOCUMENTS_DLT_TOPIC = ports.DOCUMENTS_TOPIC + ports.DLT_SUFFIX
-ALL_TOPICS = {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.DOCUMENTS_TOPIC, DOCUMENTS_DLT_TOPIC}
-MIN_INSYNC_REPLICAS = 2  # k8s topics: acks=all survives the loss of one of 3 replicas
-UNLIMITED = "-1"  # retention.ms that keeps every record
-CONFIGMAP = "lookahead-rag-config"
-TOPIC_JOB = "lookahead-rag-topics"
-HEALTH_TIMEOUT_S = 30  # one run of the compose healthcheck command (a fresh Python imports grpc)
-
 
 # --- parse and validate -----------------------------------------------------------------------------
 

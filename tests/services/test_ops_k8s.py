@@ -19,10 +19,16 @@ from services.common.settings import ConfigError, load_settings
 from services.config import SECTIONS
 from services.config_cli import toml_value
 from tests.services.deploy_helpers import (
+    ALL_TOPICS,
+    CONFIGMAP,
     DEPLOY,
+    DOCUMENTS_DLT_TOPIC,
+    IMAGE,
     K8S,
+    MIN_INSYNC_REPLICAS,
     NAMESPACE,
-    REPO,
+    TOPIC_JOB,
+    UNLIMITED,
     all_containers,
     all_lar_env,
     compose_env,
@@ -46,18 +52,6 @@ from tests.services.deploy_helpers import (
     traffic_targets,
     workload,
 )
-
-K8S_VERSION = "1.33"
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-IMAGE = f"lookahead-rag:{VERSION}"
-DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fields deploy/ sets
-DOCUMENTS_DLT_TOPIC = ports.DOCUMENTS_TOPIC + ports.DLT_SUFFIX
-ALL_TOPICS = {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.DOCUMENTS_TOPIC, DOCUMENTS_DLT_TOPIC}
-MIN_INSYNC_REPLICAS = 2  # k8s topics: acks=all survives the loss of one of 3 replicas
-UNLIMITED = "-1"  # retention.ms that keeps every record
-CONFIGMAP = "lookahead-rag-config"
-TOPIC_JOB = "lookahead-rag-topics"
-HEALTH_TIMEOUT_S = 30  # one run of the compose healthcheck command (a fresh Python imports grpc)
 
 
 @pytest.mark.parametrize("where", ["compose", "k8s"])
