@@ -12,6 +12,7 @@ a HANG. Afterwards: health, calls drained on the server, and the normal requests
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import time
@@ -24,6 +25,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from tests.fuzz.cases import Case, case_strategy, fixed_cases
+from tests.fuzz.credentials import auth_class, credential
 from tests.fuzz.outcome import FAILURES, Judgement, RpcTally, Verdict, judge
 from tests.fuzz.probes import ProbeResult, drained, healthy, normal_requests
 from tests.fuzz.process import ServerProcess
@@ -99,7 +101,10 @@ class RpcFuzzer:
         opts = self.options
         if self.out_of_time:
             return  # hypothesis draws the rest of its examples; none is sent (a raise would print the case)
-        result = invoke(self.server.channel(self.rpc.service), self.rpc, case.payload, opts.deadline_s)
+        assert self.server.info is not None
+        variant, metadata = credential(self.tally.cases, self.server.info.api_key)
+        case = dataclasses.replace(case, classes=case.classes | auth_class(variant))
+        result = invoke(self.server.channel(self.rpc.service), self.rpc, case.payload, opts.deadline_s, metadata)
         judgement = judge(self.rpc, result, opts.deadline_s, opts.margin_s)
         due = (self.tally.cases + 1) % opts.health_every == 0
         if judgement.verdict in FAILURES or judgement.verdict is Verdict.SLOW or due:
@@ -154,7 +159,7 @@ def replay(options: FuzzOptions, rpc_name: str, payload: bytes) -> tuple[CallRes
         raise ValueError(f"no RPC {rpc_name!r}; there are {', '.join(r.name for r in discover())}")
     options.workdir.mkdir(parents=True, exist_ok=True)
     with ServerProcess(options.workdir, options.server_args) as server:
-        result = invoke(server.channel(rpc.service), rpc, payload, options.deadline_s)
+        result = invoke(server.channel(rpc.service), rpc, payload, options.deadline_s, server.metadata)
         judgement = judge(rpc, result, options.deadline_s, options.margin_s)
         if not server.alive():
             judgement = Judgement(Verdict.CRASH, f"the server process exited ({server.exit_code()})")

@@ -85,7 +85,7 @@ def _answer(server: ServerProcess, info: ServerInfo) -> str:
     stub = generator_pb2_grpc.GeneratorStub(server.channel("generator"))
     request = generator_pb2.AnswerRequest(tenant=info.known_tenant, question=info.question,
                                           params=generator_pb2.GenerationParams(max_new_tokens=PROBE_NEW_TOKENS))
-    chunks = list(stub.Answer(request, timeout=PROBE_TIMEOUT_S))
+    chunks = list(stub.Answer(request, timeout=PROBE_TIMEOUT_S, metadata=server.metadata))
     if not chunks or not chunks[-1].HasField("final"):
         return "the stream did not end with a final message"
     final = chunks[-1].final
@@ -95,23 +95,25 @@ def _answer(server: ServerProcess, info: ServerInfo) -> str:
 def _retrieve(server: ServerProcess, info: ServerInfo) -> str:
     stub = retriever_pb2_grpc.RetrieverStub(server.channel("retriever"))
     got = stub.Retrieve(retriever_pb2.RetrieveRequest(tenant=info.known_tenant, question=info.question),
-                        timeout=PROBE_TIMEOUT_S)
+                        timeout=PROBE_TIMEOUT_S, metadata=server.metadata)
     return "" if got.chunks and got.prompt_ids else "no chunks for the known tenant"
 
 
 def _retriever_stats(server: ServerProcess, info: ServerInfo) -> str:
     stub = retriever_pb2_grpc.RetrieverStub(server.channel("retriever"))
-    got = stub.Stats(retriever_pb2.RetrieverStatsRequest(tenant=info.known_tenant), timeout=PROBE_TIMEOUT_S)
+    got = stub.Stats(retriever_pb2.RetrieverStatsRequest(tenant=info.known_tenant), timeout=PROBE_TIMEOUT_S,
+                     metadata=server.metadata)
     return "" if got.chunks else "no chunks counted for the known tenant"
 
 
 def _fetch(server: ServerProcess, info: ServerInfo) -> str:
     stub = draftcache_pb2_grpc.DraftCacheStub(server.channel("draftcache"))
-    stats = stub.Stats(draftcache_pb2.DraftStatsRequest(tenant=info.known_tenant), timeout=PROBE_TIMEOUT_S)
+    stats = stub.Stats(draftcache_pb2.DraftStatsRequest(tenant=info.known_tenant), timeout=PROBE_TIMEOUT_S,
+                       metadata=server.metadata)
     if not stats.tries:
         return "the known tenant's cached output is gone"
     stub.Fetch(draftcache_pb2.FetchRequest(tenant=info.known_tenant, tokenizer_id=info.tokenizer_id,
-                                           prompt_ids=[1, 2, 3]), timeout=PROBE_TIMEOUT_S)
+                                           prompt_ids=[1, 2, 3]), timeout=PROBE_TIMEOUT_S, metadata=server.metadata)
     return ""
 
 

@@ -26,6 +26,7 @@ from typing import IO
 
 import grpc
 
+from services.common.auth import bearer_metadata
 from tests.fuzz.targets import open_channel
 
 START_TIMEOUT_S = 300.0  # loading the model and the embedder on 2 busy cores
@@ -47,6 +48,7 @@ class ServerInfo:
     question: str
     strings: list[str] = field(default_factory=list)
     ints: list[int] = field(default_factory=list)
+    api_key: str = ""  # the known tenant's API key when the servers require one (--auth), else ""
 
     def target(self, service: str) -> str:
         return f"127.0.0.1:{self.ports[service]}"
@@ -112,6 +114,12 @@ class ServerProcess:
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """What a well-behaved client of the known tenant sends: its key, when the servers require one."""
+        assert self.info is not None, "start() first"
+        return bearer_metadata(self.info.api_key)
 
     def channel(self, service: str) -> grpc.Channel:
         if service not in self._channels:

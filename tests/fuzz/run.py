@@ -1,6 +1,6 @@
 """Fuzz every RPC of the three services and write a report (``make fuzz``).
 
-    python -m tests.fuzz.run --cases 10000 --report fuzz-report.json
+    python -m tests.fuzz.run --cases 10000 --report fuzz-report.json [--auth]
 
 Writes the JSON report and the text table beside it (``fuzz-report.txt``), prints the table, and
 exits 1 when anything failed (a crash, a hang, an UNKNOWN/INTERNAL or other improper status, a
@@ -47,6 +47,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="servers' default answer length")
     p.add_argument("--replay", type=Path, default=None,
                    help="send this saved payload (a failures/*.bin file) to the one RPC named by --only")
+    p.add_argument("--auth", action="store_true",
+                   help="servers require API keys; cases send the known tenant's key, or a bad credential "
+                        "(none, unknown, malformed, another scheme) every few cases (tests.fuzz.credentials)")
     p.add_argument("--max-doc-chars", type=int, default=DEFAULT_MAX_DOC_CHARS, help="the retriever's document limit")
     return p.parse_args(argv)
 
@@ -62,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir, cases=args.cases, deadline_s=args.deadline, margin_s=args.margin, seed=args.seed,
         only=tuple(o for o in args.only.split(",") if o), health_every=args.health_every,
         seconds_per_rpc=args.seconds_per_rpc,
-        server_args=["--max-new-tokens", str(args.max_new_tokens), "--max-doc-chars", str(args.max_doc_chars)],
+        server_args=["--max-new-tokens", str(args.max_new_tokens), "--max-doc-chars", str(args.max_doc_chars),
+                     *(["--auth"] if args.auth else [])],
     )
     if args.replay is not None:
         result, judgement = replay(options, args.only, args.replay.read_bytes())

@@ -1,11 +1,12 @@
 """The three services for a fuzz run, in a process of their own (a crash there is seen, not shared).
 
-    python -m tests.fuzz.server --root DIR [--max-new-tokens 4] [--max-doc-chars 2000]
+    python -m tests.fuzz.server --root DIR [--max-new-tokens 4] [--max-doc-chars 2000] [--auth]
 
 Starts the pipeline on real gRPC (loopback, any free ports, /metrics on any free port), ingests
 the test documents for one known tenant and gives it one cached output, then prints one JSON line
-(``ServerInfo``: ports, message size limits and the fuzz dictionary: names the servers accept and
-every number their settings are set to) and serves until its stdin closes; then it stops gracefully.
+(``ServerInfo``: ports, message size limits, the fuzz dictionary: names the servers accept and
+every number their settings are set to, and with ``--auth`` the known tenant's API key) and
+serves until its stdin closes; then it stops gracefully.
 The settings are the test pipeline's (tests.pipeline.helpers) with answers kept short and
 documents small, so that the cases that pass validation stay cheap.
 """
@@ -38,14 +39,27 @@ def _settings_ints(*sections: Any) -> list[int]:
     return sorted(out)
 
 
-async def serve(root: Path, max_new_tokens: int, max_doc_chars: int) -> None:
+def auth_section(root: Path) -> tuple[dict[str, Any], str]:
+    """``[auth]`` requiring a key, with a key file of two keys: the known tenant's (returned, for the
+    driver) and the services' own (every tenant, for the generator's calls to the other two)."""
+    from services.common.keys import KeyFile
+
+    keys = KeyFile(root / "keys.json")
+    _, tenant_key = keys.add([KNOWN_TENANT], "fuzz-known-tenant")
+    _, service_key = keys.add(["*"], "fuzz-services")
+    return {"mode": "required", "keys_file": keys.path, "service_key": service_key}, tenant_key
+
+
+async def serve(root: Path, max_new_tokens: int, max_doc_chars: int, auth: bool) -> None:
     from lookahead_core.config import DraftMode
 
     from services.app import Pipeline
     from tests.pipeline.helpers import DOCS, QUESTION, pipeline_settings, shared_model
 
+    auth_settings, api_key = auth_section(root) if auth else ({}, "")
     settings = pipeline_settings(
         root,
+        auth=auth_settings,
         limits={"max_new_tokens": 2 * max_new_tokens, "default_max_new_tokens": max_new_tokens},
         retriever={"max_doc_chars": max_doc_chars},
         http={"enabled": False},
@@ -70,6 +84,7 @@ async def serve(root: Path, max_new_tokens: int, max_doc_chars: int) -> None:
             "question": QUESTION,
             "strings": strings,
             "ints": [*numbers, len(tokenizer)],
+            "api_key": api_key,
         }
         print(json.dumps(info), flush=True)
         await asyncio.to_thread(sys.stdin.read)  # until the driver closes our stdin
@@ -83,12 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, required=True, help="data directories go here")
     parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     parser.add_argument("--max-doc-chars", type=int, default=DEFAULT_MAX_DOC_CHARS)
+    parser.add_argument("--auth", action="store_true", help="require API keys ([auth] mode = required)")
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    asyncio.run(serve(args.root, args.max_new_tokens, args.max_doc_chars))
+    asyncio.run(serve(args.root, args.max_new_tokens, args.max_doc_chars, args.auth))
     return 0
 
 

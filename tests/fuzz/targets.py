@@ -72,7 +72,8 @@ def _requests(payload: bytes) -> Iterator[bytes]:
     yield payload
 
 
-def invoke(channel: grpc.Channel, rpc: Rpc, payload: bytes, deadline_s: float) -> CallResult:
+def invoke(channel: grpc.Channel, rpc: Rpc, payload: bytes, deadline_s: float,
+           metadata: tuple[tuple[str, str], ...] = ()) -> CallResult:
     """Call ``rpc`` with ``payload`` as the serialized request (or the one message of a client stream)."""
     kinds = {
         (False, False): channel.unary_unary, (False, True): channel.unary_stream,
@@ -85,10 +86,10 @@ def invoke(channel: grpc.Channel, rpc: Rpc, payload: bytes, deadline_s: float) -
     start = time.monotonic()
     try:
         if rpc.server_streaming:
-            for response in call(request, timeout=deadline_s):
+            for response in call(request, timeout=deadline_s, metadata=metadata):
                 responses.append(response)
         else:
-            responses.append(call(request, timeout=deadline_s))
+            responses.append(call(request, timeout=deadline_s, metadata=metadata))
     except grpc.RpcError as err:
         return CallResult(err.code(), err.details() or "", responses, time.monotonic() - start)  # type: ignore[attr-defined]
     return CallResult(grpc.StatusCode.OK, "", responses, time.monotonic() - start)

@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, given, settings
 
 from tests.fuzz.cases import Case, case_strategy, fixed_cases
 from tests.fuzz.classes import message_classes
+from tests.fuzz.credentials import CYCLE, KEY, auth_class, credential
 from tests.fuzz.driver import FuzzOptions, Report, run_fuzz
 from tests.fuzz.messages import messages
 from tests.fuzz.outcome import Judgement, Verdict, judge
-from tests.fuzz.report import text_table, to_json
+from tests.fuzz.report import class_summary, text_table, to_json
 from tests.fuzz.synthetic import synthetic_file
 from tests.fuzz.targets import CallResult, discover, invoke, open_channel
 from tests.fuzz.values import FuzzDictionary
@@ -204,3 +205,39 @@ def test_short_run_gets_past_validation_and_refuses_many_classes(short_run: Repo
     assert {"retriever", "draftcache"} <= answered, _explain(short_run)  # the generator's many checks: see make fuzz
     summary = to_json(short_run)["summary"]
     assert summary["bad_input_classes_refused"] >= len(WIRE_CLASSES), _explain(short_run)
+
+
+# ---- the same with API keys required: the auth interceptor is fuzzed with the bodies --------------
+AUTH_CASES = 30  # cases per RPC in the short run with auth (every tenth+ sends a bad credential)
+AUTH_SECONDS_PER_RPC = 5.0
+
+
+def test_credential_cycle_sends_the_key_mostly_and_each_bad_variant() -> None:
+    variants = [credential(n, "k3y")[0] for n in range(len(CYCLE))]
+    assert variants.count(KEY) > len(CYCLE) // 2  # most cases reach the servicers
+    assert {"none", "unknown-key", "malformed", "basic-scheme"} <= set(variants)
+    assert credential(0, "k3y")[1] == (("authorization", "Bearer k3y"),)
+    assert credential(CYCLE.index("none"), "k3y")[1] == ()
+    assert credential(7, "") == ("", ())  # auth off: nothing is sent
+    assert auth_class(KEY) == auth_class("") == frozenset()
+
+
+@pytest.fixture(scope="module")
+def auth_run(tmp_path_factory: pytest.TempPathFactory) -> Report:
+    options = FuzzOptions(workdir=Path(tmp_path_factory.mktemp("fuzz-auth")), cases=AUTH_CASES,
+                          seconds_per_rpc=AUTH_SECONDS_PER_RPC, seed=int(os.environ.get(SEED_ENV, SHORT_SEED)),
+                          server_args=["--auth"])
+    return run_fuzz(options)
+
+
+def test_auth_run_nothing_fails_and_no_bad_credential_gets_through(auth_run: Report) -> None:
+    summary = to_json(auth_run)["summary"]
+    assert (summary["crashes"], summary["hangs"], summary["errors"]) == (0, 0, 0), _explain(auth_run)
+    assert auth_run.probes and all(p.ok for p in auth_run.probes), _explain(auth_run)  # with the key: served
+    classes = class_summary(auth_run.tallies)
+    for variant in ("none", "unknown-key", "malformed", "basic-scheme"):
+        counts = classes.get(f"auth:{variant}", {})
+        assert counts.get("tried", 0) >= len(auth_run.tallies), (variant, _explain(auth_run))  # every RPC tried it
+        assert counts.get(Verdict.OK.value, 0) == 0, (variant, _explain(auth_run))  # and none got through
+    answered = {t.service for t in auth_run.tallies if t.verdicts[Verdict.OK.value]}
+    assert {"retriever", "draftcache"} <= answered, _explain(auth_run)  # the key's cases reach the servicers
