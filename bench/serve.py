@@ -16,7 +16,7 @@ from lookahead_core.models import load_model
 
 from bench.common import cpu_name, machine, print_table, write_json
 from bench.sampling_args import Sampling
-from bench.serve_args import WAYS, parse_args
+from bench.serve_args import parse_args
 from bench.serve_client import closed_loop
 from bench.serve_hf import SerialBaseline, fill_references, run_serial
 from bench.serve_load import Question, Workload, draw_sequence, load_workload
@@ -24,7 +24,10 @@ from bench.serve_plot import plot
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
 from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
 
-MODE_OF = {"on": "", "off": "none"}  # GenerationParams.mode of the engine ways ("" = server default)
+# GenerationParams.mode of the engine ways ("" = server default)
+MODE_OF = {"on": "", "on_tls": "", "on_safe": "", "off": "none"}
+TLS_WAYS = frozenset({"on_tls"})  # every channel of the stack (the bench's and the generator's) over TLS
+SAFE_WAYS = frozenset({"on_safe"})  # every request asks for the side-channel-safe stream
 Raw = tuple[list[RequestRecord], float, float]  # (records, wall seconds, peak RSS MB) of one way
 
 
@@ -38,14 +41,13 @@ class RunConfig:
     deadline_s: float  # gRPC deadline of one request (generous)
     threads: int  # torch threads for the serial baseline's worker thread (0 = default)
     sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
-    safe_stream: bool = False  # --safe-stream: every engine request asks for the side-channel-safe stream
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
                       seq: list[Question], c: int, way: str) -> Raw:
-    async with serving(stack, f"c{c}-{way}", model, tok, wl.docs) as stub, RssSampler() as rss:
+    async with serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as stub, RssSampler() as rss:
         records, wall = await closed_loop(stub, seq, c, MODE_OF[way], run.max_new_tokens, run.deadline_s,
-                                          f"c={c} {way}", run.sampling, run.safe_stream)
+                                          f"c={c} {way}", run.sampling, way in SAFE_WAYS)
     return records, wall, rss.peak_mb
 
 
@@ -118,12 +120,17 @@ def _print_level(c: int, ways: dict[str, Any]) -> None:
 def _ratios(levels: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
     out = {}
     for c, ways in levels.items():
-        on, off, hf = (ways.get(w, {}) for w in WAYS)
+        on, off, hf, tls, safe = (ways.get(w, {}) for w in ("on", "off", "serial_hf", "on_tls", "on_safe"))
         out[c] = {
             "goodput_on_over_off": ratio(on.get("goodput_tokens_per_s"), off.get("goodput_tokens_per_s")),
             "goodput_on_over_serial_hf": ratio(on.get("goodput_tokens_per_s"), hf.get("goodput_tokens_per_s")),
             "ttft_p99_off_over_on": ratio(off.get("ttft_p99_s"), on.get("ttft_p99_s")),
             "ttft_p99_serial_hf_over_on": ratio(hf.get("ttft_p99_s"), on.get("ttft_p99_s")),
+            # the costs: below 1 = slower than plain on (goodput), above 1 = later first token
+            "goodput_on_tls_over_on": ratio(tls.get("goodput_tokens_per_s"), on.get("goodput_tokens_per_s")),
+            "ttft_p50_on_tls_over_on": ratio(tls.get("ttft_p50_s"), on.get("ttft_p50_s")),
+            "goodput_on_safe_over_on": ratio(safe.get("goodput_tokens_per_s"), on.get("goodput_tokens_per_s")),
+            "ttft_p50_on_safe_over_on": ratio(safe.get("ttft_p50_s"), on.get("ttft_p50_s")),
         }
     return out
 
@@ -144,8 +151,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
-    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
-                    args.safe_stream)
+    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -168,7 +174,6 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "pool": len(wl.pool),
         "distinct_questions": len(set(drawn)),
         "max_new_tokens": args.max_new_tokens,
-        "safe_stream": args.safe_stream,
         "tenants": len(wl.docs),
         "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
         "ratios": _ratios(levels),
@@ -189,13 +194,14 @@ def run(args: argparse.Namespace) -> int:
         return 130
     print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, "
           f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens, "
-          f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}"
-          f"{'; safe stream' if args.safe_stream else ''}")
+          f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}")
     print_table([row for c, ways in data["levels"].items() for row in _rows(int(c), ways)], COLUMNS)
     print_table([{"c": int(c), **r} for c, r in data["ratios"].items()], [
         ("c", "c", "d"), ("goodput_on_over_off", "goodput on/off", ".2f"),
         ("goodput_on_over_serial_hf", "on/serial_hf", ".2f"), ("ttft_p99_off_over_on", "TTFT p99 off/on", ".2f"),
-        ("ttft_p99_serial_hf_over_on", "serial_hf/on", ".2f")])
+        ("ttft_p99_serial_hf_over_on", "serial_hf/on", ".2f"), ("goodput_on_tls_over_on", "goodput tls/on", ".2f"),
+        ("ttft_p50_on_tls_over_on", "TTFT p50 tls/on", ".2f"), ("goodput_on_safe_over_on", "goodput safe/on", ".2f"),
+        ("ttft_p50_on_safe_over_on", "TTFT p50 safe/on", ".2f")])
     if args.json:
         write_json(args.json, data)
         print(f"wrote {args.json}")

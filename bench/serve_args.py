@@ -3,26 +3,27 @@
     lookahead-rag-bench serve [--corpus C.jsonl --questions Q.jsonl] --pool 100 --requests 200 --zipf 1.1 \\
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
-        [--temperature T --top-p P --top-k K] [--safe-stream]
+        [--temperature T --top-p P --top-k K]
 
 Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
 pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
 this process on loopback gRPC. At each concurrency level c, c closed-loop
-clients send the same Zipf-popular request sequence (bench/serve_load.py) three ways, each on fresh
-services (cold caches) sharing one loaded model:
+clients send the same Zipf-popular request sequence (bench/serve_load.py) in each of ``--ways``, each on
+fresh services (cold caches) sharing one loaded model:
 
 - ``on``: speculation on (the server's default mode);
+- ``on_tls``: ``on`` with every gRPC channel over TLS (a CA and a server certificate made at run time,
+  services.common.devpki; needs the ``cryptography`` package): what TLS costs;
+- ``on_safe``: ``on`` with GenerationParams.safe_stream (fixed cadence, fixed-size padded chunks:
+  docs/SECURITY.md): what the mode costs in TTFT and tokens/s; set its cadence with
+  ``--gen safe_stream_interval_ms=MS --gen safe_stream_chunk_tokens=N``. Its final messages carry no
+  prompt ids, so its exact match is not computed;
 - ``off``: GenerationParams.mode="none": same engine, scheduler and batching, one token per step;
 - ``serial_hf``: transformers' generate(do_sample=False) on the stock model, one request at a time,
   over the prompt ids the ``on`` way assembled (no retrieval); its TTFT is re-timed as if the c
   clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue). With
   ``--temperature T > 0`` it runs the reference sampler (lookahead_core.sampling.generate_sampled)
   instead, with the same temperature / top-p / top-k and seed.
-
-``--safe-stream`` sends every request of the engine ways with GenerationParams.safe_stream (fixed cadence,
-fixed-size padded chunks: docs/SECURITY.md) to measure what the mode costs in TTFT and tokens/s; set its
-cadence with ``--gen safe_stream_interval_ms=MS --gen safe_stream_chunk_tokens=N``. Its final messages
-carry no prompt ids, so it runs without serial_hf (which replays them) and without exact match.
 
 Exact match compares every answer with the serial baseline's answer to its own prompt ids (serial_hf's
 outputs, computed untimed for prompts it did not cover): batch-1 greedy, or the reference sampler's
@@ -41,7 +42,8 @@ from bench.common import workload_parser
 from bench.dataset import dataset_from_args
 from bench.sampling_args import add_sampling_args, sampling_from_args
 
-WAYS = ("on", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
+WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
+DEFAULT_WAYS = ("on", "off", "serial_hf")  # on_tls / on_safe: the cost of TLS / the safe stream, beside on
 
 
 def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
@@ -51,7 +53,10 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
     p.add_argument("--concurrency", default="1,4,16", help="comma-separated closed-loop client counts")
     p.add_argument("--max-new-tokens", type=int, default=128)
-    p.add_argument("--ways", default=",".join(WAYS), help="comma-separated subset of on,off,serial_hf")
+    p.add_argument("--ways", default=",".join(DEFAULT_WAYS),
+                   help=f"comma-separated subset of {','.join(WAYS)}: on = speculation, off = none, on_tls = on "
+                        "over TLS (a run-time CA; the cryptography package), on_safe = on with the "
+                        "side-channel-safe stream, serial_hf = transformers one request at a time")
     p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title")
     p.add_argument("--kafka", default="", help="HOST:PORT of a Kafka broker (default: the in-process bus)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
@@ -62,8 +67,6 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
-    p.add_argument("--safe-stream", action="store_true",
-                   help="every request asks for the side-channel-safe stream (its cost in TTFT and tokens/s)")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     add_sampling_args(p, "fixes the request sequence and, with --temperature > 0, is every request's sampling seed")
@@ -75,8 +78,6 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
         p.error(f"--ways must name some of {','.join(WAYS)}")
     if "serial_hf" in ways and not {"on", "off"} & set(ways):
         p.error("serial_hf replays the prompts of on (or off): name one of them too")
-    if args.safe_stream and "serial_hf" in ways:
-        p.error("--safe-stream hides the prompt ids serial_hf replays: use --ways on,off")
     args.ways = [w for w in WAYS if w in ways]
     args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
     if not args.levels or args.levels[0] < 1:

@@ -10,7 +10,8 @@ PANELS = (("goodput_tokens_per_s", "goodput (tokens of completed requests / s)")
           ("ttft_p99_s", "time to first token, p99 (s, client-side)"))
 # way -> (colour, marker, label offset in points: staggered so close values stay readable)
 X_MARGIN = 0.08  # room left and right of the outer levels for their labels
-WAY_STYLE = {"on": ("tab:blue", "o", (-16, 7)), "off": ("tab:orange", "s", (0, -15)),
+WAY_STYLE = {"on": ("tab:blue", "o", (-16, 7)), "on_tls": ("tab:green", "D", (-16, -15)),
+             "on_safe": ("tab:purple", "v", (16, -15)), "off": ("tab:orange", "s", (0, -15)),
              "serial_hf": ("tab:gray", "^", (16, 7))}
 
 
@@ -46,7 +47,8 @@ def plot(data: dict[str, Any], path: str) -> None:
         ax.grid(alpha=0.3)
         ax.margins(x=X_MARGIN, y=Y_MARGIN)
         ax.legend()
-    what = (f"Serving: speculation on vs off vs serial_hf; {known(data.get('requests'))} requests a level, "
+    what = (f"Serving: {' vs '.join(ways)} (on_tls: on over TLS, on_safe: on with the safe stream); "
+            f"{known(data.get('requests'))} requests a level, "
             f"Zipf {known(data.get('zipf'))}, pool {known(data.get('pool'))}, "
             f"{known(data.get('max_new_tokens'))} new tokens; data: {known(data.get('dataset'))}")
     save(fig, path, title(data, what, f"serial_hf = {_baseline(data)}, batch 1, one request at a time"))

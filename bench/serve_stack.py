@@ -65,7 +65,19 @@ class StackConfig:
         limit = max(self.max_new_tokens, RequestLimits.model_fields["max_new_tokens"].default)
         return {"default_max_new_tokens": self.max_new_tokens, "max_new_tokens": limit}
 
-    def settings(self, name: str) -> AllSettings:
+    def tls(self) -> dict[str, Any]:
+        """``[tls]`` for a stack over TLS: its servers present a run-time CA's certificate, and its
+        clients (the generator's channels, the benchmark's) verify it. The CA is made once per run."""
+        from services.common.devpki import make_pki  # the cryptography package: only for the on_tls way
+
+        directory = self.root / "pki"
+        if not (directory / "server.crt").exists():
+            directory.mkdir(parents=True, exist_ok=True)
+            make_pki(directory)
+        return {"cert_file": directory / "server.crt", "key_file": directory / "server.key",
+                "ca_file": directory / "ca.crt"}
+
+    def settings(self, name: str, tls: bool = False) -> AllSettings:
         base = self.root / name
         kafka: dict[str, Any] = {"bootstrap_servers": self.kafka}
         if self.kafka:
@@ -78,6 +90,7 @@ class StackConfig:
                        "vector_cache": self.root / "vectors.npz"},
             draftcache={"data_dir": base / "d", "port": 0}, limits=self.limits(), kafka=kafka,
             http={"enabled": False},  # the benchmark's clients speak gRPC
+            tls=self.tls() if tls else {},
         )
 
 
@@ -116,16 +129,18 @@ async def _start(settings: AllSettings, model: Any, tokenizer: Any) -> Pipeline:
 
 @asynccontextmanager
 async def serving(cfg: StackConfig, name: str, model: Any, tokenizer: Any,
-                  docs: dict[str, list[Document]]) -> AsyncIterator[Any]:
-    """A GeneratorStub to a fresh stack with the corpus ingested; the servers stop on exit (or Ctrl-C)."""
-    settings = cfg.settings(name)
+                  docs: dict[str, list[Document]], tls: bool = False) -> AsyncIterator[Any]:
+    """A GeneratorStub to a fresh stack with the corpus ingested (over TLS with ``tls``); the servers stop
+    on exit (or Ctrl-C)."""
+    settings = cfg.settings(name, tls)
     pipeline = await _start(settings, model, tokenizer)
     channel = None
     try:
         for tenant, tenant_docs in docs.items():
             await asyncio.to_thread(pipeline.retriever.ingest, tenant, tenant_docs)
         gs = settings.generator
-        channel = open_channel(local_target(gs.host, pipeline.ports["generator"]), gs.max_message_bytes)
+        channel = open_channel(local_target(gs.host, pipeline.ports["generator"]), gs.max_message_bytes,
+                               settings.tls if tls else None)
         yield generator_pb2_grpc.GeneratorStub(channel)
     finally:
         if channel is not None:

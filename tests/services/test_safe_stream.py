@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 from lookahead_core.detok import TextStreamer
@@ -222,14 +223,25 @@ async def test_closing_the_safe_stream_closes_the_engine_stream() -> None:
     assert closed.is_set()
 
 
-# ---- bench-serve --safe-stream ---------------------------------------------------------------------
-def test_bench_serve_safe_stream_flag() -> None:
+# ---- bench-serve's on_safe and on_tls ways --------------------------------------------------------
+def test_bench_serve_cost_ways_parse_in_run_order() -> None:
     from bench.serve_args import parse_args
 
-    assert parse_args(["--safe-stream", "--ways", "on,off"]).safe_stream
-    assert not parse_args(["--ways", "on,off"]).safe_stream
-    with pytest.raises(SystemExit):  # serial_hf replays prompt ids a safe stream does not return
-        parse_args(["--safe-stream"])
+    assert parse_args(["--ways", "on_safe,on,on_tls"]).ways == ["on", "on_tls", "on_safe"]
+    assert parse_args([]).ways == ["on", "off", "serial_hf"]  # the cost ways are asked for by name
+    with pytest.raises(SystemExit):
+        parse_args(["--ways", "on,tls"])
+
+
+def test_bench_serve_tls_stack_serves_and_verifies_a_run_time_ca(tmp_path: Path) -> None:
+    from bench.serve_stack import StackConfig
+
+    stack = StackConfig(tmp_path, "smollm2-135m-instruct", 8, 1, 0, 10.0)
+    tls = stack.settings("on_tls", tls=True).tls
+    assert tls.server_enabled and tls.client_enabled and not tls.mutual
+    assert tls.ca_file is not None and tls.ca_file.read_bytes().startswith(b"-----BEGIN CERTIFICATE-----")
+    assert stack.settings("on_tls-2", tls=True).tls.ca_file == tls.ca_file  # one CA per run
+    assert not stack.settings("on").tls.server_enabled  # the other ways stay plaintext
 
 
 class FakeStub:
