@@ -87,7 +87,8 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
                     raw[way] = await _serial_way(baseline, raw, run, c, references, stop)
                 else:
                     raw[way] = await _engine_way(stack, run, model, tok, wl, seq, c, way)
-            keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed]
+            # on_safe answers carry no prompt ids (the safe final hides them): nothing to compare them with
+            keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed and r.prompt_ids]
             await asyncio.to_thread(fill_references, baseline, keys, references, stop)
             levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
                               for w, (recs, wall, mb) in raw.items()}

@@ -47,7 +47,9 @@ def plot(data: dict[str, Any], path: str) -> None:
         ax.grid(alpha=0.3)
         ax.margins(x=X_MARGIN, y=Y_MARGIN)
         ax.legend()
-    what = (f"Serving: {' vs '.join(ways)} (on_tls: on over TLS, on_safe: on with the safe stream); "
+    legend = "; on_tls = on over TLS, on_safe = on with the side-channel-safe stream" if (
+        {"on_tls", "on_safe"} & set(ways)) else ""
+    what = (f"Serving: {' vs '.join(ways)}{legend}\n"
             f"{known(data.get('requests'))} requests a level, "
             f"Zipf {known(data.get('zipf'))}, pool {known(data.get('pool'))}, "
             f"{known(data.get('max_new_tokens'))} new tokens; data: {known(data.get('dataset'))}")
