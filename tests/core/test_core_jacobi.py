@@ -1,0 +1,103 @@
+"""The Jacobi lookahead branch's pure parts (lookahead_core.jacobi) on hand-made token lists."""
+
+from __future__ import annotations
+
+import doctest
+
+import pytest
+from lookahead_core import jacobi
+from lookahead_core.jacobi import JacobiConfig, NgramPool, advance, branch_mask, initial_window, positions
+
+W2N3 = JacobiConfig(window=2, ngram=3, guesses=2)
+W3N4 = JacobiConfig(window=3, ngram=4, guesses=2)
+
+
+def test_docstring_examples_hold() -> None:
+    assert doctest.testmod(jacobi).failed == 0
+
+
+@pytest.mark.parametrize(("context", "config", "row0"), [
+    ([1, 2, 3], W2N3, (2, 3)),  # the last W context tokens
+    ([7], W3N4, (7, 7, 7)),  # a context shorter than W is repeated
+    ([4, 5], W3N4, (4, 5, 4)),  # ... cyclically
+])
+def test_initial_window_seeds_row_0_from_the_context(context: list[int], config: JacobiConfig,
+                                                     row0: tuple[int, ...]) -> None:
+    assert initial_window(context, config) == (row0,)
+
+
+def test_initial_window_needs_a_context() -> None:
+    with pytest.raises(ValueError, match="non-empty context"):
+        initial_window([], W2N3)
+
+
+@pytest.mark.parametrize(("window", "predictions", "config", "next_window", "grams"), [
+    # filling: one row, N=3 wants two: the predictions become row 1, nothing harvested
+    (((5, 6),), [7, 8], W2N3, ((5, 6), (7, 8)), []),
+    # full: each column top to bottom plus its new token is an n-gram; row 0 is dropped
+    (((5, 6), (7, 8)), [9, 4], W2N3, ((7, 8), (9, 4)), [(5, 7, 9), (6, 8, 4)]),
+    # N=4, W=3, full (3 rows): 3 four-grams, one per column
+    (((1, 2, 3), (4, 5, 6), (7, 8, 9)), [10, 11, 12], W3N4,
+     ((4, 5, 6), (7, 8, 9), (10, 11, 12)), [(1, 4, 7, 10), (2, 5, 8, 11), (3, 6, 9, 12)]),
+    # N=4 with two rows: still filling
+    (((1, 2, 3), (4, 5, 6)), [7, 8, 9], W3N4, ((1, 2, 3), (4, 5, 6), (7, 8, 9)), []),
+])
+def test_advance_harvests_only_this_windows_columns(window: jacobi.Window, predictions: list[int],
+                                                    config: JacobiConfig, next_window: jacobi.Window,
+                                                    grams: list[tuple[int, ...]]) -> None:
+    got_window, got_grams = advance(window, predictions, config)
+    assert got_window == next_window
+    assert got_grams == grams
+    produced = {t for row in window for t in row} | set(predictions)
+    assert all(set(g) <= produced for g in got_grams)  # every n-gram came from this iteration's tokens
+
+
+def test_advance_refuses_predictions_of_the_wrong_width() -> None:
+    with pytest.raises(ValueError, match="width"):
+        advance(((5, 6),), [7], W2N3)
+
+
+def test_positions_shift_each_row_one_to_the_right() -> None:
+    # row 0 at 1..W, row 1 at 2..W+1: column j's tokens are consecutive positions
+    assert positions(((5, 6, 7), (8, 9, 10))) == [1, 2, 3, 2, 3, 4]
+
+
+def test_branch_mask_sees_row_0_up_to_its_column_and_its_own_column_above() -> None:
+    # W=2, 2 rows; flat order (0,0) (0,1) (1,0) (1,1)
+    mask = branch_mask(((5, 6), (7, 8)))
+    assert mask == [
+        [True, False, False, False],  # (0,0): itself
+        [True, True, False, False],  # (0,1): row 0 up to column 1
+        [True, False, True, False],  # (1,0): (0,0) and itself
+        [True, True, False, True],  # (1,1): (0,0), (0,1) and itself, not (1,0)
+    ]
+
+
+def test_branch_mask_positions_form_a_contiguous_sequence_for_every_token() -> None:
+    window = ((1, 2, 3), (4, 5, 6), (7, 8, 9))
+    pos, mask = positions(window), branch_mask(window)
+    for i, row in enumerate(mask):
+        seen = sorted(pos[k] for k, visible in enumerate(row) if visible)
+        assert seen == list(range(1, pos[i] + 1))  # positions 1..own, each once: a causal sequence
+
+
+@pytest.mark.parametrize(("puts", "first", "tails"), [
+    ([(5, 7, 9)], 5, [(7, 9)]),  # one n-gram
+    ([(5, 7, 9), (5, 8, 1)], 5, [(8, 1), (7, 9)]),  # newest first
+    ([(5, 7, 9), (5, 8, 1), (5, 7, 9)], 5, [(7, 9), (8, 1)]),  # produced again: moves to the front
+    ([(5, 7, 9), (5, 8, 1), (5, 2, 2)], 5, [(2, 2), (8, 1)]),  # at most G=2 kept: the oldest goes
+    ([(5, 7, 9)], 6, []),  # no n-gram starts with 6
+    ([(5,)], 5, []),  # a 1-gram continues nothing
+])
+def test_pool_keeps_the_newest_g_continuations_per_first_token(puts: list[tuple[int, ...]], first: int,
+                                                               tails: list[tuple[int, ...]]) -> None:
+    pool = NgramPool(guesses=2)
+    pool.put(puts)
+    assert pool.get(first) == tails
+
+
+@pytest.mark.parametrize("bad", [dict(window=-1, ngram=3, guesses=1), dict(window=2, ngram=1, guesses=1),
+                                 dict(window=2, ngram=3, guesses=0)])
+def test_config_refuses_impossible_shapes(bad: dict[str, int]) -> None:
+    with pytest.raises(ValueError):
+        JacobiConfig(**bad)
