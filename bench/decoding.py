@@ -75,6 +75,18 @@ class ModeTotals:
         }
 
 
+JACOBI_SUFFIX = "+jacobi"  # hierarchical+jacobi: the trie's drafts merged with the Jacobi n-gram pool
+
+
+def mode_config(base: DecodingConfig, mode: str, jacobi: tuple[int, int, int]) -> DecodingConfig:
+    """A lookahead mode's config: ``jacobi`` and ``<mode>+jacobi`` carry the --jacobi window shape."""
+    w, n, g = jacobi
+    shape = {"jacobi_window": w, "jacobi_ngram": n, "jacobi_guesses": g}
+    if mode.endswith(JACOBI_SUFFIX):
+        return replace(base, mode=mode.removesuffix(JACOBI_SUFFIX), **shape)
+    return replace(base, mode=mode, **(shape if mode == DraftMode.JACOBI.value else {}))
+
+
 def resolve_modes(spec: str, sampling: bool) -> list[str]:
     """The modes to run, baseline first: greedy (or, sampling, reference), then none, then the rest."""
     ref = REFERENCE if sampling else "greedy"
@@ -83,7 +95,8 @@ def resolve_modes(spec: str, sampling: bool) -> list[str]:
     dropped = ("greedy",) if sampling else ()
     modes = [ref, "none", *dict.fromkeys(m for m in asked if m not in (ref, "none", *dropped))]
     for m in modes:
-        if m not in STATELESS and m not in {d.value for d in DraftMode}:
+        known = {d.value for d in DraftMode} | {DraftMode.HIERARCHICAL.value + JACOBI_SUFFIX}
+        if m not in STATELESS and m not in known:
             raise SystemExit(f"unknown mode {m!r}")
     return modes
 
@@ -194,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         if m == REFERENCE:
             runners[m] = _reference_runner(model, tok, counter, base)
             continue
-        cfg = replace(base, mode=m)
+        cfg = mode_config(base, m, args.jacobi)
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
         if args.engine == "scheduler":
             runners[m] = SchedulerRunner(model, tok, cfg, tries[m])

@@ -9,7 +9,9 @@ test; quote figures measured on a named dataset.
 Every question runs through every mode in turn in one process (machine noise is shared). Scenarios:
 cold (default: each question's trie holds only its prompt and its own output), --accumulate
 (outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
-the second reported). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
+the second reported). ``jacobi`` drafts from the Jacobi lookahead branch's n-gram pool alone, and
+``hierarchical+jacobi`` merges that pool with the trie's drafts (``--jacobi W,N,G`` sets the window,
+n-gram size and guesses of both). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
 generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop on one
 KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is the greedy baseline.
 
@@ -36,6 +38,18 @@ DEFAULT_CALIBRATE = 4
 DEFAULT_MAX_NEW_TOKENS = 128
 DEFAULT_WARM_LIMIT = 100
 DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_JACOBI = "4,3,2"  # W,N,G of the jacobi and hierarchical+jacobi modes
+
+
+def jacobi_shape(text: str) -> tuple[int, int, int]:
+    """``W,N,G`` -> (window, ngram, guesses), checked like DecodingConfig checks them."""
+    try:
+        w, n, g = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--jacobi wants W,N,G (three integers), got {text!r}") from None
+    if w < 1 or n < 2 or g < 1:
+        raise argparse.ArgumentTypeError(f"--jacobi wants W >= 1, N >= 2, G >= 1, got {text!r}")
+    return w, n, g
 
 
 def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
@@ -66,6 +80,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--engine", choices=("scheduler", "decoder"), default="scheduler",
                    help="lookahead modes through the serving engine's step scheduler (prefix-KV reuse, kernels "
                         "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
+    p.add_argument("--jacobi", type=jacobi_shape, default=jacobi_shape(DEFAULT_JACOBI), metavar="W,N,G",
+                   help=f"Jacobi window, n-gram size and guesses of jacobi / hierarchical+jacobi ({DEFAULT_JACOBI})")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")
     add_sampling_args(p, "sampling seed, the same for every question (with --temperature > 0)")

@@ -12,6 +12,7 @@ class DraftMode(StrEnum):
     HIERARCHICAL = "hierarchical"  # trie-merged tree of branches (Lookahead)
     PARALLEL = "parallel"  # separate chains, no shared prefixes
     LLMA = "llma"  # the single best-matching span (LLMA)
+    JACOBI = "jacobi"  # only the n-gram pool of the Jacobi lookahead branch (LMSYS lookahead decoding)
     NONE = "none"  # plain greedy: one token per forward
 
 
@@ -54,6 +55,10 @@ class DecodingConfig:
     min_p: float = 0.0  # drop tokens under min_p x the most likely token's probability (0: off)
     repetition_penalty: float | None = None  # CTRL penalty on tokens already seen (None: the model's, else 1.0)
     seed: int | None = None  # sampling key: the draw for output position t is a function of (seed, t) only
+    # The Jacobi lookahead branch (jacobi.py): its tokens ride in the verification forward.
+    jacobi_window: int = 0  # W: positions guessed per row; 0 = no branch (mode jacobi: DEFAULT_JACOBI_WINDOW)
+    jacobi_ngram: int = 3  # N: tokens per n-gram (N - 1 rows in the window)
+    jacobi_guesses: int = 2  # G: pool n-grams drafted per step at most (and kept per first token)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings
@@ -75,6 +80,8 @@ class DecodingConfig:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty is not None and not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.jacobi_window < 0 or self.jacobi_ngram < 2 or self.jacobi_guesses < 1:
+            raise ValueError("need jacobi_window >= 0, jacobi_ngram >= 2 and jacobi_guesses >= 1")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
 

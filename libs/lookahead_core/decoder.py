@@ -16,6 +16,7 @@ from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
 from .draft import Drafter, DraftTree, retrieve_draft
 from .finish import eos_ids, trim_step
+from .jacobi_branch import JacobiBranch, branch_for
 from .kernels import KernelSet
 from .kvcache import compact_cache, rollback_cache
 from .observer import StepObserver
@@ -191,25 +192,33 @@ class DecodeRun:
                 past_len = len(self.prompt_ids)
                 new = self._trim_step_tokens([first])
                 yield from self._emit(new, cursor)
+                branch = self._jacobi_branch()
                 while not stats.finish_reason:
                     if self.should_stop is not None and self.should_stop():
                         stats.finish_reason = "cancelled"
                         break
                     root = self.output[-1]
                     tree = self._draft()
+                    if branch is not None:
+                        branch.draft(tree, root, cfg.max_new_tokens - len(self.output) - 1, cfg.decoding_length)
                     inputs = build_tree_inputs(tree, root, past_len, dec.dtype, dec.device)
+                    q = len(tree) + 1  # the tree's rows come first; the branch's (if any) after them
+                    if branch is not None:
+                        inputs = branch.extend(inputs, tree.parents, past_len)
                     logits = self._forward(
                         cache,
                         past_len,
                         input_ids=inputs.input_ids,
                         position_ids=inputs.position_ids,
                         attention_mask=inputs.attention_mask,
-                    )  # logits: [1, q, vocab]
+                    )  # logits: [1, q (+ L branch tokens), vocab]
                     predicted = self.chooser.choose(
-                        logits[0], self.prompt_ids + self.output, tree.parents, tree.tokens, len(self.output)
+                        logits[0, :q], self.prompt_ids + self.output, tree.parents, tree.tokens, len(self.output)
                     )  # [q]: the choice after every node
                     path = accept_longest(tree.tokens, tree.parents, predicted)
-                    compact_cache(cache, past_len, path)
+                    compact_cache(cache, past_len, path)  # the branch's entries go too: never on a path
+                    if branch is not None:
+                        branch.harvest(logits[0, branch.last_row(q)].argmax(dim=-1).tolist())  # [W] guesses
                     past_len += len(path)
                     stats.forward_steps += 1
                     stats.draft_tokens += len(tree)
@@ -234,6 +243,12 @@ class DecodeRun:
             self.done = True
         if new:
             yield new
+
+    def _jacobi_branch(self) -> JacobiBranch | None:
+        """The request's lookahead branch: mode jacobi, or hierarchical with ``jacobi_window`` > 0."""
+        if self.drafter is not None:  # tests' drafters stand alone
+            return None
+        return branch_for(self.config, self.prompt_ids + self.output, self.decoder.eos)
 
     def _draft(self) -> DraftTree:
         cfg = self.config

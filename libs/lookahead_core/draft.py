@@ -48,6 +48,10 @@ class DraftTree:
             self._index[(parent, token)] = node
         return node
 
+    def child(self, parent: int, token: int) -> int | None:
+        """The merged node ``token`` under ``parent``, if the tree has one."""
+        return self._index.get((parent, token))
+
     def add_chain(self, chain: Sequence[int], merge: bool) -> None:
         """Add a chain below the root."""
         parent = 0
@@ -178,8 +182,8 @@ def retrieve_draft(
     step never emits past max_new_tokens); ``banned`` tokens (EOS) never appear in a draft.
     """
     tree = DraftTree()
-    if config.mode is DraftMode.NONE or budget <= 0 or max_depth <= 0:
-        return tree
+    if config.mode in (DraftMode.NONE, DraftMode.JACOBI) or budget <= 0 or max_depth <= 0:
+        return tree  # jacobi: the n-gram pool drafts, not the trie (jacobi_branch.py)
     weight = config.trie.prompt_weight
     with trie.lock:
         stages = _match_nodes(trie, context, config)

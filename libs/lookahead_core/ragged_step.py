@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .draft import DraftTree
+from .jacobi_branch import branch_ids_positions, visible_with_branch
 from .kvstore import KVShape, RequestKV
 from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
 from .serve_request import ServeRequest
@@ -33,16 +34,27 @@ class PackedStep:
 
 
 def pack_step(decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chunks: Sequence[Chunk]) -> PackedStep:
-    """Pack the trees (every node's logits kept) and the chunks (only a prompt's last token's logits:
-    they give the first output token) into one row."""
+    """Pack the trees (every node's logits kept), each followed by its request's Jacobi window (the last
+    row's logits kept), and the chunks (only a prompt's last token's logits: they give the first output
+    token) into one row."""
     step = PackedStep()
     for req, tree in zip(decoding, trees, strict=True):
         assert req.kv is not None
         start = len(step.ids)
         step.ids += [req.root(), *tree.tokens]
         step.positions += [req.kv.length + d for d in (0, *tree.depths)]
-        step.plan.segments.append(Segment(req.kv, start, req.kv.length, ancestor_matrix(tree.parents)))
         step.keep += range(start, len(step.ids))
+        if req.branch is None:
+            visible = ancestor_matrix(tree.parents)  # [q, q]
+        else:
+            q = len(tree) + 1
+            ids, positions = branch_ids_positions(req.branch.window, req.kv.length)
+            visible = visible_with_branch(tree.parents, req.branch.window)  # [q+L, q+L]
+            step.ids += ids
+            step.positions += positions
+            last = req.branch.last_row(q)
+            step.keep += range(start + last.start, start + last.stop)
+        step.plan.segments.append(Segment(req.kv, start, req.kv.length, visible))
     for req, first, end in chunks:
         assert req.kv is not None
         start = len(step.ids)
@@ -57,7 +69,8 @@ def pack_step(decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chun
 def choose_step(
     logits: torch.Tensor, decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], chunks: Sequence[Chunk]
 ) -> list[int]:
-    """The token chosen after each kept row of ``pack_step``'s forward ([K, vocab] logits -> [K] ids).
+    """The token chosen after each kept row of ``pack_step``'s forward ([K, vocab] logits -> [K] ids);
+    a request's Jacobi rows get their greedy guess.
 
     Each request's rows go through its own chooser (its processors, its seed); when every request is
     greedy without processors, one argmax over the whole row does it.
@@ -73,6 +86,10 @@ def choose_step(
         n = len(tree) + 1
         out += req.chooser.choose(logits[at : at + n], req.context(), tree.parents, tree.tokens, len(req.output))
         at += n
+        if req.branch is not None:  # the window's guesses are greedy whatever the request samples
+            w = req.branch.config.window
+            out += logits[at : at + w].argmax(-1).tolist()  # [W]
+            at += w
     for req in finishing:
         assert req.chooser is not None
         out += req.chooser.choose(logits[at : at + 1], req.prompt_ids, position=0)

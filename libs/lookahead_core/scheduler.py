@@ -306,7 +306,7 @@ class StepScheduler:
         base = sum(end - first for _, first, end in chunks)
         # Draft every request's full tree first (best-first, so a budget of q keeps its first q
         # nodes), then split the forward's tokens by expected gain against measured cost.
-        spare = cfg.max_tokens_per_forward - base - len(decoding)
+        spare = cfg.max_tokens_per_forward - base - sum(1 + r.branch_tokens() for r in decoding)
         full = []
         for req in decoding:
             cap = min(req.max_budget(), max(0, spare))
@@ -357,6 +357,7 @@ class StepScheduler:
             n = len(tree) + 1
             self._accept(req, tree, predicted[at : at + n], q)
             at += n
+            at += req.harvest(predicted[at:])  # its Jacobi window's guesses follow its tree's rows
             req.rode(batch, total, kernel)
         for req, _first, end in chunks:
             req.prefilled = end

@@ -19,6 +19,7 @@ from .config import DecodingConfig, DraftMode
 from .draft import Drafter, DraftTree, retrieve_draft
 from .finish import trim_step
 from .gains import Step
+from .jacobi_branch import JacobiBranch, branch_for, branch_tokens
 from .kvstore import RequestKV
 from .observer import StepObserver
 from .stats import GenerationStats
@@ -113,6 +114,7 @@ class ServeRequest:
         self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config))
         self.chooser: TokenChooser | None = None  # set by start(): the model's processors + the seed
         self.kv: RequestKV | None = None
+        self.branch: JacobiBranch | None = None  # set by start(): the Jacobi lookahead branch, if configured
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.cancelled = threading.Event()
@@ -129,6 +131,7 @@ class ServeRequest:
     ) -> None:
         """Admitted: take a cache and a token chooser, fill the trie with the prompt and references."""
         self.kv, self._eos, self._decode, self.chooser = kv, eos, decode, chooser
+        self.branch = None if self.drafter is not None else branch_for(self.config, self.prompt_ids, eos)
         self.phase = Phase.PREFILL
         self.stats.queue_wait_s = time.perf_counter() - self.submitted
         self.trie.insert_prompt(self.prompt_ids, self._owner)
@@ -155,9 +158,10 @@ class ServeRequest:
 
     @property
     def capacity(self) -> int:
-        """Cache entries this request can ever need: prompt, output and one tree beyond it."""
+        """Cache entries this request can ever need: prompt, output and one tree (and window) beyond it."""
         cfg = self.config
-        return len(self.prompt_ids) + cfg.max_new_tokens + max(cfg.decoding_length, cfg.max_decoding_length) + 1
+        tree = max(cfg.decoding_length, cfg.max_decoding_length) + 1
+        return len(self.prompt_ids) + cfg.max_new_tokens + tree + branch_tokens(cfg)
 
     # ---- steps ----------------------------------------------------------------------------------
     def context(self) -> list[int]:
@@ -185,7 +189,23 @@ class ServeRequest:
             return self.drafter(self.prompt_ids + self.output, budget, room)
         step_cfg = cfg if extend_to == cfg.max_decoding_length else replace(cfg, max_decoding_length=extend_to)
         context = self.prompt_ids[-cfg.max_match :] + self.output
-        return retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
+        tree = retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
+        if self.branch is not None:  # the pool's n-grams fill what the trie left of the budget
+            self.branch.draft(tree, self.root(), room, budget)
+        return tree
+
+    def branch_tokens(self) -> int:
+        """Window tokens this request's next step carries (0 without a branch)."""
+        return self.branch.tokens if self.branch is not None else 0
+
+    def harvest(self, guesses: Sequence[int]) -> int:
+        """The branch's guesses (the target's next token after each of its last row's tokens; the rows
+        after the request's tree rows in the step's output): advance the window. Returns the rows used."""
+        if self.branch is None:
+            return 0
+        w = self.branch.config.window
+        self.branch.harvest(guesses[:w])
+        return w
 
     def emit(self, new: list[int]) -> list[int]:
         """Trim a step's verified tokens (EOS, length, stop strings), append and announce them."""

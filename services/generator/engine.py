@@ -98,6 +98,7 @@ class GeneratorEngine:
         return DecodingConfig(
             mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
             max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
+            jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
         )
 
     @staticmethod

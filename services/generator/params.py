@@ -52,7 +52,7 @@ def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig
     max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
     mode = params.mode or s.mode
     if mode not in {m.value for m in DraftMode}:
-        raise InvalidArgument(f"unknown mode {mode!r} (hierarchical, parallel, llma or none)")
+        raise InvalidArgument(f"unknown mode {mode!r} ({', '.join(m.value for m in DraftMode)})")
     if len(params.stop) > limits.max_stop_strings:
         raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
     if any(not stop for stop in params.stop):

@@ -123,6 +123,27 @@ def test_modes_put_the_baseline_first_greedy_or_reference() -> None:
     assert resolve_modes("reference", sampling=False) == ["greedy", "none", "reference"]  # its loop at T=0
     with pytest.raises(SystemExit):
         resolve_modes("greedy,nope", sampling=False)
+    assert resolve_modes("jacobi,hierarchical+jacobi", sampling=False) == [
+        "greedy", "none", "jacobi", "hierarchical+jacobi"]
+    with pytest.raises(SystemExit):
+        resolve_modes("llma+jacobi", sampling=False)  # only the hierarchical tree takes the pool
+
+
+def test_jacobi_modes_carry_the_window_shape_and_the_others_do_not() -> None:
+    from lookahead_core import DecodingConfig, DraftMode
+
+    from bench.decoding import mode_config
+    from bench.decoding_args import parse_args
+
+    base = DecodingConfig()
+    shape = parse_args(["--jacobi", "5,4,3"]).jacobi
+    merged = mode_config(base, "hierarchical+jacobi", shape)
+    assert (merged.mode, merged.jacobi_window, merged.jacobi_ngram, merged.jacobi_guesses) == (
+        DraftMode.HIERARCHICAL, 5, 4, 3)
+    assert mode_config(base, "jacobi", shape).jacobi_window == 5
+    assert mode_config(base, "hierarchical", shape).jacobi_window == 0  # plain hierarchical: no pool
+    with pytest.raises(SystemExit):
+        parse_args(["--jacobi", "5,1,3"])  # N < 2: no n-gram
 
 
 def test_sampling_flags_map_to_the_config_hf_and_the_json() -> None:
