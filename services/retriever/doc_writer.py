@@ -33,14 +33,18 @@ class DocumentWriter:
 
     def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
         self.core.check_ingest(tenant, documents)
-        self._publish(tenant, [upsert_change(doc) for doc in documents])
-        return self.core.ingest(tenant, documents)
+        # Our own replica's consumer may get the event before we apply it: it waits for the lock, so the
+        # reply counts what this request changed, not "unchanged" (it then finds nothing to do).
+        with self.core.documents.exclusive():
+            self._publish(tenant, [upsert_change(doc) for doc in documents])
+            return self.core.ingest(tenant, documents)
 
     def delete(self, tenant: str, doc_ids: Sequence[str]) -> DeleteResult:
         """Every id is announced, also those this replica does not hold (another may hold it already)."""
         ids = self.core.check_delete(tenant, doc_ids)
-        self._publish(tenant, [delete_change(doc_id) for doc_id in ids])
-        return self.core.delete(tenant, ids)
+        with self.core.documents.exclusive():
+            self._publish(tenant, [delete_change(doc_id) for doc_id in ids])
+            return self.core.delete(tenant, ids)
 
     def _publish(self, tenant: str, changes: Sequence[Change]) -> None:
         if self.publisher is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,9 +54,15 @@ class TenantIndexes:
         self.config = IndexConfig.from_settings(settings)
         self.indexes: dict[str, TenantIndex] = store.load_indexes(self.config, embedder.dim)
         self.lock = threading.RLock()  # guards ``indexes`` and every TenantIndex in it (searches hold it)
-        self._apply_lock = threading.Lock()  # one apply at a time; searches go on meanwhile
+        # one apply at a time (searches go on meanwhile); re-entrant: a writer holds it across publish + apply
+        self._apply_lock = threading.RLock()
         self._save_lock = threading.Lock()  # one file write at a time
         self._saved: dict[str, int] = {t: index.changes for t, index in self.indexes.items()}
+
+    def exclusive(self) -> AbstractContextManager[bool]:
+        """Hold it to apply before any other apply runs (DocumentWriter: publish, then apply locally, with
+        this replica's own consumer of the published events waiting until then)."""
+        return self._apply_lock
 
     def versions(self, tenant: str) -> dict[str, str]:
         """The tenant's documents: doc id -> version (content hash)."""

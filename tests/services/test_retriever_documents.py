@@ -4,6 +4,7 @@ hash embedder, no model), its fingerprint snapshot, and the Kafka key of a docum
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from lookahead_rag.v1 import events_pb2
 
 from services.events.protocols import StaleSnapshot
 from services.events.streams import DOCUMENTS, document_key, stream_of
+from services.retriever.core import IngestResult
 from services.retriever.doc_applier import DocumentsApplier
 from services.retriever.doc_events import change_event, delete_change, plan_changes, upsert_change
+from services.retriever.doc_writer import DocumentWriter
 from services.retriever.documents import Document
 from services.retriever.store import IndexStore
 from services.retriever.tenants import TenantIndexes
@@ -200,3 +203,47 @@ def test_a_documents_events_share_one_key_and_other_documents_do_not() -> None:
     # unambiguous whatever the names contain: ("a/b", "c") and ("a", "b/c") differ
     assert document_key(upsert("c", "t", tenant="a/b")) != document_key(upsert("b/c", "t", tenant="a"))
     assert stream_of(delete("json")) is DOCUMENTS
+
+
+# ---- the writer's reply when its own replica's consumer is quick ---------------------------------
+RACE_S = 0.5  # how long the eager consumer gets before the writer goes on
+
+
+class WriterCore:
+    """What DocumentWriter needs of RetrieverCore, over real tenant indexes."""
+
+    def __init__(self, indexes: TenantIndexes) -> None:
+        self.documents = indexes
+
+    def check_ingest(self, tenant: str, documents: Sequence[Document]) -> None:
+        pass
+
+    def ingest(self, tenant: str, documents: Sequence[Document]) -> IngestResult:
+        done = self.documents.apply(tenant, [upsert_change(d) for d in documents], persist=False)
+        return IngestResult(done.upserted, done.unchanged, done.chunks, done.total_chunks)
+
+
+class EagerConsumer:
+    """A publisher whose consumer (another thread) applies each event at once, before the writer can."""
+
+    def __init__(self, applier: DocumentsApplier) -> None:
+        self.applier = applier
+        self.threads: list[threading.Thread] = []
+
+    def publish(self, event: events_pb2.DocumentChanged) -> None:
+        thread = threading.Thread(target=self.applier.apply, args=(event,))
+        thread.start()
+        thread.join(RACE_S)  # without the writer's lock the consumer has applied by now
+        self.threads.append(thread)
+
+
+def test_ingest_reply_counts_the_change_even_when_its_own_consumer_applies_first() -> None:
+    # the pipeline test saw documents == 0 for a new document: the in-process consumer had won the race
+    indexes = make_indexes()
+    bus = EagerConsumer(DocumentsApplier(indexes))
+    result = DocumentWriter(WriterCore(indexes), bus).ingest(TENANT, [doc("d1", "Some text about quotas.")])
+    for thread in bus.threads:
+        thread.join()
+    assert (result.documents, result.unchanged) == (1, 0)
+    assert result.chunks > 0 and result.total_chunks == result.chunks
+    assert texts(indexes) == ["Some text about quotas."]  # the consumer's late apply changed nothing
