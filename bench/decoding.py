@@ -34,6 +34,7 @@ from bench.common import (
 from bench.decoding_args import DEFAULT_MODES
 from bench.decoding_args import parse_args as _parse_args
 from bench.decoding_plot import REFERENCE
+from bench.energy import open_meter
 from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
@@ -58,6 +59,7 @@ class ModeTotals:
     forward_steps: int = 0
     exact: int = 0
     questions: int = 0
+    joules: float | None = None  # energy the mode's calls used (None: the machine has no power counter)
 
     def row(self, baseline: ModeTotals, none: ModeTotals, ref: str = "greedy") -> dict[str, Any]:
         """Totals and ratios against ``ref`` ("greedy": the faster of HF generate and ``none``;
@@ -72,6 +74,8 @@ class ModeTotals:
             f"speedup_vs_{ref}": speedup(baseline.wall_s, self.wall_s),
             "speedup_vs_none": speedup(none.wall_s, self.wall_s),
             f"exact_match_vs_{ref}": round(self.exact / self.questions, 4) if self.questions else None,
+            "joules_per_token": (round(self.joules / self.new_tokens, 5)
+                                 if self.joules is not None and self.new_tokens else None),
         }
 
 
@@ -229,6 +233,8 @@ def run(args: argparse.Namespace) -> int:
                 if trie is not None:
                     trie.insert_output(out)
 
+    meter, energy = open_meter("cpu")
+    print(f"energy per token: {energy}")
     passes = 2 if args.repeat else 1
     totals: dict[str, ModeTotals] = {}
     for p in range(passes):
@@ -240,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
             for m in modes:
                 if not report and m in STATELESS:
                     continue  # nothing to warm for the stateless baselines
+                j0 = meter.joules() if meter is not None else 0.0
                 t0 = time.perf_counter()
                 result = runners[m](ids)
                 wall = time.perf_counter() - t0
@@ -249,12 +256,16 @@ def run(args: argparse.Namespace) -> int:
                 tot.new_tokens += len(out)
                 tot.forward_steps += steps
                 tot.questions += 1
+                if meter is not None:
+                    tot.joules = (tot.joules or 0.0) + meter.joules() - j0
                 if ref_out is None and m == ref:
                     ref_out = out
                 tot.exact += int(ref_out is None or out == ref_out)
     for runner in runners.values():
         if isinstance(runner, SchedulerRunner):
             runner.close()
+    if meter is not None:
+        meter.close()
     greedy, none = totals[ref], totals["none"]  # greedy: HF greedy, or the reference sampler when sampling
     if sampling.enabled:
         baseline = REFERENCE
@@ -278,7 +289,8 @@ def run(args: argparse.Namespace) -> int:
         ("mode", "mode", "s"), ("new_tokens", "tokens", "d"), ("wall_s", "wall s", ".2f"),
         ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
         ("mean_accepted_per_step", "tok/step", ".2f"), (f"speedup_vs_{ref}", f"x {ref}", ".2f"),
-        ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f")])
+        ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f"),
+        ("joules_per_token", "J/token", ".4f")])
     data = {
         "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
@@ -287,6 +299,7 @@ def run(args: argparse.Namespace) -> int:
         "machine": machine(),
         "dataset": args.dataset,
         "threads": torch.get_num_threads(),
+        "energy": energy,  # what joules_per_token measures, or why it is not available
         "scenario": scenario,
         "questions": len(prompts),
         "max_new_tokens": args.max_new_tokens,
