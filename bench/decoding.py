@@ -17,6 +17,7 @@ from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.attention import tree_attention
 from lookahead_core.config import DraftMode
 from lookahead_core.decoder import LookaheadDecoder
+from lookahead_core.draft_model import DraftModels
 from lookahead_core.kernels import CostCurve, KernelSet
 from lookahead_core.models import load_model
 from lookahead_core.scheduler import shared_kernels
@@ -44,7 +45,8 @@ from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document
 from services.retriever.settings import RetrieverSettings
 
-HF_MODES = ("greedy", "prompt-lookup")  # run through transformers' generate on the stock model
+# run through transformers' generate on the stock model; assisted: with the draft-model mode's draft
+HF_MODES = ("greedy", "prompt-lookup", "assisted")
 STATELESS = (*HF_MODES, REFERENCE)  # no trie: nothing to warm in a first --repeat pass
 PROMPT_LOOKUP_TOKENS = 10  # transformers' prompt_lookup_num_tokens for the peer baseline
 __all__ = ["DEFAULT_MODES", "ModeTotals", "main", "parse_args", "resolve_modes"]
@@ -122,8 +124,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 
 def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new: int,
-               sampling: Sampling) -> Callable:
-    extra = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if mode == "prompt-lookup" else {}
+               sampling: Sampling, assistant: torch.nn.Module | None = None) -> Callable:
+    extra: dict[str, Any] = {"prompt_lookup_num_tokens": PROMPT_LOOKUP_TOKENS} if mode == "prompt-lookup" else {}
+    if mode == "assisted":
+        extra["assistant_model"] = assistant
     extra |= sampling.hf_kwargs()
 
     def run(ids: list[int]) -> tuple[list[int], int]:
@@ -206,7 +210,8 @@ def run(args: argparse.Namespace) -> int:
     runners: dict[str, Callable] = {}
     for m in modes:
         if m in HF_MODES:
-            runners[m] = _hf_runner(model, counter, m, args.max_new_tokens, sampling)
+            assistant = DraftModels(model).get(base.draft_layers) if m == "assisted" else None
+            runners[m] = _hf_runner(model, counter, m, args.max_new_tokens, sampling, assistant)
             continue
         if m == REFERENCE:
             runners[m] = _reference_runner(model, tok, counter, base)

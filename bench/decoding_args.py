@@ -11,9 +11,12 @@ cold (default: each question's trie holds only its prompt and its own output), -
 (outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
 the second reported). ``jacobi`` drafts from the Jacobi lookahead branch's n-gram pool alone, and
 ``hierarchical+jacobi`` merges that pool with the trie's drafts (``--jacobi W,N,G`` sets the window,
-n-gram size and guesses of both). ``greedy`` and ``prompt-lookup`` run the stock model with transformers'
-generate; the lookahead modes (``none`` = one token per step) run lookahead_core's loop on one
-KernelSet timed at start-up. ``greedy`` and ``none`` always run: the faster is the greedy baseline.
+n-gram size and guesses of both). ``draft-model`` merges the trie's tree with a self-draft's token tree
+(the model's first quarter of layers, its norm and LM head); ``assisted`` is transformers'
+``generate(assistant_model=)`` with that same self-draft. ``greedy``, ``prompt-lookup`` and ``assisted``
+run the stock model with transformers' generate; the lookahead modes (``none`` = one token per step)
+run lookahead_core's loop on one KernelSet timed at start-up. ``greedy`` and ``none`` always run: the
+faster is the greedy baseline.
 
 Sampling (``--temperature T [--top-p P --top-k K --seed S]``, T > 0): ``greedy`` gives way to
 ``reference`` (lookahead_core.sampling.generate_sampled, plain sampling on the stock model, one token

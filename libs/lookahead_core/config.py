@@ -13,6 +13,7 @@ class DraftMode(StrEnum):
     PARALLEL = "parallel"  # separate chains, no shared prefixes
     LLMA = "llma"  # the single best-matching span (LLMA)
     JACOBI = "jacobi"  # only the n-gram pool of the Jacobi lookahead branch (LMSYS lookahead decoding)
+    DRAFT_MODEL = "draft-model"  # the hierarchical trie tree merged with a draft model's token tree (SpecInfer)
     NONE = "none"  # plain greedy: one token per forward
 
 
@@ -59,6 +60,10 @@ class DecodingConfig:
     jacobi_window: int = 0  # W: positions guessed per row; 0 = no branch (mode jacobi: DEFAULT_JACOBI_WINDOW)
     jacobi_ngram: int = 3  # N: tokens per n-gram (N - 1 rows in the window)
     jacobi_guesses: int = 2  # G: pool n-grams drafted per step at most (and kept per first token)
+    # Mode draft-model (draft_model.py): the draft's token tree, top-k per depth.
+    draft_layers: int = 0  # self-draft exit layer (0: a quarter of the target's layers); ignored for a given draft
+    draft_top_k: int = 2  # children proposed at each depth
+    draft_depth: int = 4  # depths proposed (each one draft forward)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings
@@ -80,6 +85,8 @@ class DecodingConfig:
             raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
         if self.repetition_penalty is not None and not self.repetition_penalty > 0:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.draft_layers < 0 or self.draft_top_k < 1 or self.draft_depth < 1:
+            raise ValueError("need draft_layers >= 0, draft_top_k >= 1 and draft_depth >= 1")
         if self.jacobi_window < 0 or self.jacobi_ngram < 2 or self.jacobi_guesses < 1:
             raise ValueError("need jacobi_window >= 0, jacobi_ngram >= 2 and jacobi_guesses >= 1")
         if self.seed is not None and not 0 <= self.seed < 2**64:

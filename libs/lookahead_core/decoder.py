@@ -15,6 +15,7 @@ from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
 from .draft import Drafter, DraftTree, retrieve_draft
+from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
 from .finish import eos_ids, trim_step
 from .jacobi_branch import JacobiBranch, branch_for
 from .kernels import KernelSet
@@ -54,6 +55,7 @@ class LookaheadDecoder:
         config: DecodingConfig | None = None,
         trie: TokenTrie | None = None,
         kernels: KernelSet | str = "auto",
+        draft_model: PreTrainedModel | None = None,
     ) -> None:
         check_supported(model)  # refuse attention the tree mask would get wrong (support.py)
         self.model = model
@@ -63,6 +65,7 @@ class LookaheadDecoder:
         self.tokenizer = tokenizer
         self.config = config or DecodingConfig()
         self.trie = trie  # shared trie (outputs accumulate); None = a fresh trie per request
+        self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
         self.eos = eos_ids(model, tokenizer)
         # Read once, like the EOS: requests build their processors from this copy (processors.py).
         self.generation_config = copy.deepcopy(model.generation_config)
@@ -193,12 +196,15 @@ class DecodeRun:
                 new = self._trim_step_tokens([first])
                 yield from self._emit(new, cursor)
                 branch = self._jacobi_branch()
+                proposer = None if self.drafter is not None else proposer_for(cfg, dec.drafts)
                 while not stats.finish_reason:
                     if self.should_stop is not None and self.should_stop():
                         stats.finish_reason = "cancelled"
                         break
                     root = self.output[-1]
                     tree = self._draft()
+                    if proposer is not None:
+                        self._model_draft(proposer, tree)
                     if branch is not None:
                         branch.draft(tree, root, cfg.max_new_tokens - len(self.output) - 1, cfg.decoding_length)
                     inputs = build_tree_inputs(tree, root, past_len, dec.dtype, dec.device)
@@ -249,6 +255,14 @@ class DecodeRun:
         if self.drafter is not None:  # tests' drafters stand alone
             return None
         return branch_for(self.config, self.prompt_ids + self.output, self.decoder.eos)
+
+    def _model_draft(self, proposer: DraftModelProposer, tree: DraftTree) -> None:
+        """The draft model's tree merged below the trie's, within the decoding length."""
+        cfg = self.config
+        room = cfg.max_new_tokens - len(self.output) - 1
+        extra = proposer.propose(self.prompt_ids + self.output, cfg.decoding_length - len(tree), room,
+                                 self.decoder.eos)
+        merge_into(tree, extra)
 
     def _draft(self) -> DraftTree:
         cfg = self.config

@@ -198,7 +198,7 @@ def retrieve_draft(
         want = config.min_fill * budget
         seen_chains: set[tuple[int, ...]] = set()
         for matched, node in stages:
-            if config.mode is DraftMode.HIERARCHICAL:
+            if config.mode in (DraftMode.HIERARCHICAL, DraftMode.DRAFT_MODEL):  # draft-model: the trie's tree too
                 # A long suffix match means the text is being copied: then confident nodes may
                 # extend the tree past the base budget (LLMA's match length as evidence).
                 extend = matched >= config.extend_min_match

@@ -31,6 +31,7 @@ from .admission import FairQueue, QueueFull
 from .budget import split_budget
 from .chooser import TokenChooser
 from .draft import DraftTree
+from .draft_model import DraftModels
 from .finish import eos_ids
 from .gains import GainsModel
 from .kernels import KernelSet
@@ -117,6 +118,7 @@ class StepScheduler:
         kernels: KernelSet | None = None,
         prefix_cache: PrefixKVCache | None = None,
         on_forward: OnForward | None = None,
+        draft_model: PreTrainedModel | None = None,
     ) -> None:
         check_supported(model)
         self.config = cfg = config or SchedulerConfig()
@@ -131,6 +133,7 @@ class StepScheduler:
             PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
         )
         self.gains = GainsModel()
+        self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[ServeRequest] = []
@@ -258,7 +261,7 @@ class StepScheduler:
             self.generation_config, req.config, len(req.prompt_ids), req.stats.seed, self.device
         )
         kv = RequestKV(self.shape, req.capacity)
-        req.start(kv, self.eos, self._decode, chooser)
+        req.start(kv, self.eos, self._decode, chooser, self.drafts)
         # Leave at least one prompt token to run: its logits give the first output token.
         hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
         if prefix is not None and hit:

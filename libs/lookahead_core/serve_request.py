@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .draft import Drafter, DraftTree, retrieve_draft
+from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
 from .finish import trim_step
 from .gains import Step
 from .jacobi_branch import JacobiBranch, branch_for, branch_tokens
@@ -115,6 +116,7 @@ class ServeRequest:
         self.chooser: TokenChooser | None = None  # set by start(): the model's processors + the seed
         self.kv: RequestKV | None = None
         self.branch: JacobiBranch | None = None  # set by start(): the Jacobi lookahead branch, if configured
+        self.proposer: DraftModelProposer | None = None  # set by start(): mode draft-model's draft and its KV
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.cancelled = threading.Event()
@@ -127,11 +129,14 @@ class ServeRequest:
 
     # ---- lifecycle (scheduler thread) -----------------------------------------------------------
     def start(
-        self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str], chooser: TokenChooser
+        self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str], chooser: TokenChooser,
+        drafts: DraftModels | None = None,
     ) -> None:
         """Admitted: take a cache and a token chooser, fill the trie with the prompt and references."""
         self.kv, self._eos, self._decode, self.chooser = kv, eos, decode, chooser
-        self.branch = None if self.drafter is not None else branch_for(self.config, self.prompt_ids, eos)
+        if self.drafter is None:  # tests' drafters stand alone
+            self.branch = branch_for(self.config, self.prompt_ids, eos)
+            self.proposer = proposer_for(self.config, drafts)
         self.phase = Phase.PREFILL
         self.stats.queue_wait_s = time.perf_counter() - self.submitted
         self.trie.insert_prompt(self.prompt_ids, self._owner)
@@ -192,6 +197,8 @@ class ServeRequest:
         tree = retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
         if self.branch is not None:  # the pool's n-grams fill what the trie left of the budget
             self.branch.draft(tree, self.root(), room, budget)
+        if self.proposer is not None and len(tree) < budget:  # so does the draft model's tree
+            merge_into(tree, self.proposer.propose(self.context(), budget - len(tree), room, self._eos))
         return tree
 
     def branch_tokens(self) -> int:

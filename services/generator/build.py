@@ -25,6 +25,7 @@ from services.common.errors import FailedPrecondition
 from services.common.limits import RequestLimits
 from services.common.model_settings import ModelSettings
 from services.common.service import Service
+from services.common.settings import ConfigError
 from services.events.protocols import EventPublisher
 from services.generator.clients import DraftClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
@@ -55,6 +56,14 @@ async def check_same_model(retriever: RetrieverClient, model: str, tokenizer: st
         )
 
 
+async def load_draft_model(name: str, served: ModelSettings, tokenizer: Any) -> Any:
+    """``[generator] draft_model``, loaded like the served model; its tokenizer must be the served one's."""
+    draft, draft_tokenizer = await asyncio.to_thread(load_model, name, served.dtype, served.device)
+    if tokenizer_id(draft_tokenizer) != tokenizer_id(tokenizer):
+        raise ConfigError(f"draft_model {name!r} has another tokenizer than the served model {served.name!r}")
+    return draft
+
+
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
                           drafts: DraftClient | None, *, served: ModelSettings, model: Any = None,
@@ -64,8 +73,10 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
         model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
     if retriever is not None:
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
+    draft = await load_draft_model(settings.draft_model, served, tokenizer) if settings.draft_model else None
     engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
-                             metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name)
+                             metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name,
+                             draft_model=draft)
     if forgets is not None:
         forgets.attach(engine.scheduler.prefix_cache)
 

@@ -71,6 +71,7 @@ class GeneratorEngine:
         metrics: object | None = None,
         limits: RequestLimits | None = None,
         model_name: str = DEFAULT_MODEL,
+        draft_model: PreTrainedModel | None = None,
     ) -> None:
         self.settings = settings
         self.model_name = model_name  # the served model's name ([model] name), stamped on every event
@@ -82,7 +83,8 @@ class GeneratorEngine:
             torch.set_num_threads(settings.threads)
         on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
         self.scheduler = StepScheduler(
-            model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward
+            model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward,
+            draft_model=draft_model,
         ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)
         self.token_bytes = max_token_bytes(tokenizer)  # the longest token's UTF-8 bytes: sizes safe-stream chunks
@@ -99,6 +101,7 @@ class GeneratorEngine:
             mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
             max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
             jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
+            draft_layers=s.draft_layers, draft_top_k=s.draft_top_k, draft_depth=s.draft_depth,
         )
 
     @staticmethod

@@ -38,7 +38,9 @@ class GeneratorSettings(ServerSettings):
     prefix_cache_mb: int = Field(256, ge=0, description="MiB of per-tenant prompt-prefix KV kept for reuse")
     adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
     calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")
-    mode: str = Field("hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|none")
+    mode: str = Field(
+        "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none"
+    )
     decoding_length: int = Field(8, ge=0, description="default draft tokens per forward")
     max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
     branch_length: int = Field(32, ge=2, description="trie branch length")
@@ -46,6 +48,11 @@ class GeneratorSettings(ServerSettings):
     jacobi_window: int = Field(0, ge=0, description="Jacobi window W: guesses per row (0: none in hierarchical)")
     jacobi_ngram: int = Field(3, ge=2, description="Jacobi n-gram size N (the window has N - 1 rows)")
     jacobi_guesses: int = Field(2, ge=1, description="Jacobi pool n-grams drafted per step at most (G)")
+    # mode draft-model (lookahead_core/draft_model.py): a draft model's token tree merged with the trie's
+    draft_model: str = Field("", description="draft model path or hub id, same tokenizer ('': self-draft)")
+    draft_layers: int = Field(0, ge=0, description="self-draft exit layer (0: a quarter of the model's layers)")
+    draft_top_k: int = Field(2, ge=1, description="draft-model tree: children proposed per depth")
+    draft_depth: int = Field(4, ge=1, description="draft-model tree: depths proposed (one draft forward each)")
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")

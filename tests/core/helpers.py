@@ -99,10 +99,10 @@ def check_tree_shape(tree: DraftTree) -> None:
 def draft_cap(config: DecodingConfig, budget: int) -> int:
     """Most draft tokens retrieve_draft may return for ``budget``.
 
-    Hierarchical trees may grow confident nodes past the budget, up to ``max_decoding_length``
-    (read with getattr: older configs have no such field and never extend).
+    Hierarchical trees (draft-model's trie part too) may grow confident nodes past the budget, up to
+    ``max_decoding_length`` (read with getattr: older configs have no such field and never extend).
     """
-    if config.mode is DraftMode.HIERARCHICAL:
+    if config.mode in (DraftMode.HIERARCHICAL, DraftMode.DRAFT_MODEL):
         return max(budget, getattr(config, "max_decoding_length", budget))
     return budget
 
