@@ -21,7 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 
 import torch
-from lookahead_core import DecodingConfig, TokenTrie, TrieConfig, tokenizer_id
+from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
 from lookahead_core.admission import QueueFull
 from lookahead_core.config import DraftMode
 from lookahead_core.defaults import DEFAULT_MODEL
@@ -45,7 +45,7 @@ from services.common.quota import TenantQuotas
 from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftClient, RetrieverClient
-from services.generator.params import decoding_config
+from services.generator.params import decoding_config, server_config
 from services.generator.prepared import Prepared, grounding_doc_ids
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
@@ -78,7 +78,7 @@ class GeneratorEngine:
         self.limits = limits if limits is not None else RequestLimits()
         self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/quota.py)
         self.tokenizer = tokenizer
-        self.config = self._config_from(settings, self.limits)
+        self.config = server_config(settings, self.limits)
         if settings.threads:  # once, process-wide, before the scheduler thread starts (never per request)
             torch.set_num_threads(settings.threads)
         on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
@@ -94,15 +94,6 @@ class GeneratorEngine:
         self.drafts = drafts
         self.publisher = publisher
         self.metrics = metrics
-
-    @staticmethod
-    def _config_from(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig:
-        return DecodingConfig(
-            mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
-            max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
-            jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
-            draft_layers=s.draft_layers, draft_top_k=s.draft_top_k, draft_depth=s.draft_depth,
-        )
 
     @staticmethod
     def _scheduler_config(s: GeneratorSettings) -> SchedulerConfig:

@@ -45,6 +45,16 @@ def sampling_fields(params: generator_pb2.GenerationParams) -> dict[str, object]
     }
 
 
+def server_config(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig:
+    """The server's default decoding config, from ``[generator]`` and ``[limits]``."""
+    return DecodingConfig(
+        mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
+        max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
+        jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
+        draft_layers=s.draft_layers, draft_top_k=s.draft_top_k, draft_depth=s.draft_depth,
+    )
+
+
 def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig, s: GeneratorSettings,
                     limits: RequestLimits) -> DecodingConfig:
     """The request's decoding config: ``base`` (the server's) changed by ``params`` (0 / empty = the
