@@ -94,11 +94,6 @@ class JacobiBranch:
         """Window tokens this step's forward carries (L)."""
         return len(self.window) * self.config.window
 
-    @property
-    def max_tokens(self) -> int:
-        """The most window tokens any step carries (a full window): for sizing a request's cache."""
-        return self.config.rows * self.config.window
-
     def draft(self, tree: DraftTree, root: int, room: int, limit: int) -> None:
         """Add the pool's continuations of ``root`` to ``tree`` (at most ``limit`` nodes in all)."""
         tails = self.pool.get(root)[: self.config.guesses]
@@ -118,17 +113,22 @@ class JacobiBranch:
         self.pool.put(grams)
 
 
-def branch_for(config: DecodingConfig, context: Sequence[int], banned: frozenset[int]) -> JacobiBranch | None:
-    """A request's branch: mode jacobi (window ``jacobi_window`` or DEFAULT_JACOBI_WINDOW), or hierarchical
-    with ``jacobi_window`` > 0; None otherwise."""
+def branch_shape(config: DecodingConfig) -> JacobiConfig | None:
+    """The request's window shape: mode jacobi (window ``jacobi_window`` or DEFAULT_JACOBI_WINDOW), or
+    hierarchical with ``jacobi_window`` > 0; None otherwise (no branch)."""
     wanted = config.mode is DraftMode.JACOBI or (config.mode is DraftMode.HIERARCHICAL and config.jacobi_window > 0)
     if not wanted:
         return None
-    shape = JacobiConfig(config.jacobi_window or DEFAULT_JACOBI_WINDOW, config.jacobi_ngram, config.jacobi_guesses)
-    return JacobiBranch(context, shape, banned)
+    return JacobiConfig(config.jacobi_window or DEFAULT_JACOBI_WINDOW, config.jacobi_ngram, config.jacobi_guesses)
+
+
+def branch_for(config: DecodingConfig, context: Sequence[int], banned: frozenset[int]) -> JacobiBranch | None:
+    """A request's branch (``branch_shape``), or None."""
+    shape = branch_shape(config)
+    return JacobiBranch(context, shape, banned) if shape is not None else None
 
 
 def branch_tokens(config: DecodingConfig) -> int:
     """The most window tokens a step of a request with this config carries (0 without a branch)."""
-    wanted = config.mode is DraftMode.JACOBI or (config.mode is DraftMode.HIERARCHICAL and config.jacobi_window > 0)
-    return (config.jacobi_window or DEFAULT_JACOBI_WINDOW) * (config.jacobi_ngram - 1) if wanted else 0
+    shape = branch_shape(config)
+    return shape.rows * shape.window if shape is not None else 0
