@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from transformers import Cache
+from transformers import Cache, DynamicCache
 
 
 def _layers(cache: Cache) -> list:
@@ -44,3 +44,25 @@ def compact_cache(cache: Cache, past_len: int, keep: Sequence[int]) -> None:
             layer.values[..., past_len : past_len + n, :] = layer.values.index_select(-2, idx)
         layer.keys = layer.keys[..., : past_len + n, :]
         layer.values = layer.values[..., : past_len + n, :]
+
+
+def repeat_cache(cache: Cache, n: int) -> DynamicCache:
+    """A new cache holding ``n`` copies of a batch-1 ``cache`` (beam search's start); ``cache`` is untouched."""
+    if n < 1:
+        raise ValueError(f"repeat_cache needs n >= 1, got {n}")
+    out = DynamicCache()
+    for i, layer in enumerate(_layers(cache)):
+        if layer.keys.shape[0] != 1:
+            raise ValueError(f"repeat_cache wants a batch-1 cache, got batch {layer.keys.shape[0]}")
+        # keys: [1, kv_heads, length, head_dim] -> [n, kv_heads, length, head_dim]
+        out.update(layer.keys.repeat(n, 1, 1, 1), layer.values.repeat(n, 1, 1, 1), i)
+    return out
+
+
+def select_rows(cache: Cache, rows: Sequence[int]) -> None:
+    """Keep the batch rows ``rows`` in this order (repeats allowed): beam search's reorder, in place."""
+    index = torch.tensor(list(rows), dtype=torch.long)
+    for layer in _layers(cache):
+        idx = index.to(layer.keys.device)
+        layer.keys = layer.keys.index_select(0, idx)  # keys: [b, kv_heads, length, head_dim] -> [len(rows), ...]
+        layer.values = layer.values.index_select(0, idx)

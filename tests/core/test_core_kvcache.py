@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lookahead_core.kvcache import compact_cache, rollback_cache
+from lookahead_core.kvcache import compact_cache, repeat_cache, rollback_cache, select_rows
 from transformers import DynamicCache
 
 from tests.core.helpers import tiny_model
@@ -127,3 +127,36 @@ def test_cache_after_failed_forward_and_rollback_gives_exact_logits(family: str)
         model(prompt, past_key_values=fresh, use_cache=True)
         want = model(nxt, past_key_values=fresh, use_cache=True).logits
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+
+
+def test_repeat_cache_copies_a_batch_1_cache_and_leaves_it_alone() -> None:
+    cache = make_cache([3, 3])
+    beams = repeat_cache(cache, 4)
+    for layer in range(2):
+        got = beams.layers[layer].keys  # [4, HEADS, 3, DIM]
+        assert got.shape[0] == 4
+        for row in range(4):  # every row is the original
+            assert torch.equal(got[row : row + 1], expected(layer, [0, 1, 2]))
+    beams.layers[0].keys[1] += 1.0  # a beam's edit stays in the copy
+    assert torch.equal(cache.layers[0].keys, expected(0, [0, 1, 2]))
+    with pytest.raises(ValueError, match="n >= 1"):
+        repeat_cache(cache, 0)
+    with pytest.raises(ValueError, match="batch-1"):
+        repeat_cache(beams, 2)  # already batched
+
+
+@pytest.mark.parametrize("rows", [
+    [2, 0],  # reorder and drop
+    [1, 1, 1],  # one beam's cache copied to three
+    [0, 1, 2],  # identity
+])
+def test_select_rows_keeps_the_asked_rows_in_order(rows: list[int]) -> None:
+    cache = DynamicCache()
+    for layer in range(2):
+        keys = torch.cat([entry(layer, 0) + 100.0 * b for b in range(3)], dim=0)  # [3, HEADS, 1, DIM]: row b marked
+        cache.update(keys, -keys, layer)
+    select_rows(cache, rows)
+    for layer in range(2):
+        want = torch.cat([entry(layer, 0) + 100.0 * b for b in rows], dim=0)
+        assert torch.equal(cache.layers[layer].keys, want)
+        assert torch.equal(cache.layers[layer].values, -want)
