@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from .mjsd import MJSD_BEAMS, MJSD_THRESHOLD
+
 
 class DraftMode(StrEnum):
     """How drafts are built each step."""
@@ -14,7 +16,11 @@ class DraftMode(StrEnum):
     LLMA = "llma"  # the single best-matching span (LLMA)
     JACOBI = "jacobi"  # only the n-gram pool of the Jacobi lookahead branch (LMSYS lookahead decoding)
     DRAFT_MODEL = "draft-model"  # the hierarchical trie tree merged with a draft model's token tree (SpecInfer)
+    MJSD = "mjsd"  # LOSSY, opt-in by name: a draft model's beams accepted by joint likelihood (MJSD)
     NONE = "none"  # plain greedy: one token per forward
+
+
+LOSSY_MODES = frozenset({DraftMode.MJSD})  # output may differ from plain decoding: never a default
 
 
 @dataclass(frozen=True)
@@ -57,13 +63,18 @@ class DecodingConfig:
     repetition_penalty: float | None = None  # CTRL penalty on tokens already seen (None: the model's, else 1.0)
     seed: int | None = None  # sampling key: the draw for output position t is a function of (seed, t) only
     # The Jacobi lookahead branch (jacobi.py): its tokens ride in the verification forward.
-    jacobi_window: int = 0  # W: positions guessed per row; 0 = no branch (mode jacobi: DEFAULT_JACOBI_WINDOW)
+    # W: positions guessed per row; None = what the measured forward cost allows (jacobi.choose_window,
+    # 0 on a 2-core CPU), 0 = no branch (mode jacobi: at least 1)
+    jacobi_window: int | None = None
     jacobi_ngram: int = 3  # N: tokens per n-gram (N - 1 rows in the window)
     jacobi_guesses: int = 2  # G: pool n-grams drafted per step at most (and kept per first token)
     # Mode draft-model (draft_model.py): the draft's token tree, top-k per depth.
     draft_layers: int = 0  # self-draft exit layer (0: a quarter of the target's layers); ignored for a given draft
     draft_top_k: int = 2  # children proposed at each depth
-    draft_depth: int = 4  # depths proposed (each one draft forward)
+    draft_depth: int = 4  # depths proposed (each one draft forward); mode mjsd: the beams' length
+    # Mode mjsd (mjsd.py; lossy): beam search on the draft (draft_layers picks it), joint-likelihood acceptance.
+    mjsd_beams: int = MJSD_BEAMS  # beams kept at each depth
+    mjsd_threshold: float = MJSD_THRESHOLD  # accept a prefix when P_target / P_draft >= this
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", DraftMode(self.mode))  # accept "hierarchical" etc. as strings
@@ -87,10 +98,20 @@ class DecodingConfig:
             raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
         if self.draft_layers < 0 or self.draft_top_k < 1 or self.draft_depth < 1:
             raise ValueError("need draft_layers >= 0, draft_top_k >= 1 and draft_depth >= 1")
-        if self.jacobi_window < 0 or self.jacobi_ngram < 2 or self.jacobi_guesses < 1:
+        if (self.jacobi_window or 0) < 0 or self.jacobi_ngram < 2 or self.jacobi_guesses < 1:
             raise ValueError("need jacobi_window >= 0, jacobi_ngram >= 2 and jacobi_guesses >= 1")
+        if self.mjsd_beams < 1 or not 0 < self.mjsd_threshold <= 1:
+            raise ValueError(f"need mjsd_beams >= 1 and 0 < mjsd_threshold <= 1, got {self.mjsd_beams}, "
+                             f"{self.mjsd_threshold}")
+        if self.mode is DraftMode.MJSD and self.sampling:
+            raise ValueError("mode mjsd is greedy only (temperature 0)")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
+
+    @property
+    def lossy(self) -> bool:
+        """Whether the output may differ from plain decoding (mode mjsd): what stats call unverified."""
+        return self.mode in LOSSY_MODES
 
     @property
     def sampling(self) -> bool:

@@ -17,9 +17,10 @@ from .detok import TextStreamer
 from .draft import Drafter, DraftTree, retrieve_draft
 from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
 from .finish import eos_ids, trim_step
-from .jacobi_branch import JacobiBranch, branch_for
+from .jacobi_branch import JacobiBranch, branch_for, resolve_window
 from .kernels import KernelSet
 from .kvcache import compact_cache, rollback_cache
+from .mjsd_model import MjsdProposer, mjsd_for
 from .observer import StepObserver
 from .stats import GenerationStats
 from .support import check_supported
@@ -134,14 +135,15 @@ class DecodeRun:
         if not prompt_ids:
             raise ValueError("prompt_ids must not be empty")
         self.decoder = decoder
-        self.config = config
+        curve = decoder.kernels.curve
+        self.config = config = resolve_window(config, curve.cost if curve is not None else None)
         self.prompt_ids = prompt_ids
         self.trie = trie or decoder.trie or TokenTrie(config.trie)
         self.references = references
         self.should_stop = should_stop
         self.drafter = drafter
         self.observer = observer
-        self.stats = GenerationStats(sampled=config.sampling, seed=resolve_seed(config))
+        self.stats = GenerationStats(sampled=config.sampling, seed=resolve_seed(config), unverified=config.lossy)
         self.chooser = TokenChooser.for_request(
             decoder.generation_config, config, len(prompt_ids), self.stats.seed, decoder.device
         )
@@ -197,12 +199,13 @@ class DecodeRun:
                 yield from self._emit(new, cursor)
                 branch = self._jacobi_branch()
                 proposer = None if self.drafter is not None else proposer_for(cfg, dec.drafts)
+                beams = None if self.drafter is not None else mjsd_for(cfg, dec.drafts)
                 while not stats.finish_reason:
                     if self.should_stop is not None and self.should_stop():
                         stats.finish_reason = "cancelled"
                         break
                     root = self.output[-1]
-                    tree = self._draft()
+                    tree = self._draft() if beams is None else self._beams(beams)
                     if proposer is not None:
                         self._model_draft(proposer, tree)
                     if branch is not None:
@@ -221,7 +224,10 @@ class DecodeRun:
                     predicted = self.chooser.choose(
                         logits[0, :q], self.prompt_ids + self.output, tree.parents, tree.tokens, len(self.output)
                     )  # [q]: the choice after every node
-                    path = accept_longest(tree.tokens, tree.parents, predicted)
+                    if beams is None:
+                        path = accept_longest(tree.tokens, tree.parents, predicted)
+                    else:  # lossy: joint likelihood (mjsd.py)
+                        path = beams.accept(logits[0, :q], tree)
                     compact_cache(cache, past_len, path)  # the branch's entries go too: never on a path
                     if branch is not None:
                         branch.harvest(logits[0, branch.last_row(q)].argmax(dim=-1).tolist())  # [W] guesses
@@ -263,6 +269,12 @@ class DecodeRun:
         extra = proposer.propose(self.prompt_ids + self.output, cfg.decoding_length - len(tree), room,
                                  self.decoder.eos)
         merge_into(tree, extra)
+
+    def _beams(self, beams: MjsdProposer) -> DraftTree:
+        """Mode mjsd's tree: the draft's beams (no trie), within the decoding length."""
+        cfg = self.config
+        room = cfg.max_new_tokens - len(self.output) - 1
+        return beams.propose(self.prompt_ids + self.output, cfg.decoding_length, room, self.decoder.eos)
 
     def _draft(self) -> DraftTree:
         cfg = self.config

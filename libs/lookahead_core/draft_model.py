@@ -31,11 +31,19 @@ from .kvcache import rollback_cache
 SELF_DRAFT_FRACTION = 4  # the self-draft exits after 1/4 of the target's layers unless told otherwise
 
 
+HOOK_TABLES = ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs",
+               "_forward_pre_hooks_with_kwargs", "_forward_hooks_always_called")  # torch.nn.Module's
+
+
 def _shallow(module: torch.nn.Module) -> torch.nn.Module:
     """A copy sharing every parameter and submodule, with its own submodule table (so replacing one
-    of its submodules leaves the original untouched)."""
+    of its submodules leaves the original untouched) and no forward hooks (the original's hooks, such
+    as a benchmark's forward counter, must not fire for the draft's calls)."""
     clone = copy.copy(module)
     clone._modules = module._modules.copy()
+    for table in HOOK_TABLES:
+        if hasattr(module, table):
+            setattr(clone, table, type(getattr(module, table))())
     return clone
 
 

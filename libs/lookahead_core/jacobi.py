@@ -21,10 +21,35 @@ target like any other draft, so decoding stays exactly plain greedy.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 Window = tuple[tuple[int, ...], ...]  # rows of W tokens, oldest first
+
+MAX_JACOBI_WINDOW = 8  # the widest window choose_window considers (LMSYS's widest for 7B models on a GPU: 15)
+# What a wider forward may cost, as a fraction of the forward without the branch: the pool's measured gain
+# in tokens per step over the trie's alone (bench/README.md, "the Jacobi pool"); past it the branch loses.
+JACOBI_MAX_OVERHEAD = 0.1
+
+
+def choose_window(cost: Callable[[int], float], base_tokens: int, ngram: int,
+                  max_window: int = MAX_JACOBI_WINDOW, max_overhead: float = JACOBI_MAX_OVERHEAD) -> int:
+    """The widest window W (0..max_window) whose ``W * (N - 1)`` branch tokens keep a forward of
+    ``base_tokens`` (the root and the tree) within ``(1 + max_overhead)`` times its cost; 0: no branch.
+
+    ``cost(n)``: seconds of a forward of n tokens on this machine (the calibrated kernels' curve).
+    Example (N=3, base 9, overhead 0.1): with cost(n) = 1 + n / 100 (extra tokens nearly free, as on a
+    GPU) the limit is 1.1 * 1.09 = 1.199; W=5 adds 10 tokens, cost(19) = 1.19 fits, W=6 (cost(21) = 1.21)
+    does not: W = 5. With cost(n) = n (every token costs, as on a loaded CPU) W = 0.
+    """
+    if base_tokens < 1 or ngram < 2:
+        raise ValueError(f"choose_window needs base_tokens >= 1 and ngram >= 2, got {base_tokens}, {ngram}")
+    limit = (1 + max_overhead) * cost(base_tokens)
+    best = 0
+    for w in range(1, max_window + 1):
+        if cost(base_tokens + w * (ngram - 1)) <= limit:
+            best = w
+    return best
 
 
 @dataclass(frozen=True)

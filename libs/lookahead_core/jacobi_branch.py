@@ -16,14 +16,25 @@ drafts is verified like any draft: output stays exactly the plain decoder's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 from .config import DecodingConfig, DraftMode
 from .draft import DraftTree
-from .jacobi import JacobiConfig, NgramPool, Window, advance, branch_mask, initial_window, positions
+from .jacobi import (
+    MAX_JACOBI_WINDOW,
+    JacobiConfig,
+    NgramPool,
+    Window,
+    advance,
+    branch_mask,
+    choose_window,
+    initial_window,
+    positions,
+)
 from .tree_inputs import TreeInputs, ancestor_matrix
 
 DEFAULT_JACOBI_WINDOW = 4  # mode jacobi with jacobi_window = 0: guess this many positions per row
@@ -113,10 +124,27 @@ class JacobiBranch:
         self.pool.put(grams)
 
 
+def resolve_window(config: DecodingConfig, cost: Callable[[int], float] | None) -> DecodingConfig:
+    """``jacobi_window`` None (the default) made a number: the widest window the measured ``cost`` curve
+    allows over a forward of the root and a full tree (``choose_window``); without a curve 0 (no branch),
+    or DEFAULT_JACOBI_WINDOW in mode jacobi, which always gets at least 1. Other configs pass unchanged."""
+    modes = (DraftMode.HIERARCHICAL, DraftMode.JACOBI)
+    if config.jacobi_window is not None or config.mode not in modes:
+        return config
+    jacobi = config.mode is DraftMode.JACOBI
+    if cost is None:
+        window = DEFAULT_JACOBI_WINDOW if jacobi else 0
+    else:
+        window = choose_window(cost, 1 + config.decoding_length, config.jacobi_ngram)
+    return replace(config, jacobi_window=max(window, 1) if jacobi else window)
+
+
 def branch_shape(config: DecodingConfig) -> JacobiConfig | None:
     """The request's window shape: mode jacobi (window ``jacobi_window`` or DEFAULT_JACOBI_WINDOW), or
-    hierarchical with ``jacobi_window`` > 0; None otherwise (no branch)."""
-    wanted = config.mode is DraftMode.JACOBI or (config.mode is DraftMode.HIERARCHICAL and config.jacobi_window > 0)
+    hierarchical with ``jacobi_window`` > 0; None otherwise (no branch). Resolve None first
+    (``resolve_window``): unresolved, hierarchical has no branch."""
+    window = config.jacobi_window or 0
+    wanted = config.mode is DraftMode.JACOBI or (config.mode is DraftMode.HIERARCHICAL and window > 0)
     if not wanted:
         return None
     return JacobiConfig(config.jacobi_window or DEFAULT_JACOBI_WINDOW, config.jacobi_ngram, config.jacobi_guesses)
@@ -129,6 +157,9 @@ def branch_for(config: DecodingConfig, context: Sequence[int], banned: frozenset
 
 
 def branch_tokens(config: DecodingConfig) -> int:
-    """The most window tokens a step of a request with this config carries (0 without a branch)."""
+    """The most window tokens a step of a request with this config carries (0 without a branch); an
+    unresolved window counts as the widest ``resolve_window`` may pick."""
+    if config.jacobi_window is None and config.mode in (DraftMode.HIERARCHICAL, DraftMode.JACOBI):
+        return (config.jacobi_ngram - 1) * max(MAX_JACOBI_WINDOW, DEFAULT_JACOBI_WINDOW)
     shape = branch_shape(config)
     return shape.rows * shape.window if shape is not None else 0

@@ -77,7 +77,7 @@ def choose_step(
     """
     finishing = [req for req, _first, end in chunks if end == len(req.prompt_ids)]
     choosers = [req.chooser for req in (*decoding, *finishing)]
-    if all(c is not None and c.plain for c in choosers):
+    if all(c is not None and c.plain for c in choosers) and all(r.beams is None for r in decoding):
         return logits.argmax(-1).tolist()  # [K]
     out: list[int] = []
     at = 0
@@ -85,6 +85,8 @@ def choose_step(
         assert req.chooser is not None
         n = len(tree) + 1
         out += req.chooser.choose(logits[at : at + n], req.context(), tree.parents, tree.tokens, len(req.output))
+        if req.beams is not None:  # mode mjsd accepts by joint likelihood: it needs the rows themselves
+            req.judge(logits[at : at + n], tree)
         at += n
         if req.branch is not None:  # the window's guesses are greedy whatever the request samples
             w = req.branch.config.window

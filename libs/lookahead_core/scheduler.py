@@ -41,7 +41,6 @@ from .ragged import PLAN_KWARG, RAGGED_ATTENTION
 from .ragged_step import Chunk, RaggedProbe, choose_step, pack_step
 from .serve_request import Phase, RequestExpired, ServeRequest
 from .support import check_supported
-from .verify import accept_longest
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +260,8 @@ class StepScheduler:
             self.generation_config, req.config, len(req.prompt_ids), req.stats.seed, self.device
         )
         kv = RequestKV(self.shape, req.capacity)
-        req.start(kv, self.eos, self._decode, chooser, self.drafts)
+        curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
+        req.start(kv, self.eos, self._decode, chooser, self.drafts, curve.cost if curve is not None else None)
         # Leave at least one prompt token to run: its logits give the first output token.
         hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
         if prefix is not None and hit:
@@ -376,7 +376,7 @@ class StepScheduler:
 
     def _accept(self, req: ServeRequest, tree: DraftTree, predicted: list[int], budget: int) -> None:
         assert req.kv is not None
-        path = accept_longest(tree.tokens, tree.parents, predicted)
+        path = req.accept_path(tree, predicted)
         past = req.kv.length
         compact(req.kv, past, path)
         accepted = tuple(path[1:])

@@ -14,17 +14,21 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+import torch
+
 from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .draft import Drafter, DraftTree, retrieve_draft
 from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
 from .finish import trim_step
 from .gains import Step
-from .jacobi_branch import JacobiBranch, branch_for, branch_tokens
+from .jacobi_branch import JacobiBranch, branch_for, branch_tokens, resolve_window
 from .kvstore import RequestKV
+from .mjsd_model import MjsdProposer, mjsd_for
 from .observer import StepObserver
 from .stats import GenerationStats
 from .trie import OutputCursor, TokenTrie
+from .verify import accept_longest
 
 
 class Phase(enum.Enum):
@@ -112,11 +116,13 @@ class ServeRequest:
         self.phase = Phase.WAITING
         self.output: list[int] = []
         # The seed is resolved now (a random one when sampling without one), so callers can read it at once.
-        self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config))
+        self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config), unverified=config.lossy)
         self.chooser: TokenChooser | None = None  # set by start(): the model's processors + the seed
         self.kv: RequestKV | None = None
         self.branch: JacobiBranch | None = None  # set by start(): the Jacobi lookahead branch, if configured
         self.proposer: DraftModelProposer | None = None  # set by start(): mode draft-model's draft and its KV
+        self.beams: MjsdProposer | None = None  # set by start(): mode mjsd's beam search (lossy)
+        self.joint_path: list[int] = [0]  # mode mjsd: the path the last forward accepted by joint likelihood
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.cancelled = threading.Event()
@@ -130,13 +136,16 @@ class ServeRequest:
     # ---- lifecycle (scheduler thread) -----------------------------------------------------------
     def start(
         self, kv: RequestKV, eos: frozenset[int], decode: Callable[[list[int]], str], chooser: TokenChooser,
-        drafts: DraftModels | None = None,
+        drafts: DraftModels | None = None, cost: Callable[[int], float] | None = None,
     ) -> None:
-        """Admitted: take a cache and a token chooser, fill the trie with the prompt and references."""
+        """Admitted: take a cache and a token chooser, fill the trie with the prompt and references;
+        ``cost`` (the engine's measured forward cost) sizes a default Jacobi window (``resolve_window``)."""
         self.kv, self._eos, self._decode, self.chooser = kv, eos, decode, chooser
+        self.config = resolve_window(self.config, cost)
         if self.drafter is None:  # tests' drafters stand alone
             self.branch = branch_for(self.config, self.prompt_ids, eos)
             self.proposer = proposer_for(self.config, drafts)
+            self.beams = mjsd_for(self.config, drafts)
         self.phase = Phase.PREFILL
         self.stats.queue_wait_s = time.perf_counter() - self.submitted
         self.trie.insert_prompt(self.prompt_ids, self._owner)
@@ -192,6 +201,8 @@ class ServeRequest:
             return DraftTree()
         if self.drafter is not None:
             return self.drafter(self.prompt_ids + self.output, budget, room)
+        if self.beams is not None:  # mode mjsd: the draft's beams alone
+            return self.beams.propose(self.context(), budget, room, self._eos)
         step_cfg = cfg if extend_to == cfg.max_decoding_length else replace(cfg, max_decoding_length=extend_to)
         context = self.prompt_ids[-cfg.max_match :] + self.output
         tree = retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
@@ -200,6 +211,18 @@ class ServeRequest:
         if self.proposer is not None and len(tree) < budget:  # so does the draft model's tree
             merge_into(tree, self.proposer.propose(self.context(), budget - len(tree), room, self._eos))
         return tree
+
+    def judge(self, rows: torch.Tensor, tree: DraftTree) -> None:
+        """Mode mjsd: keep the path the target's logits for ``tree`` accept by joint likelihood
+        ([1 + len(tree), vocab], root first); ``accept_path`` returns it."""
+        assert self.beams is not None
+        self.joint_path = self.beams.accept(rows, tree)
+
+    def accept_path(self, tree: DraftTree, predicted: Sequence[int]) -> list[int]:
+        """The accepted path (node indices, root first): the greedy match, or mode mjsd's judged path."""
+        if self.beams is not None:
+            return self.joint_path
+        return accept_longest(tree.tokens, tree.parents, predicted)
 
     def branch_tokens(self) -> int:
         """Window tokens this request's next step carries (0 without a branch)."""

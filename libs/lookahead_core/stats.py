@@ -19,6 +19,7 @@ class GenerationStats:
     draft_tokens: int = 0  # draft tokens sent through the model
     finish_reason: str = ""  # "eos" | "stop" | "length" | "cancelled"
     sampled: bool = False  # tokens were drawn (temperature > 0), not taken greedily
+    unverified: bool = False  # lossy mode (mjsd): the output may differ from plain decoding
     seed: int | None = None  # the sampling key used (the request's or a random one); None when greedy
 
     @property

@@ -346,3 +346,17 @@ def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client
         sched.submit(req)
     for client in clients:
         assert client.done.wait(WAIT_S)
+
+
+def serve_all_greedy(sched: StepScheduler, model: PreTrainedModel, prompts: Sequence[Sequence[int]],
+                     configs: Sequence[DecodingConfig]) -> list[ServeRequest]:
+    """Serve every (prompt, config) at once and check each streamed output is plain greedy's."""
+    from lookahead_core.serve_request import ServeRequest  # torch: imported only by the tests that serve
+    clients = [Client() for _ in prompts]
+    reqs = [ServeRequest(p, cfg, on_tokens=c.on_tokens, on_done=c.on_done)
+            for p, cfg, c in zip(prompts, configs, clients, strict=True)]
+    run_all(sched, reqs, clients)
+    for p, r, c in zip(prompts, reqs, clients, strict=True):
+        assert c.error is None
+        assert c.streamed == r.output == greedy(model, p, r.config.max_new_tokens)
+    return reqs

@@ -12,9 +12,8 @@ from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.draft import DraftTree
 from lookahead_core.draft_model import DraftModelProposer, DraftModels, early_exit, merge_into
 from lookahead_core.scheduler import SchedulerConfig
-from lookahead_core.serve_request import ServeRequest
 
-from tests.core.helpers import FAMILIES, Client, StubTokenizer, eos_as, greedy, random_prompt, run_all, tiny_model
+from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, serve_all_greedy, tiny_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -128,15 +127,24 @@ def test_batched_draft_model_equals_greedy(family: str, scheduler_of) -> None:
     sched = scheduler_of(model, SchedulerConfig(calibrate=False, max_running=6))
     modes = [DraftMode.DRAFT_MODEL, DraftMode.HIERARCHICAL, DraftMode.DRAFT_MODEL, DraftMode.NONE]
     prompts = [random_prompt(rng) for _ in range(6)]
+    configs = [DecodingConfig(mode=modes[i % 4], max_new_tokens=10 + 3 * i, decoding_length=6, draft_layers=1,
+                              draft_depth=3) for i in range(len(prompts))]
     with eos_as(model, None):
-        clients = [Client() for _ in prompts]
-        reqs = [ServeRequest(p, DecodingConfig(mode=modes[i % 4], max_new_tokens=10 + 3 * i, decoding_length=6,
-                                               draft_layers=1, draft_depth=3),
-                             on_tokens=c.on_tokens, on_done=c.on_done)
-                for i, (p, c) in enumerate(zip(prompts, clients, strict=True))]
-        run_all(sched, reqs, clients)
-        for p, r, c in zip(prompts, reqs, clients, strict=True):
-            assert c.error is None
-            assert c.streamed == r.output == greedy(model, p, r.config.max_new_tokens)
+        reqs = serve_all_greedy(sched, model, prompts, configs)
     drafted = [r for r in reqs if r.config.mode is DraftMode.DRAFT_MODEL]
     assert all(r.proposer is not None and r.proposer.forwards > 0 for r in drafted)  # the drafts really ran
+
+
+def test_the_targets_forward_hooks_do_not_fire_for_the_self_draft() -> None:
+    # a hook on the target (a benchmark's forward counter) must count the target's calls only
+    target = tiny_model("llama")
+    calls: list[str] = []
+    handle = target.register_forward_pre_hook(lambda *_: calls.append("target"))
+    try:
+        draft = early_exit(target, 1)
+        logits_of(draft, [5, 9, 14])
+        assert calls == []  # the draft ran without the target's hook
+        logits_of(target, [5, 9, 14])
+        assert calls == ["target"]  # and the target's hook still works
+    finally:
+        handle.remove()

@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import doctest
+from collections.abc import Callable
 
 import pytest
 from lookahead_core import jacobi
-from lookahead_core.jacobi import JacobiConfig, NgramPool, advance, branch_mask, initial_window, positions
+from lookahead_core.jacobi import (
+    JacobiConfig,
+    NgramPool,
+    advance,
+    branch_mask,
+    choose_window,
+    initial_window,
+    positions,
+)
 
 W2N3 = JacobiConfig(window=2, ngram=3, guesses=2)
 W3N4 = JacobiConfig(window=3, ngram=4, guesses=2)
@@ -101,3 +110,42 @@ def test_pool_keeps_the_newest_g_continuations_per_first_token(puts: list[tuple[
 def test_config_refuses_impossible_shapes(bad: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         JacobiConfig(**bad)
+
+
+def flat(n: int) -> float:
+    return 1.0  # extra tokens cost nothing
+
+
+def linear(n: int) -> float:
+    return float(n)  # every token costs as much as the first
+
+
+def gpu_like(n: int) -> float:
+    return 1.0 + n / 100  # the docstring's example
+
+
+def stepped(n: int) -> float:
+    return 1.0 if n <= 16 else 2.0  # free up to 16 tokens, then twice the cost
+
+
+# (cost curve, base tokens, N, max window, max overhead, chosen W)
+WINDOW_CASES = [
+    (flat, 9, 3, 8, 0.1, 8),  # free tokens: the widest window
+    (linear, 9, 3, 8, 0.1, 0),  # each of W * (N - 1) tokens costs 1/9 of the forward: none fits 10%
+    (linear, 9, 3, 8, 1.0, 4),  # overhead 100%: up to 9 more tokens, W * 2 <= 9
+    (gpu_like, 9, 3, 8, 0.1, 5),  # the docstring's example
+    (stepped, 9, 3, 8, 0.1, 3),  # 9 + 3 * 2 = 15 tokens still free, W = 4 (17 tokens) doubles the cost
+    (stepped, 9, 5, 8, 0.1, 1),  # N = 5: 4 tokens per W; 9 + 4 = 13 fits, 17 does not
+    (flat, 9, 3, 2, 0.1, 2),  # never past max_window
+]
+
+
+@pytest.mark.parametrize(("cost", "base", "ngram", "max_w", "overhead", "want"), WINDOW_CASES)
+def test_choose_window(cost: Callable[[int], float], base: int, ngram: int, max_w: int, overhead: float,
+                       want: int) -> None:
+    assert choose_window(cost, base, ngram, max_w, overhead) == want
+
+
+def test_choose_window_refuses_an_empty_forward() -> None:
+    with pytest.raises(ValueError, match="base_tokens"):
+        choose_window(flat, 0, 3)

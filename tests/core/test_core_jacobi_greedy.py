@@ -10,14 +10,16 @@ random models.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 import torch
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.draft import DraftTree
-from lookahead_core.jacobi import JacobiConfig
-from lookahead_core.jacobi_branch import JacobiBranch, add_pool_drafts, extend_inputs
+from lookahead_core.jacobi import MAX_JACOBI_WINDOW, JacobiConfig
+from lookahead_core.jacobi_branch import JacobiBranch, add_pool_drafts, extend_inputs, resolve_window
+from lookahead_core.kernels import CostCurve
 from lookahead_core.scheduler import SchedulerConfig
 from lookahead_core.serve_request import ServeRequest
 from lookahead_core.tree_inputs import build_tree_inputs
@@ -153,3 +155,38 @@ def test_batched_jacobi_equals_greedy(family: str, adaptive: bool, scheduler_of)
     pooled = [r for r in reqs if r.branch is not None]
     assert pooled and all(r.config.mode is not DraftMode.NONE for r in pooled)
     assert sum(r.branch.drafted for r in pooled if r.branch) > 0  # the pools really drafted in the batch
+
+
+@pytest.mark.parametrize(("mode", "window", "cost", "want"), [
+    (DraftMode.HIERARCHICAL, None, None, 0),  # no measured curve: no branch
+    (DraftMode.JACOBI, None, None, 4),  # mode jacobi without a curve: DEFAULT_JACOBI_WINDOW
+    (DraftMode.HIERARCHICAL, None, float, 0),  # cost(n) = n: the branch never pays
+    (DraftMode.JACOBI, None, float, 1),  # ... but mode jacobi needs a window
+    (DraftMode.HIERARCHICAL, None, lambda n: 1.0, MAX_JACOBI_WINDOW),  # free tokens: the widest
+    (DraftMode.HIERARCHICAL, 3, float, 3),  # asked for: kept whatever the cost
+    (DraftMode.LLMA, None, lambda n: 1.0, None),  # other modes take no branch: left alone
+])
+def test_resolve_window_sizes_the_default_by_measured_cost(mode: DraftMode, window: int | None,
+                                                         cost: Callable[[int], float] | None, want: int | None) -> None:
+    got = resolve_window(DecodingConfig(mode=mode, jacobi_window=window, decoding_length=8), cost)
+    assert got.jacobi_window == want
+
+
+def test_a_default_window_in_the_scheduler_follows_its_curve(scheduler_of) -> None:
+    # the engine hands its measured cost to every request: a free-token curve opens the widest window
+    model = tiny_model("llama")
+    sched = scheduler_of(model, SchedulerConfig(calibrate=False, max_running=2))
+    kernels = sched.kernels  # shared by every scheduler over this (cached) model: put its curve back
+    before = kernels.curve
+    kernels.curve = CostCurve((1, 64), {kernels.names[0]: (1.0, 1.0)})  # stands in for a measured, flat curve
+    prompt = random_prompt(random.Random(3))
+    try:
+        with eos_as(model, None):
+            client = Client()
+            req = ServeRequest(prompt, DecodingConfig(max_new_tokens=12), on_tokens=client.on_tokens,
+                               on_done=client.on_done)
+            run_all(sched, [req], [client])
+            assert client.error is None and req.output == greedy(model, prompt, 12)
+    finally:
+        kernels.curve = before
+    assert req.config.jacobi_window == MAX_JACOBI_WINDOW and req.branch is not None

@@ -27,6 +27,7 @@ TORCH_FREE = [
     "lookahead_core.stats",  # GenerationStats
     "lookahead_core.observer",  # StepObserver, PathRecorder
     "lookahead_core.jacobi",  # the Jacobi window and n-gram pool
+    "lookahead_core.mjsd",  # MJSD's joint-likelihood acceptance
     "lookahead_core.budget",  # expected_tokens, split_budget
     "lookahead_core.gains",  # GainsModel
     "lookahead_core.admission",  # FairQueue
