@@ -29,7 +29,8 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.Namespace, generator_
     p.add_argument("--tenant", required=True)
     p.add_argument("--target", default=f"127.0.0.1:{GENERATOR_GRPC_PORT}", help="generator HOST:PORT")
     p.add_argument("--max-new-tokens", type=int, default=0, help="0 = server default")
-    p.add_argument("--mode", default="", help="hierarchical | parallel | llma | none (default: server's)")
+    p.add_argument("--mode", default="", help="hierarchical | parallel | llma | jacobi | draft-model | none, or mjsd "
+                   "(lossy: may differ from plain decoding) (default: server's)")
     p.add_argument("--k", type=int, default=0, help="documents to retrieve (0 = server default)")
     p.add_argument("--timeout", type=float, default=120.0, help="deadline in seconds")
     s = p.add_argument_group("sampling", "transformers' GenerationConfig semantics; the same seed gives the same text")
@@ -73,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
                           f"{st.mean_accepted_per_step:.2f} tokens/step, {st.wall_s:.2f} s; "
                           f"documents {'yes' if st.documents_available else 'NO'}, "
                           f"drafts {'yes' if st.drafts_available else 'NO'}]")
+                    if st.unverified:
+                        print("[mode mjsd is lossy: this answer was not verified against plain decoding and may "
+                              "differ from it]")
                     if st.sampled:  # how to get this very answer again
                         print(f"[sampled with seed {st.seed}: add --seed {st.seed} to reproduce it]")
         except grpc.RpcError as err:

@@ -365,7 +365,7 @@ class GeneratorEngine:
             mean_batch_size=st.mean_batch_size, max_batch_size=max(st.batch_sizes, default=0),
             mean_tokens_per_forward=st.mean_tokens_per_forward, mean_draft_budget=st.mean_budget,
             kernel=",".join(sorted(st.kernels)),
-            sampled=st.sampled, seed=st.seed or 0,
+            sampled=st.sampled, seed=st.seed or 0, unverified=st.unverified,
         )
 
     def _record(self, st: ServeStats, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:

@@ -52,6 +52,7 @@ def server_config(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig
         max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
         jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
         draft_layers=s.draft_layers, draft_top_k=s.draft_top_k, draft_depth=s.draft_depth,
+        mjsd_beams=s.mjsd_beams, mjsd_threshold=s.mjsd_threshold,
     )
 
 

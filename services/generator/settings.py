@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
+from lookahead_core.config import LOSSY_MODES, DraftMode
+from lookahead_core.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -39,13 +41,17 @@ class GeneratorSettings(ServerSettings):
     adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
     calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")
     mode: str = Field(
-        "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none"
+        "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none "
+        "(mjsd is lossy: per request, by name, never the default)"
     )
     decoding_length: int = Field(8, ge=0, description="default draft tokens per forward")
     max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
     branch_length: int = Field(32, ge=2, description="trie branch length")
     # the Jacobi lookahead branch (lookahead_core/jacobi.py): mode jacobi, or hierarchical with jacobi_window > 0
-    jacobi_window: int = Field(0, ge=0, description="Jacobi window W: guesses per row (0: none in hierarchical)")
+    jacobi_window: int | None = Field(
+        None, ge=0, description="Jacobi window W: guesses per row (unset: what the measured forward cost allows; "
+        "0: none in hierarchical)"
+    )
     jacobi_ngram: int = Field(3, ge=2, description="Jacobi n-gram size N (the window has N - 1 rows)")
     jacobi_guesses: int = Field(2, ge=1, description="Jacobi pool n-grams drafted per step at most (G)")
     # mode draft-model (lookahead_core/draft_model.py): a draft model's token tree merged with the trie's
@@ -53,6 +59,11 @@ class GeneratorSettings(ServerSettings):
     draft_layers: int = Field(0, ge=0, description="self-draft exit layer (0: a quarter of the model's layers)")
     draft_top_k: int = Field(2, ge=1, description="draft-model tree: children proposed per depth")
     draft_depth: int = Field(4, ge=1, description="draft-model tree: depths proposed (one draft forward each)")
+    # mode mjsd (lookahead_core/mjsd.py; LOSSY, per request only): beam search on the draft, joint acceptance
+    mjsd_beams: int = Field(MJSD_BEAMS, ge=1, le=64, description="mjsd: beams of the draft's beam search")
+    mjsd_threshold: float = Field(
+        MJSD_THRESHOLD, gt=0, le=1, description="mjsd: accept a prefix when P_target / P_draft >= this"
+    )
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")
@@ -73,6 +84,11 @@ class GeneratorSettings(ServerSettings):
         if self.prefill_chunk > self.max_tokens_per_forward:
             raise ValueError(f"prefill_chunk {self.prefill_chunk} is over "
                              f"max_tokens_per_forward {self.max_tokens_per_forward}")
+        if self.mode not in {m.value for m in DraftMode}:
+            raise ValueError(f"unknown mode {self.mode!r} ({', '.join(m.value for m in DraftMode)})")
+        if DraftMode(self.mode) in LOSSY_MODES:
+            raise ValueError(f"mode {self.mode} is lossy (its output may differ from plain decoding): it cannot be "
+                             "the server's default; a request asks for it by name")
         if self.decoding_length > self.max_decoding_length:
             raise ValueError(f"decoding_length {self.decoding_length} is over "
                              f"max_decoding_length {self.max_decoding_length}")

@@ -1,6 +1,6 @@
 """The generator's sampling parameters without a model: proto GenerationParams -> DecodingConfig
 (``sampling_fields``: 0 = off / greedy / the model's, one-line refusals) and ``lookahead-rag ask``'s
-flags, request and seed line (against a stand-in Generator on loopback)."""
+flags, request and seed line (against a stand-in Generator on loopback); mode mjsd only by name."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from lookahead_core import DecodingConfig
 from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
 from services.common.errors import InvalidArgument
+from services.common.limits import RequestLimits
 from services.generator import ask
-from services.generator.params import sampling_fields
+from services.generator.params import decoding_config, sampling_fields, server_config
+from services.generator.settings import GeneratorSettings
 
 Params = generator_pb2.GenerationParams
 NAN, INF = float("nan"), float("inf")
@@ -141,3 +143,33 @@ def test_ask_prints_no_seed_for_a_greedy_answer(capsys: pytest.CaptureFixture[st
     rc, _ = run_ask(events_pb2.GenerationStats(new_tokens=3, sampled=False, seed=0))
     assert rc == 0
     assert "seed" not in capsys.readouterr().out
+
+
+# ---- mode mjsd: lossy, by name only -------------------------------------------------------------------
+
+
+def test_mjsd_cannot_be_the_servers_default() -> None:
+    # a lossy mode as the default would change every caller's answers without their asking
+    with pytest.raises(ValueError, match="lossy"):
+        GeneratorSettings(mode="mjsd")
+    with pytest.raises(ValueError, match="unknown mode"):
+        GeneratorSettings(mode="fastest")
+    assert GeneratorSettings().mode == "hierarchical"
+
+
+def test_a_request_gets_mjsd_only_by_name() -> None:
+    s, limits = GeneratorSettings(), RequestLimits()
+    base = server_config(s, limits)
+    assert not decoding_config(Params(), base, s, limits).lossy  # no mode: the lossless default
+    asked = decoding_config(Params(mode="mjsd"), base, s, limits)
+    assert asked.lossy and asked.mjsd_beams == s.mjsd_beams and asked.mjsd_threshold == s.mjsd_threshold
+    with pytest.raises(InvalidArgument, match="greedy only"):  # a sampled mjsd request: one-line refusal
+        decoding_config(Params(mode="mjsd", temperature=0.7), base, s, limits)
+
+
+def test_ask_says_an_mjsd_answer_is_unverified(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, standin = run_ask(events_pb2.GenerationStats(new_tokens=3, unverified=True), "--mode", "mjsd")
+    assert rc == 0 and standin.requests[0].params.mode == "mjsd"
+    assert "may differ" in capsys.readouterr().out
+    rc, _ = run_ask(events_pb2.GenerationStats(new_tokens=3))  # a lossless answer: no such line
+    assert "may differ" not in capsys.readouterr().out
