@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.attention import tree_attention
-from lookahead_core.config import DraftMode
+from lookahead_core.config import LOSSY_MODES, DraftMode
 from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.draft_model import DraftModels
 from lookahead_core.kernels import CostCurve, KernelSet
@@ -40,6 +40,7 @@ from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
 from bench.plot import plot_result
+from bench.quality import answer_logprob
 from bench.sampling_args import Sampling, speedup
 from services.retriever.core import RetrieverCore
 from services.retriever.documents import Document
@@ -62,6 +63,7 @@ class ModeTotals:
     exact: int = 0
     questions: int = 0
     joules: float | None = None  # energy the mode's calls used (None: the machine has no power counter)
+    logprob: float | None = None  # sum of the target's log-likelihood of the answers (lossy runs only)
 
     def row(self, baseline: ModeTotals, none: ModeTotals, ref: str = "greedy") -> dict[str, Any]:
         """Totals and ratios against ``ref`` ("greedy": the faster of HF generate and ``none``;
@@ -78,6 +80,10 @@ class ModeTotals:
             f"exact_match_vs_{ref}": round(self.exact / self.questions, 4) if self.questions else None,
             "joules_per_token": (round(self.joules / self.new_tokens, 5)
                                  if self.joules is not None and self.new_tokens else None),
+            # lossy runs: how often and how much the answers move from the reference's
+            "differ_frac": round(1 - self.exact / self.questions, 4) if self.questions else None,
+            "mean_logprob": (round(self.logprob / self.new_tokens, 4)
+                             if self.logprob is not None and self.new_tokens else None),
         }
 
 
@@ -211,6 +217,8 @@ def run(args: argparse.Namespace) -> int:
     for m in modes:
         if m in HF_MODES:
             assistant = DraftModels(model).get(base.draft_layers) if m == "assisted" else None
+            if assistant is not None:  # transformers' defaults but the draft length: ours (draft_depth)
+                assistant.generation_config.num_assistant_tokens = base.draft_depth
             runners[m] = _hf_runner(model, counter, m, args.max_new_tokens, sampling, assistant)
             continue
         if m == REFERENCE:
@@ -238,6 +246,7 @@ def run(args: argparse.Namespace) -> int:
                 if trie is not None:
                     trie.insert_output(out)
 
+    lossy = any(m in {d.value for d in LOSSY_MODES} for m in modes)  # then score every answer's likelihood
     meter, energy = open_meter("cpu")
     print(f"energy per token: {energy}")
     passes = 2 if args.repeat else 1
@@ -263,6 +272,8 @@ def run(args: argparse.Namespace) -> int:
                 tot.questions += 1
                 if meter is not None:
                     tot.joules = (tot.joules or 0.0) + meter.joules() - j0
+                if lossy:
+                    tot.logprob = (tot.logprob or 0.0) + answer_logprob(model, ids, out)
                 if ref_out is None and m == ref:
                     ref_out = out
                 tot.exact += int(ref_out is None or out == ref_out)
@@ -295,7 +306,8 @@ def run(args: argparse.Namespace) -> int:
         ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
         ("mean_accepted_per_step", "tok/step", ".2f"), (f"speedup_vs_{ref}", f"x {ref}", ".2f"),
         ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f"),
-        ("joules_per_token", "J/token", ".4f")])
+        ("joules_per_token", "J/token", ".4f"),
+        *([("differ_frac", "differ", ".3f"), ("mean_logprob", "logprob/tok", ".4f")] if lossy else [])])
     data = {
         "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
         "model": args.model,

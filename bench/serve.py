@@ -41,12 +41,14 @@ class RunConfig:
     deadline_s: float  # gRPC deadline of one request (generous)
     threads: int  # torch threads for the serial baseline's worker thread (0 = default)
     sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
+    mode: str = ""  # GenerationParams.mode of the on ways (--mode; "" = the server's default)
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
                       seq: list[Question], c: int, way: str) -> Raw:
     async with serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as stub, RssSampler() as rss:
-        records, wall = await closed_loop(stub, seq, c, MODE_OF[way], run.max_new_tokens, run.deadline_s,
+        mode = MODE_OF[way] or run.mode
+        records, wall = await closed_loop(stub, seq, c, mode, run.max_new_tokens, run.deadline_s,
                                           f"c={c} {way}", run.sampling, way in SAFE_WAYS)
     return records, wall, rss.peak_mb
 
@@ -152,7 +154,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
-    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling)
+    run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
+                    args.mode)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -175,6 +178,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "pool": len(wl.pool),
         "distinct_questions": len(set(drawn)),
         "max_new_tokens": args.max_new_tokens,
+        "on_mode": args.mode or "server default",  # GenerationParams.mode of the on ways
         "tenants": len(wl.docs),
         "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
         "ratios": _ratios(levels),

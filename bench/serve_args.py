@@ -11,7 +11,8 @@ this process on loopback gRPC. At each concurrency level c, c closed-loop
 clients send the same Zipf-popular request sequence (bench/serve_load.py) in each of ``--ways``, each on
 fresh services (cold caches) sharing one loaded model:
 
-- ``on``: speculation on (the server's default mode);
+- ``on``: speculation on (the server's default mode, or ``--mode M`` in every request: jacobi,
+  draft-model, or the lossy mjsd, whose exact match then says how often its answers differ);
 - ``on_tls``: ``on`` with every gRPC channel over TLS (a CA and a server certificate made at run time,
   services.common.devpki; needs the ``cryptography`` package): what TLS costs;
 - ``on_safe``: ``on`` with GenerationParams.safe_stream (fixed cadence, fixed-size padded chunks:
@@ -65,6 +66,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
     p.add_argument("--dependency-timeout-s", type=float, default=60.0,
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
+    p.add_argument("--mode", default="", help="GenerationParams.mode of the on ways: jacobi, draft-model, mjsd "
+                   "(lossy: its exact match says how often it differs), ... ('' = the server's default)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
     p.add_argument("--json", default=None, help="write results here")
