@@ -15,7 +15,7 @@ from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .detok import TextStreamer
 from .draft import Drafter, DraftTree, retrieve_draft
-from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
+from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for, trie_is_weak
 from .finish import eos_ids, trim_step
 from .jacobi_branch import JacobiBranch, branch_for, resolve_window
 from .kernels import KernelSet
@@ -263,8 +263,10 @@ class DecodeRun:
         return branch_for(self.config, self.prompt_ids + self.output, self.decoder.eos)
 
     def _model_draft(self, proposer: DraftModelProposer, tree: DraftTree) -> None:
-        """The draft model's tree merged below the trie's, within the decoding length."""
+        """The draft model's tree merged below the trie's, within the decoding length, where the trie is weak."""
         cfg = self.config
+        if not trie_is_weak(tree, cfg.decoding_length, proposer.depth):
+            return
         room = cfg.max_new_tokens - len(self.output) - 1
         extra = proposer.propose(self.prompt_ids + self.output, cfg.decoding_length - len(tree), room,
                                  self.decoder.eos)

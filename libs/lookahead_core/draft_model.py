@@ -139,6 +139,16 @@ class DraftModelProposer:
         return tree
 
 
+def trie_is_weak(tree: DraftTree, budget: int, depth: int) -> bool:
+    """Whether a step should ask the draft model: the trie left room in the budget and none of its chains
+    reaches the draft's ``depth`` (a deep trie chain is a copy in progress, which a draft rarely beats).
+
+    Example (depth 4): a trie tree of one 5-token chain -> False; of three 1-token branches with budget
+    8 -> True; any tree filling the budget -> False.
+    """
+    return len(tree) < budget and tree.depth() < depth
+
+
 def merge_into(tree: DraftTree, extra: DraftTree) -> int:
     """Add ``extra``'s nodes below ``tree``'s root (shared prefixes merged); returns the nodes added."""
     before = len(tree)

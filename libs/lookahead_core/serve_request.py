@@ -19,7 +19,7 @@ import torch
 from .chooser import TokenChooser, resolve_seed
 from .config import DecodingConfig, DraftMode
 from .draft import Drafter, DraftTree, retrieve_draft
-from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for
+from .draft_model import DraftModelProposer, DraftModels, merge_into, proposer_for, trie_is_weak
 from .finish import trim_step
 from .gains import Step
 from .jacobi_branch import JacobiBranch, branch_for, branch_tokens, resolve_window
@@ -208,7 +208,7 @@ class ServeRequest:
         tree = retrieve_draft(self.trie, context, step_cfg, budget=budget, max_depth=room, banned=self._eos)
         if self.branch is not None:  # the pool's n-grams fill what the trie left of the budget
             self.branch.draft(tree, self.root(), room, budget)
-        if self.proposer is not None and len(tree) < budget:  # so does the draft model's tree
+        if self.proposer is not None and trie_is_weak(tree, budget, self.proposer.depth):  # so does the draft's tree
             merge_into(tree, self.proposer.propose(self.context(), budget - len(tree), room, self._eos))
         return tree
 

@@ -10,7 +10,7 @@ import torch
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.decoder import LookaheadDecoder
 from lookahead_core.draft import DraftTree
-from lookahead_core.draft_model import DraftModelProposer, DraftModels, early_exit, merge_into
+from lookahead_core.draft_model import DraftModelProposer, DraftModels, early_exit, merge_into, trie_is_weak
 from lookahead_core.scheduler import SchedulerConfig
 
 from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, serve_all_greedy, tiny_model
@@ -148,3 +148,17 @@ def test_the_targets_forward_hooks_do_not_fire_for_the_self_draft() -> None:
         assert calls == ["target"]  # and the target's hook still works
     finally:
         handle.remove()
+
+
+@pytest.mark.parametrize(("chains", "budget", "want"), [
+    ([[1, 2, 3, 4, 5]], 8, False),  # a 5-deep trie chain (a copy in progress): the draft is not asked
+    ([[1], [2], [3]], 8, True),  # three shallow branches and room left: the draft fills in
+    ([[1, 2], [3, 4], [5, 6], [7, 8]], 8, False),  # the budget is full
+    ([], 8, True),  # no trie drafts at all (a cold question)
+    ([[1, 2, 3]], 8, True),  # 3 deep, under the draft's 4
+])
+def test_the_draft_is_asked_only_where_the_trie_is_weak(chains: list[list[int]], budget: int, want: bool) -> None:
+    tree = DraftTree()
+    for chain in chains:
+        tree.add_chain(chain, merge=True)
+    assert trie_is_weak(tree, budget, depth=4) is want
