@@ -141,6 +141,31 @@ def test_real_model_equals_greedy(
         assert res.stats.forward_steps == len(want) - 1
 
 
+# the issue-13 draft sources on the real model: (mode, DecodingConfig overrides)
+DRAFT_SOURCES = [
+    ("jacobi", {}),  # the Jacobi branch's n-gram pool alone (window from the measured cost, at least 1)
+    ("hierarchical", {"jacobi_window": 4}),  # the trie's drafts and the pool, one forward
+    ("draft-model", {}),  # the trie's tree merged with the self-draft's top-k tree
+]
+
+
+@pytest.mark.parametrize(("mode", "extra"), DRAFT_SOURCES, ids=["jacobi", "hierarchical+jacobi", "draft-model"])
+@pytest.mark.parametrize("idx", range(len(DOCUMENTED)))
+def test_real_model_draft_sources_equal_greedy(
+    idx: int,
+    mode: str,
+    extra: dict[str, int],
+    decoder: LookaheadDecoder,
+    prompts: list[list[int]],
+    reference: Callable[[int], list[int]],
+) -> None:
+    config = DecodingConfig(mode=DraftMode(mode), max_new_tokens=MAX_NEW, **extra)
+    res = decoder.generate(prompts[idx], config=config)
+    assert res.output_ids == reference(idx)
+    if mode == "draft-model":
+        assert res.stats.draft_tokens > 0  # the draft model proposes every step
+
+
 @pytest.mark.parametrize("idx", [7])
 def test_real_model_stock_kernels_equal_greedy(
     idx: int,
