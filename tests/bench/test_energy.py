@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,8 @@ from bench.energy import (
     open_meter,
     parse_power_lines,
 )
+
+STREAM_WAIT_S = 10.0  # the fake nvidia-smi prints three lines and exits: far less than this
 
 
 def domain(root: Path, name: str, uj: int | None, max_uj: int = 10_000_000) -> Path:
@@ -68,7 +71,10 @@ def test_nvidia_smi_meter_integrates_the_streamed_samples(tmp_path: Path) -> Non
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     ticks = itertools.count()  # the meter's clock: one second per reading
     meter = NvidiaSmiMeter(gpus=1, command=str(fake), clock=lambda: float(next(ticks)))
-    meter.close()  # waits for the stream's end
+    deadline = time.monotonic() + STREAM_WAIT_S
+    while meter.samples < 3 and time.monotonic() < deadline:  # close() kills the stream: let it be read first
+        time.sleep(0.01)
+    meter.close()
     assert meter.samples == 3  # samples at t = 0, 1, 2
     assert meter.joules() == pytest.approx(50 + 50 + 80)  # read at t = 3: 80 W held for the last second
 
