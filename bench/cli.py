@@ -12,6 +12,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("bench.serve_args", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
     "events": ("bench.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
     "retrieval": ("bench.retrieval_args", "retrieval latency: p50/p99 of embedding a question + a flat-index search"),
+    "draft-agreement": ("bench.draft_agreement_args", "early-exit self-draft: top-1 agreement and cost per exit layer"),
     "plot": ("bench.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

@@ -1,11 +1,13 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
-    lookahead-rag-bench plot RESULT.json [--png OUT.png] [--kind decoding|pipeline|serve|retrieval|events]
+    lookahead-rag-bench plot RESULT.json [--png OUT.png]
+        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
-``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval. The PNG goes
-next to the JSON unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
+``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval, ``exits`` ->
+draft_agreement. The PNG goes next to the JSON unless ``--png`` says where. Fields a file lacks show
+as "unknown" in the title.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ PLOTTERS = {
     "serve": "bench.serve_plot",
     "retrieval": "bench.retrieval_plot",
     "events": "bench.events_plot",
+    "draft_agreement": "bench.draft_agreement_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (
@@ -32,6 +35,7 @@ SIGNATURES = (
     (("modes",), "decoding"),
     (("phases",), "events"),
     (("index", "retrieval"), "retrieval"),
+    (("exits",), "draft_agreement"),
 )
 
 

@@ -82,11 +82,20 @@ def _events() -> dict[str, Any]:
             "phases": [{**phase, "phase": "steady"}, {**phase, "phase": "kills (task)", "kills": 2}]}
 
 
+def _draft_agreement() -> dict[str, Any]:
+    return {"kind": "draft_agreement", "model": "tiny", "dataset": "test", "threads": 2, "questions": 2,
+            "tokens": 100, "target_layers": 30, "target_ms": 50.0,
+            "exits": [{"layers": 7, "agreement": 0.05, "draft_ms": 14.0, "cost_vs_target": 0.28},
+                      {"layers": 28, "agreement": 0.45, "draft_ms": 47.0, "cost_vs_target": 0.94}]}
+
+
 RESULTS = {
+    "draft agreement": _draft_agreement,
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
 }
-KINDS = {"decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
+KINDS = {"draft agreement": "draft_agreement",
+         "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events"}
 
 
