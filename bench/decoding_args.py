@@ -13,7 +13,10 @@ the second reported). ``jacobi`` drafts from the Jacobi lookahead branch's n-gra
 ``hierarchical+jacobi`` merges that pool with the trie's drafts (``--jacobi W,N,G`` sets the window,
 n-gram size and guesses of both). ``draft-model`` merges the trie's tree with a self-draft's token tree
 (the model's first quarter of layers, its norm and LM head); ``assisted`` is transformers'
-``generate(assistant_model=)`` with that same self-draft. ``greedy``, ``prompt-lookup`` and ``assisted``
+``generate(assistant_model=)`` with that same self-draft (drafting ``draft_depth`` tokens a step). ``mjsd``
+is lossy (beam search on the self-draft, joint-likelihood acceptance): with it in the run every row adds
+``differ_frac`` and ``mean_logprob``, the target's mean log-likelihood per answer token (bench/quality.py).
+``greedy``, ``prompt-lookup`` and ``assisted``
 run the stock model with transformers' generate; the lookahead modes (``none`` = one token per step)
 run lookahead_core's loop on one KernelSet timed at start-up. ``greedy`` and ``none`` always run: the
 faster is the greedy baseline.

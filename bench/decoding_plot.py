@@ -25,6 +25,8 @@ BAR_COLOR = "tab:blue"
 BASELINE_LINE = {"color": "gray", "lw": 0.8}
 TREE_LINE = {"color": "tab:red", "ls": "--", "lw": 0.8}
 TREE_LINE_LABEL = {"scheduler": "tree size cap", "decoder": "chosen tree size"}  # by engine
+CROWDED = 6  # more bars than this: smaller mode names under them
+LOSSY = ("mjsd",)  # modes whose output may differ from greedy's (lookahead_core.config.LOSSY_MODES; no torch here)
 
 
 def baseline_label(data: dict[str, Any]) -> str:
@@ -40,6 +42,11 @@ def baseline_label(data: dict[str, Any]) -> str:
     return f"greedy, the faster of HF generate and none: {which}"
 
 
+def _wrapped(mode: str) -> str:
+    """A long mode name over lines: "hierarchical+jacobi" -> "hierarch-\\nical+\\njacobi"."""
+    return mode.replace("+", "+\n").replace("hierarchical", "hierarch-\nical")
+
+
 def speedup_panel(ax: Any, data: dict[str, Any], ref: str) -> None:
     """Speedup per mode against ref (value on every bar; exact match and tokens per step under its name)."""
     modes = list(data["modes"])
@@ -48,10 +55,13 @@ def speedup_panel(ax: Any, data: dict[str, Any], ref: str) -> None:
     names = []
     for m, r in zip(modes, rows, strict=True):
         exact, per_step = r.get(f"exact_match_vs_{ref}"), r.get("mean_accepted_per_step")
-        names.append("\n".join([m, *([f"exact {exact:.2f}"] if exact is not None else []),
-                                *([f"{per_step:.2f} tok/step"] if per_step is not None else [])]))
+        name, unit = (_wrapped(m), "t/step") if len(modes) > CROWDED else (m, "tok/step")
+        names.append("\n".join([name, *([f"exact {exact:.2f}"] if exact is not None else []),
+                                *([f"{per_step:.2f} {unit}"] if per_step is not None else [])]))
     bars = ax.bar(names, [v or 0.0 for v in values], color=BAR_COLOR)
     label_bars(ax, bars, values, lambda v: f"{v:.2f}x")
+    if len(names) > CROWDED:
+        ax.tick_params(axis="x", labelsize="x-small")
     ax.axhline(1.0, **BASELINE_LINE)
     ax.set_ylabel(f"speedup vs the {ref} baseline (x, wall time incl. prefill)")
     ax.set_xlabel("mode (exact match vs the baseline's output; tokens per forward step)")
@@ -97,5 +107,7 @@ def plot(data: dict[str, Any], path: str) -> None:
     fig, (a, b) = figure(2)
     speedup_panel(a, data, ref)
     _forward_cost(b, data)
-    what = f"Decoding speedup, lossless lookahead modes vs {ref}; data: {known(data.get('dataset'))}"
+    lossy = [m for m in data["modes"] if m in LOSSY]
+    kinds = "lookahead modes (lossy: " + ", ".join(lossy) + ")" if lossy else "lossless lookahead modes"
+    what = f"Decoding speedup, {kinds} vs {ref}; data: {known(data.get('dataset'))}"
     save(fig, path, title(data, what, baseline_label(data)))

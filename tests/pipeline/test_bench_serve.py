@@ -142,7 +142,8 @@ def test_jacobi_modes_carry_the_window_shape_and_the_others_do_not() -> None:
     assert (merged.mode, merged.jacobi_window, merged.jacobi_ngram, merged.jacobi_guesses) == (
         DraftMode.HIERARCHICAL, 5, 4, 3)
     assert mode_config(base, "jacobi", shape).jacobi_window == 5
-    assert mode_config(base, "hierarchical", shape).jacobi_window == 0  # plain hierarchical: no pool
+    # plain hierarchical does not take --jacobi: its window stays the default (None: sized by measured cost)
+    assert mode_config(base, "hierarchical", shape).jacobi_window is None
     with pytest.raises(SystemExit):
         parse_args(["--jacobi", "5,1,3"])  # N < 2: no n-gram
 
