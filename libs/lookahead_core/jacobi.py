@@ -28,7 +28,7 @@ Window = tuple[tuple[int, ...], ...]  # rows of W tokens, oldest first
 
 MAX_JACOBI_WINDOW = 8  # the widest window choose_window considers (LMSYS's widest for 7B models on a GPU: 15)
 # What a wider forward may cost, as a fraction of the forward without the branch: about the pool's measured
-# gain in tokens per step over the trie's alone, under 0.2% on squad-dev (bench/README.md, "More draft
+# gain in tokens per step over the trie's alone, 0.9% on squad-dev (bench/README.md, "More draft
 # sources"), rounded up to 2% so the branch opens where extra tokens are free (a GPU) but not on a CPU.
 JACOBI_MAX_OVERHEAD = 0.02
 
