@@ -23,6 +23,13 @@ class DraftMode(StrEnum):
 LOSSY_MODES = frozenset({DraftMode.MJSD})  # output may differ from plain decoding: never a default
 
 
+def parse_mode(name: str) -> DraftMode:
+    """``name`` as a DraftMode; a ValueError listing the modes for any other string."""
+    if name not in {m.value for m in DraftMode}:
+        raise ValueError(f"unknown mode {name!r} ({', '.join(m.value for m in DraftMode)})")
+    return DraftMode(name)
+
+
 @dataclass(frozen=True)
 class TrieConfig:
     """How the token trie is filled and bounded."""

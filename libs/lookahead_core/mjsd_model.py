@@ -36,7 +36,7 @@ class MjsdProposer:
             raise ValueError(f"MJSD needs beams >= 1 and depth >= 1, got {beams}, {depth}")
         if not 0 < threshold <= 1:
             raise ValueError(f"the MJSD threshold must be in (0, 1], got {threshold}")
-        self.sync = DraftModelProposer(draft, top_k=1, depth=depth)  # its cache follows the accepted context
+        self.follower = DraftModelProposer(draft, top_k=1, depth=depth)  # its cache follows the accepted context
         self.beams = beams
         self.depth = depth
         self.threshold = threshold
@@ -45,7 +45,7 @@ class MjsdProposer:
     @property
     def forwards(self) -> int:
         """Draft forwards run (sync and beam steps)."""
-        return self.sync.forwards
+        return self.follower.forwards
 
     def _logprobs(self, logits: torch.Tensor, banned: frozenset[int]) -> torch.Tensor:
         lp = logits.float().log_softmax(-1)  # [..., vocab]
@@ -57,19 +57,19 @@ class MjsdProposer:
                     banned: frozenset[int] = frozenset()) -> tuple[list[list[int]], list[list[float]]]:
         """``beams`` sequences of ``depth`` tokens after ``context``, best first, and each token's draft
         log-prob. Example (beams 2, depth 2): [[a, c], [b, d]] with [[-0.1, -0.3], [-1.2, -0.1]]."""
-        lp = self._logprobs(self.sync.sync(context), banned)  # [vocab]
+        lp = self._logprobs(self.follower.sync(context), banned)  # [vocab]
         scores, first = lp.topk(min(self.beams, lp.shape[-1]))  # [B], [B]
         seqs = [[t] for t in first.tolist()]
         steps = [[s] for s in scores.tolist()]
         if depth == 1:
             return seqs, steps
-        cache = repeat_cache(self.sync.cache, len(seqs))
-        draft, device = self.sync.draft, self.sync.device
+        cache = repeat_cache(self.follower.cache, len(seqs))
+        draft, device = self.follower.draft, self.follower.device
         with torch.inference_mode():
             for _ in range(depth - 1):
                 x = torch.tensor([[s[-1]] for s in seqs], dtype=torch.long, device=device)  # [B, 1]
                 out = draft(input_ids=x, past_key_values=cache, use_cache=True)
-                self.sync.forwards += 1
+                self.follower.forwards += 1
                 lp = self._logprobs(out.logits[:, -1], banned)  # [B, vocab]
                 total = scores[:, None] + lp  # [B, vocab]: each continuation's joint log-prob
                 scores, flat = total.flatten().topk(min(self.beams, total.numel()))  # [B], [B]

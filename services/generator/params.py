@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
-from lookahead_core.config import DraftMode
+from lookahead_core.config import DraftMode, parse_mode
 from lookahead_rag.v1 import generator_pb2
 
 from services.common.errors import InvalidArgument
@@ -62,8 +62,10 @@ def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig
     server default; temperature 0 = greedy); bad values raise a one-line InvalidArgument."""
     max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
     mode = params.mode or s.mode
-    if mode not in {m.value for m in DraftMode}:
-        raise InvalidArgument(f"unknown mode {mode!r} ({', '.join(m.value for m in DraftMode)})")
+    try:
+        parse_mode(mode)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
     if len(params.stop) > limits.max_stop_strings:
         raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
     if any(not stop for stop in params.stop):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.config import LOSSY_MODES, DraftMode
+from lookahead_core.config import LOSSY_MODES, parse_mode
 from lookahead_core.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -84,9 +84,7 @@ class GeneratorSettings(ServerSettings):
         if self.prefill_chunk > self.max_tokens_per_forward:
             raise ValueError(f"prefill_chunk {self.prefill_chunk} is over "
                              f"max_tokens_per_forward {self.max_tokens_per_forward}")
-        if self.mode not in {m.value for m in DraftMode}:
-            raise ValueError(f"unknown mode {self.mode!r} ({', '.join(m.value for m in DraftMode)})")
-        if DraftMode(self.mode) in LOSSY_MODES:
+        if parse_mode(self.mode) in LOSSY_MODES:
             raise ValueError(f"mode {self.mode} is lossy (its output may differ from plain decoding): it cannot be "
                              "the server's default; a request asks for it by name")
         if self.decoding_length > self.max_decoding_length:
