@@ -116,6 +116,11 @@ class DecodingConfig:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
 
     @property
+    def speculative(self) -> bool:
+        """Whether drafts are made at all (every mode but none): a request without them needs no draft cache."""
+        return self.mode is not DraftMode.NONE
+
+    @property
     def lossy(self) -> bool:
         """Whether the output may differ from plain decoding (mode mjsd): what stats call unverified."""
         return self.mode in LOSSY_MODES

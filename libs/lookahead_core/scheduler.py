@@ -178,6 +178,21 @@ class StepScheduler:
             req.stats.finish_reason = "cancelled"
             self._end(req)
 
+    def has_room(self) -> bool:
+        """Whether one more request would be queued now (not refused with QueueFull)."""
+        with self._cv:
+            free = max(0, self.config.max_running - len(self.running))
+            return len(self.queue) < self.config.max_waiting + free
+
+    def prefix_epoch(self, tenant: str) -> int:
+        """The tenant's prefix-cache epoch: read it before building a prompt, pass it to the request
+        (a forget in between makes the prompt's KV stale, and it is not kept)."""
+        return self.prefix_cache.epoch(tenant)
+
+    def forgets_to(self) -> PrefixKVCache:
+        """What a forget of cached prompt KV reaches (the generator's forget consumer attaches it)."""
+        return self.prefix_cache
+
     def state(self) -> SchedulerState:
         with self._cv:
             running = list(self.running)
