@@ -12,21 +12,19 @@ PERMISSION_DENIED (``services.common.errors``), before the handler touches any d
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import grpc
 
 from services.common.auth import AUTHORIZATION, Authenticator, subject_of
 from services.common.errors import ServiceError, status_of
-from services.common.handlers import relay
+from services.common.handlers import HandlerInterceptor, check_first
 
 log = logging.getLogger(__name__)
 
 OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # no tenant data behind them
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 
 
 def tenant_of(request: Any) -> str:
@@ -35,7 +33,7 @@ def tenant_of(request: Any) -> str:
     return tenant if isinstance(tenant, str) else ""
 
 
-class AuthInterceptor(grpc.aio.ServerInterceptor):
+class AuthInterceptor(HandlerInterceptor):
     """Refuse a call whose credential is missing, unknown or revoked, or is not for the request's tenant."""
 
     def __init__(self, auth: Authenticator) -> None:
@@ -54,47 +52,11 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             raise  # abort() raises; should it ever return, the call is still refused
         log.debug("%s by %s", method, principal.name)
 
-    def _unary(self, behavior: Behavior, method: str) -> Behavior:
-        async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            await self.guard(method, request, context)
-            result = behavior(request, context)
-            return await result if inspect.isawaitable(result) else result
-
-        return unary
-
-    def _stream(self, behavior: Behavior, method: str) -> Behavior:
-        async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            await self.guard(method, request, context)
-            async for response in relay(behavior(request, context)):
-                yield response
-
-        return stream
-
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        """The same handler, guarded."""
-        kinds: list[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[[Behavior, str], Behavior]]] = [
-            ("unary_unary", grpc.unary_unary_rpc_method_handler, self._unary),
-            ("stream_unary", grpc.stream_unary_rpc_method_handler, self._unary),
-            ("unary_stream", grpc.unary_stream_rpc_method_handler, self._stream),
-            ("stream_stream", grpc.stream_stream_rpc_method_handler, self._stream),
-        ]
-        for attr, make, wrap in kinds:
-            behavior = getattr(handler, attr)
-            if behavior is not None:
-                return make(wrap(behavior, method), request_deserializer=handler.request_deserializer,
-                            response_serializer=handler.response_serializer)
-        return handler
-
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_METHOD_PREFIXES):
+        """The same handler, guarded (the open methods: unchanged)."""
+        if method.startswith(OPEN_METHOD_PREFIXES):
             return handler
-        return self.wrap(handler, method)
+        return check_first(handler, partial(self.guard, method))
 
 
 def auth_interceptors(auth: Authenticator | None) -> list[grpc.aio.ServerInterceptor]:

@@ -11,17 +11,12 @@ servicer runs. Found by the schema fuzzer (tests/fuzz).
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 
 from services.common.errors import one_line
-from services.common.handlers import relay
-
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
-Deserializer = Callable[[bytes], Any]
+from services.common.handlers import Deserializer, HandlerInterceptor, check_first
 
 
 class Undecodable:
@@ -49,46 +44,17 @@ async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"the request does not decode: {request.error}")
 
 
-def _unary_request(behavior: Behavior) -> Behavior:
-    async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        await _refuse(request, context)
-        result = behavior(request, context)
-        return await result if inspect.isawaitable(result) else result
-
-    return unary
-
-
-def _streamed_response(behavior: Behavior) -> Behavior:
-    async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        await _refuse(request, context)
-        async for response in relay(behavior(request, context)):
-            yield response
-
-    return stream
-
-
 def guard_handler(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """The same handler, refusing undecodable requests (unary requests only: a client stream's
     messages are decoded one by one inside the handler's own iteration)."""
-    kinds: list[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[[Behavior], Behavior]]] = [
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, _unary_request),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, _streamed_response),
-    ]
-    for attr, make, wrap in kinds:
-        behavior = getattr(handler, attr)
-        if behavior is not None and handler.request_deserializer is not None:
-            return make(wrap(behavior), request_deserializer=safe_deserializer(handler.request_deserializer),
-                        response_serializer=handler.response_serializer)
-    return handler
+    if handler.request_deserializer is None:
+        return handler
+    unary_requests = ("unary_unary", "unary_stream")
+    return check_first(handler, _refuse, unary_requests, safe_deserializer(handler.request_deserializer))
 
 
-class DecodeGuard(grpc.aio.ServerInterceptor):
+class DecodeGuard(HandlerInterceptor):
     """Every unary-request method of the server refuses undecodable bytes with INVALID_ARGUMENT."""
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        return handler if handler is None else guard_handler(handler)
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return guard_handler(handler)

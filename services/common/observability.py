@@ -14,13 +14,14 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from services.common.handlers import relay
+from services.common.handlers import Behavior, HandlerInterceptor, by_response, relay, rewrap
 from services.common.logs import REQUEST_ID_HEADER, bind_tenant, request_context
 from services.common.metric_group import LATENCY_BUCKETS, MetricGroup
 
@@ -47,9 +48,6 @@ class RpcMetrics(MetricGroup):
 
 
 # --- the gRPC server interceptor ------------------------------------------------------------------
-
-Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
-
 
 def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.StatusCode:
     code = context.code()
@@ -123,24 +121,12 @@ def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) 
 def instrument_handler(handler: grpc.RpcMethodHandler, method: str, metrics: RpcMetrics
                        ) -> grpc.RpcMethodHandler:
     """The same handler, its behaviour wrapped to record ``metrics`` and bind the request context."""
-    kinds: list[tuple[str, Callable[..., grpc.RpcMethodHandler], Callable[..., Behavior]]] = [
-        ("unary_unary", grpc.unary_unary_rpc_method_handler, _wrap_unary_response),
-        ("stream_unary", grpc.stream_unary_rpc_method_handler, _wrap_unary_response),
-        ("unary_stream", grpc.unary_stream_rpc_method_handler, _wrap_stream_response),
-        ("stream_stream", grpc.stream_stream_rpc_method_handler, _wrap_stream_response),
-    ]
-    for attr, make, wrap in kinds:
-        behavior = getattr(handler, attr)
-        if behavior is not None:
-            return make(
-                wrap(behavior, metrics, method),
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-    return handler
+    unary = partial(_wrap_unary_response, metrics=metrics, method=method)
+    stream = partial(_wrap_stream_response, metrics=metrics, method=method)
+    return rewrap(handler, by_response(unary, stream))
 
 
-class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
+class ObservabilityInterceptor(HandlerInterceptor):
     """For every call of any servicer: count and time it by method and status code, track calls in
     flight, and bind a request id (the ``x-request-id`` metadata, or a new one) for its log lines.
 
@@ -150,15 +136,8 @@ class ObservabilityInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.metrics = RpcMetrics.of(registry)
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
-        handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
-        handler = await continuation(handler_call_details)
-        if handler is None:
-            return handler
-        return instrument_handler(handler, handler_call_details.method, self.metrics)
+    def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
+        return instrument_handler(handler, method, self.metrics)
 
 
 # --- the /metrics HTTP exporter -------------------------------------------------------------------
