@@ -75,19 +75,11 @@ class RequestLimits(ServiceSettings):
 
     def check_tenant(self, tenant: str) -> str:
         """A tenant name that is not blank and not over-long."""
-        if not tenant.strip():
-            raise InvalidArgument("tenant is empty")
-        if len(tenant) > self.max_tenant_chars:
-            raise InvalidArgument(f"tenant is {len(tenant)} characters; the limit is {self.max_tenant_chars}")
-        return tenant
+        return _check_text("tenant", tenant, self.max_tenant_chars)
 
     def check_question(self, question: str) -> str:
         """A question that is not blank and not over-long."""
-        if not question.strip():
-            raise InvalidArgument("question is empty")
-        if len(question) > self.max_question_chars:
-            raise InvalidArgument(f"question is {len(question)} characters; the limit is {self.max_question_chars}")
-        return question
+        return _check_text("question", question, self.max_question_chars)
 
     def check_prompt_chars(self, what: str, chars: int) -> None:
         """Raw prompt text (``what``: "prompt", "messages", "references") within max_prompt_chars."""
@@ -111,3 +103,12 @@ class RequestLimits(ServiceSettings):
         if value < 0 or value > limit:
             raise InvalidArgument(f"{name}={value} is out of range (0 = default {default}, at most {limit})")
         return value or default
+
+
+def _check_text(what: str, text: str, limit: int) -> str:
+    """``text`` when it is not blank and has at most ``limit`` characters; else InvalidArgument naming ``what``."""
+    if not text.strip():
+        raise InvalidArgument(f"{what} is empty")
+    if len(text) > limit:
+        raise InvalidArgument(f"{what} is {len(text)} characters; the limit is {limit}")
+    return text
