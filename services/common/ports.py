@@ -8,15 +8,17 @@ from __future__ import annotations
 
 SERVICES = ("retriever", "draftcache", "generator")
 
+
+def _per_service(*ports: int) -> dict[str, int]:
+    """``ports`` given in SERVICES order, keyed by service (one for each, no more, no fewer)."""
+    return dict(zip(SERVICES, ports, strict=True))
+
+
 # gRPC listen ports (one service per container; `serve all` uses the same three).
 RETRIEVER_GRPC_PORT = 50051
 DRAFTCACHE_GRPC_PORT = 50052
 GENERATOR_GRPC_PORT = 50053
-GRPC_PORTS: dict[str, int] = {
-    "retriever": RETRIEVER_GRPC_PORT,
-    "draftcache": DRAFTCACHE_GRPC_PORT,
-    "generator": GENERATOR_GRPC_PORT,
-}
+GRPC_PORTS: dict[str, int] = _per_service(RETRIEVER_GRPC_PORT, DRAFTCACHE_GRPC_PORT, GENERATOR_GRPC_PORT)
 
 # The OpenAI-compatible HTTP endpoint (beside the generator).
 HTTP_PORT = 8080
@@ -25,11 +27,7 @@ HTTP_PORT = 8080
 RETRIEVER_METRICS_PORT = 9101
 DRAFTCACHE_METRICS_PORT = 9102
 GENERATOR_METRICS_PORT = 9103
-METRICS_PORTS: dict[str, int] = {
-    "retriever": RETRIEVER_METRICS_PORT,
-    "draftcache": DRAFTCACHE_METRICS_PORT,
-    "generator": GENERATOR_METRICS_PORT,
-}
+METRICS_PORTS: dict[str, int] = _per_service(RETRIEVER_METRICS_PORT, DRAFTCACHE_METRICS_PORT, GENERATOR_METRICS_PORT)
 
 # Kafka: the feedback-loop topic and its dead-letter topic (KafkaSettings.topic / dlt_suffix defaults).
 EVENTS_TOPIC = "lookahead.generation-completed"
