@@ -33,6 +33,18 @@ def quotas(rps: float = 0.0, burst: float = 0.0, streams: int = 0, clock: FakeCl
     return TenantQuotas(Quota(rps, burst, streams), overrides, stream_retry_s=1.5, clock=clock or FakeClock())
 
 
+def clocked(rps: float, burst: float = 0.0, streams: int = 0) -> tuple[TenantQuotas, FakeClock]:
+    """Quotas and the clock they read, for a test that moves time."""
+    clock = FakeClock()
+    return quotas(rps, burst, streams, clock), clock
+
+
+def let_through(q: TenantQuotas, times: int, tenant: str = "acme") -> None:
+    """``times`` requests in a row that the rate must let through."""
+    for _ in range(times):
+        q.check_rate(tenant)
+
+
 def refusal(q: TenantQuotas, tenant: str = "acme") -> ResourceExhausted:
     with pytest.raises(ResourceExhausted) as info:
         q.check_rate(tenant)
@@ -42,10 +54,8 @@ def refusal(q: TenantQuotas, tenant: str = "acme") -> ResourceExhausted:
 # ---- the token bucket ------------------------------------------------------------------------------
 def test_burst_then_one_request_per_interval() -> None:
     # rps 2, burst 3: three at once, then one every 0.5 s; a refusal says how long to wait
-    clock = FakeClock()
-    q = quotas(rps=2, burst=3, clock=clock)
-    for _ in range(3):
-        q.check_rate("acme")
+    q, clock = clocked(rps=2, burst=3)
+    let_through(q, 3)
     assert refusal(q).retry_after_s == pytest.approx(0.5)
     clock.now += 0.5
     q.check_rate("acme")
@@ -54,8 +64,7 @@ def test_burst_then_one_request_per_interval() -> None:
 
 def test_a_refusal_takes_nothing() -> None:
     # refused requests do not dig a hole: the wait shrinks with time, never grows with retries
-    clock = FakeClock()
-    q = quotas(rps=1, burst=1, clock=clock)
+    q, clock = clocked(rps=1, burst=1)
     q.check_rate("acme")
     for _ in range(5):
         assert refusal(q).retry_after_s == pytest.approx(1.0)
@@ -67,23 +76,18 @@ def test_a_refusal_takes_nothing() -> None:
 
 def test_burst_zero_means_the_rate_and_at_least_one() -> None:
     # burst 0: capacity = rps (4 at once), and a rate under 1/s still admits one request
-    clock = FakeClock()
-    fast = quotas(rps=4, clock=clock)
-    for _ in range(4):
-        fast.check_rate("acme")
+    fast, slow = quotas(rps=4), quotas(rps=0.5)
+    let_through(fast, 4)
     refusal(fast)
-    slow = quotas(rps=0.5, clock=clock)
     slow.check_rate("acme")
     assert refusal(slow).retry_after_s == pytest.approx(2.0)
 
 
 def test_a_long_idle_refills_only_up_to_the_burst() -> None:
-    clock = FakeClock()
-    q = quotas(rps=10, burst=2, clock=clock)
+    q, clock = clocked(rps=10, burst=2)
     q.check_rate("acme")
     clock.now += 3600
-    q.check_rate("acme")
-    q.check_rate("acme")
+    let_through(q, 2)
     refusal(q)
 
 
@@ -96,16 +100,13 @@ def test_a_clock_stepping_back_adds_nothing() -> None:
 
 def test_tenants_have_separate_buckets_and_overrides() -> None:
     # acme is limited by the default, vip by its own override, free has an unlimited override
-    clock = FakeClock()
-    q = quotas(rps=1, burst=1, clock=clock, vip=Quota(rps=100, burst=3), free=Quota())
+    q = quotas(rps=1, burst=1, vip=Quota(rps=100, burst=3), free=Quota())
     q.check_rate("acme")
     refusal(q, "acme")
     q.check_rate("other")  # acme's refusal is not other's
-    for _ in range(3):
-        q.check_rate("vip")
+    let_through(q, 3, "vip")
     refusal(q, "vip")
-    for _ in range(1000):
-        q.check_rate("free")
+    let_through(q, 1000, "free")
 
 
 def test_unlimited_by_default() -> None:
@@ -150,8 +151,7 @@ def test_stream_slot_is_freed_when_the_stream_fails() -> None:
 
 def test_stream_refusal_does_not_use_up_the_rate() -> None:
     # at its stream limit, a refused request leaves the bucket as it was
-    clock = FakeClock()
-    q = quotas(rps=1, burst=2, streams=1, clock=clock)
+    q = quotas(rps=1, burst=2, streams=1)
     with q.admit("acme"):
         for _ in range(3):
             with pytest.raises(ResourceExhausted, match="streams open"), q.admit("acme"):
@@ -204,8 +204,7 @@ async def test_stream_slot_is_freed_when_the_stream_is_closed() -> None:
 def test_idle_tenants_are_forgotten_but_not_open_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     # the state of a tenant at rest (full bucket, no stream) is dropped past MAX_IDLE_TENANTS
     monkeypatch.setattr(quota_module, "MAX_IDLE_TENANTS", 3)
-    clock = FakeClock()
-    q = quotas(rps=1, burst=1, streams=5, clock=clock)
+    q, clock = clocked(rps=1, burst=1, streams=5)
     with q.admit("busy"):
         for t in ("a", "b"):
             q.check_rate(t)
