@@ -1,4 +1,5 @@
-"""Shared bus test helpers: fast settings, fresh topics, a recording applier, waits, a topic reader.
+"""Shared bus test helpers: fast settings, fresh topics, a recording applier, a started bus, waits,
+a topic reader.
 
 The ``broker`` fixture (one tansu broker per test module) is in ``tests.kafka.fixtures``, registered
 for every test folder by ``tests/conftest.py``: ask for it by name, no import.
@@ -9,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -18,6 +20,9 @@ from lookahead_rag.v1 import events_pb2
 
 from services.events.kafka.broker import TansuMissingError, tansu_binary
 from services.events.kafka.settings import KafkaSettings
+from services.events.protocols import EventApplier, EventBus
+
+Bus = TypeVar("Bus", bound=EventBus)
 
 WAIT_S = 30.0  # upper bound for any wait in these tests (they finish far sooner)
 POLL_S = 0.02
@@ -124,6 +129,23 @@ async def wait_until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -
             await asyncio.sleep(POLL_S)
 
     await asyncio.wait_for(_poll(), timeout_s)
+
+
+async def started(bus: Bus, appliers: Mapping[str, EventApplier]) -> Bus:
+    """``bus`` with each applier subscribed as its consumer group, then started."""
+    for group, applier in appliers.items():
+        bus.subscribe(group, applier)
+    await bus.start()
+    return bus
+
+
+async def deliver(
+    bus: EventBus, events: Iterable[events_pb2.GenerationCompleted], timeout_s: float = WAIT_S
+) -> None:
+    """Publish ``events`` in order, then wait until every subscriber has applied them."""
+    for event in events:
+        bus.publish(event)
+    await bus.drain(timeout_s=timeout_s)
 
 
 def run(coro: Awaitable[None]) -> None:

@@ -14,7 +14,7 @@ from services.events.factory import make_bus
 from services.events.inprocess import InProcessBus
 from services.events.kafka.settings import KafkaSettings
 from tests.builders import completed_events
-from tests.kafka.helpers import RecordingApplier, expected_by_tenant, run
+from tests.kafka.helpers import RecordingApplier, deliver, expected_by_tenant, run, started
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -47,12 +47,8 @@ def test_every_event_reaches_both_appliers_in_order(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         bus: EventBus = make_bus(KafkaSettings(bootstrap_servers=""), tmp_path)
-        bus.subscribe(DRAFTCACHE_GROUP, draft)
-        bus.subscribe(RETRIEVER_GROUP, sessions)
-        await bus.start()
-        for event in events:
-            bus.publish(event)
-        await bus.drain(timeout_s=5)
+        await started(bus, {DRAFTCACHE_GROUP: draft, RETRIEVER_GROUP: sessions})
+        await deliver(bus, events, timeout_s=5)
         await bus.stop()
         assert bus.counters(DRAFTCACHE_GROUP).applied == len(events)
 
@@ -66,14 +62,10 @@ def test_redelivered_event_leaves_state_unchanged() -> None:
     (event,) = completed_events(1, ("acme",))
 
     async def scenario() -> None:
-        bus = InProcessBus()
-        bus.subscribe("g", applier)
-        await bus.start()
-        bus.publish(event)
-        await bus.drain(timeout_s=5)
+        bus = await started(InProcessBus(), {"g": applier})
+        await deliver(bus, [event], timeout_s=5)
         before = applier.snapshot()
-        bus.publish(event)
-        await bus.drain(timeout_s=5)
+        await deliver(bus, [event], timeout_s=5)
         assert applier.snapshot() == before
         assert bus.counters("g").duplicates == 1
         await bus.stop()
@@ -88,13 +80,8 @@ def test_failing_applier_is_retried_then_dead_lettered_and_bus_moves_on() -> Non
     flaky = FlakyApplier(failures=2)
 
     async def scenario() -> InProcessBus:
-        bus = InProcessBus(max_attempts=3)
-        bus.subscribe("broken", broken)
-        bus.subscribe("flaky", flaky)
-        await bus.start()
-        for event in events:
-            bus.publish(event)
-        await bus.drain(timeout_s=5)
+        bus = await started(InProcessBus(max_attempts=3), {"broken": broken, "flaky": flaky})
+        await deliver(bus, events, timeout_s=5)
         await bus.stop()
         return bus
 

@@ -16,7 +16,7 @@ from services.events.kafka.bus import KafkaBus
 from services.retriever.embeddings import Embedder
 from services.retriever.sessions import PastSessions
 from tests.builders import TOKENIZER, completed
-from tests.kafka.helpers import fast_settings, new_topic, run
+from tests.kafka.helpers import deliver, fast_settings, new_topic, run, started
 from tests.services.draftcache_helpers import small_settings
 from tests.services.retriever_helpers import shared_embedder
 
@@ -53,12 +53,8 @@ def test_an_answer_reaches_the_trie_and_the_past_sessions_and_survives_a_restart
     async def serve_once(event: events_pb2.GenerationCompleted) -> tuple[DraftCacheStore, PastSessions, int]:
         store = DraftCacheStore(small_settings())
         sessions = PastSessions(embedder, SESSIONS_PER_TENANT, MAX_EVENT_IDS)
-        bus = KafkaBus(settings, tmp_path)
-        bus.subscribe(DRAFTCACHE_GROUP, store)
-        bus.subscribe(RETRIEVER_GROUP, sessions)
-        await bus.start()
-        bus.publish(event)
-        await bus.drain(timeout_s=DRAIN_S)
+        bus = await started(KafkaBus(settings, tmp_path), {DRAFTCACHE_GROUP: store, RETRIEVER_GROUP: sessions})
+        await deliver(bus, [event], DRAIN_S)
         await bus.stop()
         applied = bus.counters(DRAFTCACHE_GROUP).applied + bus.counters(RETRIEVER_GROUP).applied
         return store, sessions, applied

@@ -13,7 +13,7 @@ from services.events.kafka.bus import KafkaBus
 from services.events.kafka.consumer import KafkaConsumerRunner
 from services.events.kafka.publisher import KafkaPublisher
 from tests.builders import completed_events
-from tests.kafka.helpers import RecordingApplier, expected_by_tenant, fast_settings, new_topic, run
+from tests.kafka.helpers import RecordingApplier, deliver, expected_by_tenant, fast_settings, new_topic, run, started
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(120)]
 DRAIN_S = 30.0
@@ -27,11 +27,8 @@ def test_an_event_reaches_the_draft_cache_and_the_retriever(broker: LocalBroker,
     async def scenario() -> None:
         bus = make_bus(settings, tmp_path)
         assert isinstance(bus, KafkaBus)
-        bus.subscribe(DRAFTCACHE_GROUP, draft)
-        bus.subscribe(RETRIEVER_GROUP, sessions)
-        await bus.start()
-        bus.publish(events[0])
-        await bus.drain(timeout_s=DRAIN_S)
+        await started(bus, {DRAFTCACHE_GROUP: draft, RETRIEVER_GROUP: sessions})
+        await deliver(bus, events, DRAIN_S)
         assert bus.counters(DRAFTCACHE_GROUP).applied == 1
         assert bus.counters(RETRIEVER_GROUP).applied == 1
         await bus.stop()
@@ -46,13 +43,8 @@ def test_two_groups_see_every_event_and_each_tenant_in_order(broker: LocalBroker
     events = completed_events(60)
 
     async def scenario() -> None:
-        bus = KafkaBus(settings, tmp_path)
-        bus.subscribe("first", first)
-        bus.subscribe("second", second)
-        await bus.start()
-        for event in events:
-            bus.publish(event)
-        await bus.drain(timeout_s=DRAIN_S)
+        bus = await started(KafkaBus(settings, tmp_path), {"first": first, "second": second})
+        await deliver(bus, events, DRAIN_S)
         await bus.stop()
 
     run(scenario())

@@ -21,12 +21,14 @@ from tests.builders import completed_events
 from tests.kafka.helpers import (
     CrashAfter,
     RecordingApplier,
+    deliver,
     expected_by_tenant,
     fast_settings,
     new_topic,
     read_topic,
     require_tansu,
     run,
+    started,
     wait_until,
 )
 
@@ -120,14 +122,9 @@ def test_broker_stopped_while_publishing_loses_nothing_and_applies_once(tmp_path
     draft, sessions = RecordingApplier(), RecordingApplier()
 
     async def scenario() -> None:
-        bus = KafkaBus(settings, tmp_path)
-        bus.subscribe(DRAFTCACHE_GROUP, draft)
-        bus.subscribe(RETRIEVER_GROUP, sessions)
-        await bus.start()
+        bus = await started(KafkaBus(settings, tmp_path), {DRAFTCACHE_GROUP: draft, RETRIEVER_GROUP: sessions})
         try:
-            for event in before:
-                bus.publish(event)
-            await bus.drain(timeout_s=WAIT_S)
+            await deliver(bus, before, WAIT_S)
             local.stop()
             for event in during:
                 bus.publish(event)  # answers keep coming: publish must not fail or wait
