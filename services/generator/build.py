@@ -78,7 +78,7 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
                              metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name,
                              draft_model=draft)
     if forgets is not None:
-        forgets.attach(engine.scheduler.prefix_cache)
+        forgets.attach(engine.scheduler.forgets_to())
 
     async def close() -> None:
         engine.close()

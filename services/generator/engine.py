@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator, Sequence
 import torch
 from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
 from lookahead_core.admission import QueueFull
-from lookahead_core.config import DraftMode
 from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.detok import TextStreamer
 from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
@@ -236,7 +235,7 @@ class GeneratorEngine:
 
     async def _retrieve(self, prep: Prepared, k: int, m: int, deadline: float | None) -> None:
         cfg = prep.config
-        prep.prefix_epoch = self.scheduler.prefix_cache.epoch(prep.tenant)  # before: a forget meanwhile makes it stale
+        prep.prefix_epoch = self.scheduler.prefix_epoch(prep.tenant)  # before: a forget meanwhile makes it stale
         if self.retriever is not None:
             try:
                 resp = await self.retriever.retrieve(
@@ -265,7 +264,7 @@ class GeneratorEngine:
         self._check_fits(prep.prompt_ids, cfg)
 
     async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
-        if self.drafts is None or prep.config.mode is DraftMode.NONE or not self.settings.draft_budget:
+        if self.drafts is None or not prep.config.speculative or not self.settings.draft_budget:
             return [], self.drafts is not None
         refs = [t for r in prep.references for t in r]
         try:
@@ -282,9 +281,9 @@ class GeneratorEngine:
 
     def _check_room(self) -> None:
         """Refuse at once, before any retrieval work, when the queue is already full."""
-        state, s = self.scheduler.state(), self.settings
-        if state.running >= s.max_running and state.waiting >= s.max_waiting:
-            raise ResourceExhausted(f"overloaded: {state.waiting} requests waiting (limit {s.max_waiting})")
+        if not self.scheduler.has_room():
+            waiting = self.scheduler.state().waiting
+            raise ResourceExhausted(f"overloaded: {waiting} requests waiting (limit {self.settings.max_waiting})")
 
     async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
         branches, drafts_ok = await self._fetch(prep, deadline)
@@ -299,7 +298,7 @@ class GeneratorEngine:
             with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown): nobody listens any more
                 loop.call_soon_threadsafe(events.put_nowait, (kind, value))
 
-        epoch = self.scheduler.prefix_cache.epoch(prep.tenant) if prep.prefix_epoch is None else prep.prefix_epoch
+        epoch = self.scheduler.prefix_epoch(prep.tenant) if prep.prefix_epoch is None else prep.prefix_epoch
         req = ServeRequest(
             prep.prompt_ids, prep.config, tenant=prep.tenant, trie=trie, references=prep.references,
             deadline=deadline, on_tokens=lambda _r, ids: post("step", ids), on_done=lambda _r, exc: post("done", exc),

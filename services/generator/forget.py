@@ -2,7 +2,7 @@
 
     forgets = subscribe_forgets(bus, registry)       # before bus.start(): every replica reads every forget
     ...
-    forgets.attach(engine.scheduler.prefix_cache)   # once the engine exists
+    forgets.attach(engine.scheduler.forgets_to())   # once the engine exists
 
 A forget of one document drops *all* of the tenant's prefix KV: a cached prefix is the KV of a prompt,
 and any prompt may hold the document's text (a retrieved chunk) or a past answer grounded on it; the

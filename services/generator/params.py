@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
-from lookahead_core.config import DraftMode, parse_mode
+from lookahead_core.config import parse_mode
 from lookahead_rag.v1 import generator_pb2
 
 from services.common.errors import InvalidArgument
@@ -48,7 +48,7 @@ def sampling_fields(params: generator_pb2.GenerationParams) -> dict[str, object]
 def server_config(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig:
     """The server's default decoding config, from ``[generator]`` and ``[limits]``."""
     return DecodingConfig(
-        mode=DraftMode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
+        mode=parse_mode(s.mode), decoding_length=s.decoding_length, max_decoding_length=s.max_decoding_length,
         max_new_tokens=limits.default_max_new_tokens, trie=TrieConfig(branch_length=s.branch_length),
         jacobi_window=s.jacobi_window, jacobi_ngram=s.jacobi_ngram, jacobi_guesses=s.jacobi_guesses,
         draft_layers=s.draft_layers, draft_top_k=s.draft_top_k, draft_depth=s.draft_depth,
@@ -61,9 +61,8 @@ def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig
     """The request's decoding config: ``base`` (the server's) changed by ``params`` (0 / empty = the
     server default; temperature 0 = greedy); bad values raise a one-line InvalidArgument."""
     max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
-    mode = params.mode or s.mode
     try:
-        parse_mode(mode)
+        mode = parse_mode(params.mode or s.mode)  # once: the DraftMode itself goes on
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
     if len(params.stop) > limits.max_stop_strings:
