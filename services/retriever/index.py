@@ -13,7 +13,7 @@ import io
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import faiss
 import numpy as np
@@ -43,16 +43,9 @@ class IndexConfig:
 
     @classmethod
     def from_settings(cls, s: RetrieverSettings) -> IndexConfig:
-        return cls(
-            kind=s.index_kind,
-            ivf_nlist=s.ivf_nlist,
-            ivf_nprobe=s.ivf_nprobe,
-            ivf_min_train_per_list=s.ivf_min_train_per_list,
-            hnsw_m=s.hnsw_m,
-            hnsw_ef_construction=s.hnsw_ef_construction,
-            hnsw_ef_search=s.hnsw_ef_search,
-            search_threads=s.search_threads,
-        )
+        """Each field from the settings field of the same name (``kind``: ``index_kind``)."""
+        same_names = {f.name: getattr(s, f.name) for f in fields(cls) if f.name != "kind"}
+        return cls(kind=s.index_kind, **same_names)
 
 
 def build_faiss_index(vectors: np.ndarray, config: IndexConfig) -> tuple[faiss.Index, IndexKind]:

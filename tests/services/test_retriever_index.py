@@ -177,3 +177,9 @@ def test_bench_measure_retrieval_and_variant_filler(embedder: Embedder, tok: Any
     result = measure_retrieval(core, "t", QUESTIONS, k=2)
     assert set(result) == {"chunks", "p50_ms", "p99_ms"} and result["chunks"] == len(DOCS)
     assert 0 < result["p50_ms"] <= result["p99_ms"]
+
+
+def test_index_config_takes_each_field_from_the_settings() -> None:
+    s = settings(index_kind=IndexKind.HNSW, ivf_nlist=3, ivf_nprobe=2, ivf_min_train_per_list=5, hnsw_m=7,
+                 hnsw_ef_construction=11, hnsw_ef_search=13, search_threads=2)
+    assert IndexConfig.from_settings(s) == IndexConfig(IndexKind.HNSW, 3, 2, 5, 7, 11, 13, 2)
