@@ -32,6 +32,7 @@ from services.common.observability import ObservabilityInterceptor
 from services.draftcache.build import build_draftcache
 from services.events.inprocess import InProcessBus
 from tests.builders import TOKENIZER
+from tests.services.auth_cases import Cases, bad_credentials, md
 from tests.services.draftcache_helpers import small_settings
 
 module_loop = pytest.mark.asyncio(loop_scope="module")  # the tests share the module's server
@@ -76,10 +77,6 @@ def file_state(path: Path) -> int | None:
     return path.stat().st_mtime_ns if path.exists() else None
 
 
-def md(token: str | None, scheme: str = "Bearer") -> tuple[tuple[str, str], ...]:
-    return () if token is None else (("authorization", f"{scheme} {token}"),)
-
-
 Rpc = Callable[[draftcache_pb2_grpc.DraftCacheStub, Any], Awaitable[Any]]
 # every DraftCache RPC, aimed at tenant acme (Stats over every tenant and Snapshot have no tenant)
 RPCS: dict[str, Rpc] = {
@@ -94,30 +91,17 @@ RPCS: dict[str, Rpc] = {
 NO_TENANT = {"Stats(all tenants)", "Snapshot"}
 
 
-def bad_credentials(srv: Server, rpc: str) -> dict[str, tuple[tuple[tuple[str, str], ...], grpc.StatusCode]]:
-    """Credential class -> (metadata, the code it must get) for a call on acme's data."""
-    unauth, denied = grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED
-    acme = srv.tokens["acme"]
-    cases = {
-        "missing": (md(None), unauth),
-        "wrong scheme": (md(acme, "Basic"), unauth),
-        "empty key": ((("authorization", "Bearer "),), unauth),
-        "unknown key": (md("lar_" + "x" * 43), unauth),
-        "tampered key": (md(acme[:-2]), unauth),
-        "revoked key": (md(srv.tokens["revoked"]), unauth),
-        "key in another header": ((("x-api-key", acme),), unauth),
-        "other tenant's key": (md(srv.tokens["beta"]), denied),
-    }
-    if rpc in NO_TENANT:  # a call across every tenant needs *: acme's own key is not enough
-        cases["one-tenant key on an all-tenant call"] = (md(acme), denied)
-    return cases
+def cases_for(srv: Server, rpc: str) -> Cases:
+    """The bad-credential cases for ``rpc`` on acme's data."""
+    tokens = srv.tokens
+    return bad_credentials(tokens["acme"], tokens["beta"], tokens["revoked"], rpc in NO_TENANT)
 
 
 async def codes_of(srv: Server, rpc: str) -> dict[str, grpc.StatusCode]:
     got = {}
     async with grpc.aio.insecure_channel(srv.target) as channel:
         stub = draftcache_pb2_grpc.DraftCacheStub(channel)
-        for case, (metadata, _) in bad_credentials(srv, rpc).items():
+        for case, (metadata, _) in cases_for(srv, rpc).items():
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await RPCS[rpc](stub, metadata)
             got[case] = err.value.code()
@@ -133,7 +117,7 @@ async def test_every_rpc_refuses_every_bad_credential_and_touches_nothing(server
     before, snapshot_before = store.stats(), file_state(store.settings.snapshot_path())
     got = await codes_of(server, rpc)
     # each class gets its own code: UNAUTHENTICATED without a valid key, PERMISSION_DENIED for another tenant
-    assert got == {case: code for case, (_, code) in bad_credentials(server, rpc).items()}
+    assert got == {case: code for case, (_, code) in cases_for(server, rpc).items()}
     # the store is as it was: no output added, and no snapshot written
     assert store.stats() == before and file_state(store.settings.snapshot_path()) == snapshot_before
 
