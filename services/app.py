@@ -54,13 +54,13 @@ from services.common.service import Service
 from services.common.tls import check_bind, server_credentials
 from services.config import AllSettings
 from services.draftcache.build import DraftCacheService, build_draftcache
-from services.draftcache.client import GrpcDraftClient, LocalDraftClient
+from services.draftcache.client import GrpcDraftCacheClient, LocalDraftCacheClient
 from services.draftcache.store import DraftCacheStore
 from services.events.factory import make_bus
 from services.events.metrics import OutboxMetrics, outbox_job
 from services.events.protocols import EventBus
 from services.generator.build import build_generator
-from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.clients import DraftCacheClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
 from services.generator.forget import subscribe_forgets
 from services.http.server import HttpServer
@@ -146,9 +146,9 @@ class Pipeline:
         if "generator" in names:
             if settings.kafka.enabled:
                 pipeline.refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
-            retriever, drafts = pipeline._clients(grpc_servers)
-            generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever, drafts,
-                                              served=settings.model, model=model, tokenizer=tokenizer,
+            retriever, draft_cache = pipeline._clients(grpc_servers)
+            generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever,
+                                              draft_cache, served=settings.model, model=model, tokenizer=tokenizer,
                                               forgets=forgets)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
             if grpc_servers and settings.http.enabled:
@@ -171,11 +171,11 @@ class Pipeline:
             self.ports[service.name] = await service.serve(bind.get(service.name), interceptors=interceptors,
                                                            credentials=self.server_credentials)
 
-    def _clients(self, grpc_servers: bool) -> tuple[RetrieverClient, DraftClient]:
+    def _clients(self, grpc_servers: bool) -> tuple[RetrieverClient, DraftCacheClient]:
         """The generator's way to each of the other two: in-process, this process's server, or a target."""
         gs = self.settings.generator
         retriever: RetrieverClient
-        drafts: DraftClient
+        draft_cache: DraftCacheClient
         if "retriever" in self.services and not grpc_servers:
             retriever = LocalRetrieverClient(self.retriever)
         else:
@@ -184,11 +184,11 @@ class Pipeline:
         if "draftcache" in self.services and not grpc_servers:
             service = self.services["draftcache"]
             assert isinstance(service, DraftCacheService)
-            drafts = LocalDraftClient(service.meter)
+            draft_cache = LocalDraftCacheClient(service.meter)
         else:
-            drafts = GrpcDraftClient(self._channel("draftcache", gs.draftcache_target, DRAFTCACHE_GRPC_PORT),
-                                     self.settings.auth.service_key)
-        return retriever, drafts
+            draft_cache = GrpcDraftCacheClient(self._channel("draftcache", gs.draftcache_target, DRAFTCACHE_GRPC_PORT),
+                                               self.settings.auth.service_key)
+        return retriever, draft_cache
 
     def _channel(self, name: str, target: str, default_port: int) -> grpc.aio.Channel:
         if name in self.ports:  # served by this process

@@ -4,7 +4,7 @@ Public entry points:
 
 - ``settings.DraftCacheSettings`` (``LAR_DRAFTCACHE_*``): every limit and knob.
 - ``store.DraftCacheStore``: the state, no gRPC. ``add_output`` / ``apply`` (EventApplier,
-  idempotent by event id), ``fetch`` -> ``[fetch.Branch(ids, weight)]``, ``stats``,
+  idempotent by event id), ``fetch`` -> ``[fetch.Continuation(ids, weight)]``, ``stats``,
   ``snapshot`` / ``restore``, ``save_snapshot`` / ``load_snapshot`` (atomic file).
 - ``servicer.build(settings) -> (store, servicer)`` (restores the snapshot when present),
   ``servicer.serve(settings, port) -> DraftCacheService`` (``.port``, ``.store``, ``await .stop()``),

@@ -2,7 +2,7 @@
 
     service = await build_draftcache(settings, limits, bus, registry)   # restores the snapshot if any
     await service.start()                 # periodic snapshots every settings.snapshot_interval_s
-    LocalDraftClient(service.meter)  or  await service.serve(port=0)
+    LocalDraftCacheClient(service.meter)  or  await service.serve(port=0)
     await service.stop()                  # server first, then a final snapshot when anything changed
 
 With the bus subscription each applied event marks its tenant; ``meter.refresh_sizes`` (a

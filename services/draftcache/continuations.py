@@ -1,10 +1,10 @@
-"""Chained trie branches: how a tenant's past outputs continued the n-grams of this request.
+"""Chained continuations: how a tenant's past outputs continued the n-grams of this request.
 
 Seeds are the distinct n-grams of the prompt and references (longest lengths first) that the
 tenant trie continues. Each seed's most frequent continuations are candidates, most frequent
 first; a taken candidate is extended greedily (most frequent child of the longest matching suffix,
-so the end of a branch seeds the next lookup) until the trie has nothing more, the chain is long
-enough, or the next step would repeat an n-gram some returned branch already holds. Deterministic:
+so the end of a continuation seeds the next lookup) until the trie has nothing more, the chain is long
+enough, or the next step would repeat an n-gram some returned continuation already holds. Deterministic:
 every tie is broken by token id or by first occurrence in the query.
 """
 
@@ -51,7 +51,7 @@ class WalkLimits:
 
     seed_ngrams: tuple[int, ...]  # query n-gram lengths looked up, longest first
     max_seed_children: int  # continuations taken under one seed
-    max_chain_tokens: int  # longest returned branch, seed included
+    max_chain_tokens: int  # longest returned continuation, seed included
     max_match: int  # longest suffix looked up when extending a chain (branch_length - 1)
 
     @property
@@ -115,10 +115,10 @@ def _seed_candidates(trie: TokenTrie, query: Sequence[int], limits: WalkLimits) 
     return heap
 
 
-def trie_branches(
+def trie_continuations(
     trie: TokenTrie, query: Sequence[int], budget: int, limits: WalkLimits, coverage: Coverage
 ) -> list[tuple[list[int], float]]:
-    """Chained branches continuing ``query``'s n-grams, most frequent first, ``budget`` tokens in all.
+    """Chained continuations of ``query``'s n-grams, most frequent first, ``budget`` tokens in all.
 
     Each is (seed + continuation ids, output frequency of the seed followed by its first token).
     """

@@ -6,19 +6,19 @@ from collections.abc import Sequence
 
 from lookahead_rag.v1 import draftcache_pb2
 
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from services.draftcache.store import ScopeStats
 
 
-def fetch_response(branches: Sequence[Branch]) -> draftcache_pb2.FetchResponse:
+def fetch_response(continuations: Sequence[Continuation]) -> draftcache_pb2.FetchResponse:
     return draftcache_pb2.FetchResponse(
-        branches=[draftcache_pb2.Branch(ids=b.ids, weight=b.weight) for b in branches],
-        tokens=sum(len(b.ids) for b in branches),
+        continuations=[draftcache_pb2.Branch(ids=c.ids, weight=c.weight) for c in continuations],
+        tokens=sum(len(c.ids) for c in continuations),
     )
 
 
-def branches_from_proto(response: draftcache_pb2.FetchResponse) -> list[Branch]:
-    return [Branch(list(b.ids), b.weight) for b in response.branches]
+def continuations_from_proto(response: draftcache_pb2.FetchResponse) -> list[Continuation]:
+    return [Continuation(list(c.ids), c.weight) for c in response.continuations]
 
 
 def stats_response(stats: Sequence[ScopeStats]) -> draftcache_pb2.DraftStatsResponse:

@@ -1,12 +1,13 @@
-"""One Fetch: the bounded, request-scoped token branches of a tenant scope relevant to a request.
+"""One Fetch: the bounded, request-scoped continuations of a tenant scope relevant to a request.
 
 Two parts, in this order, ``budget`` tokens in all:
 
 1. whole past outputs (LLMA references) sharing the most n-grams with prompt + references, best
    first, within ``whole_output_share`` of the budget: long copyable spans for a repeated or
    similar question; weight = how many applied outputs had exactly these ids;
-2. trie branches continuing n-grams of prompt + references, chained, most frequent first, in
-   what is left; weight = output frequency of the branch's seed n-gram followed by its first token.
+2. chained continuations of n-grams of prompt + references, found in the trie, most frequent first,
+   in what is left; weight = output frequency of the continuation's seed n-gram followed by its
+   first token.
 
 Every returned sequence comes from the scope's past outputs only: part 1 is a prefix of a stored
 output; in part 2 every run of ``min(seed_ngrams) + 1`` consecutive tokens is an n-gram of some
@@ -18,20 +19,27 @@ returned sequence already holds is not returned again.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from lookahead_core.trie import TokenTrie
 
-from services.draftcache.branches import Coverage, WalkLimits, trie_branches
+from services.draftcache.continuations import Coverage, WalkLimits, trie_continuations
 from services.draftcache.references import ReferenceStore, distinct_ngrams
 from services.draftcache.settings import DraftCacheSettings
 
 
-class Branch(NamedTuple):
+class Continuation(NamedTuple):
     """A fetched token sequence and its weight (an occurrence count, see the module docstring)."""
 
     ids: list[int]
     weight: float
+
+
+class Fetcher(Protocol):
+    """What answers a Fetch: a DraftCacheStore, or its StoreMeter (which times each fetch)."""
+
+    def fetch(self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
+              reference_ids: Sequence[int] = (), budget: int = 0) -> list[Continuation]: ...
 
 
 def walk_limits(settings: DraftCacheSettings) -> WalkLimits:
@@ -45,35 +53,35 @@ def walk_limits(settings: DraftCacheSettings) -> WalkLimits:
 
 def whole_outputs(
     refs: ReferenceStore, query: Sequence[int], budget: int, settings: DraftCacheSettings, coverage: Coverage
-) -> list[Branch]:
+) -> list[Continuation]:
     """Past outputs sharing the most n-grams with ``query``, cut so their total stays within ``budget``."""
     grams = distinct_ngrams(query, settings.similarity_ngram)
     matches = refs.best(grams, settings.max_whole_outputs, settings.min_shared_ngrams)
-    out: list[Branch] = []
+    out: list[Continuation] = []
     room = budget
     for match in matches:
         if room < min(len(match.ids), settings.branch_length):  # too little left for a useful span
             break
         ids = list(match.ids[:room])
         coverage.add_sequence(ids)
-        out.append(Branch(ids, float(match.count)))
+        out.append(Continuation(ids, float(match.count)))
         room -= len(ids)
     return out
 
 
-def fetch_branches(
+def fetch_continuations(
     trie: TokenTrie,
     refs: ReferenceStore,
     prompt_ids: Sequence[int],
     reference_ids: Sequence[int],
     budget: int,
     settings: DraftCacheSettings,
-) -> list[Branch]:
-    """Whole past outputs first, then chained trie branches; ``sum(len(ids)) <= budget``."""
+) -> list[Continuation]:
+    """Whole past outputs first, then chained trie continuations; ``sum(len(ids)) <= budget``."""
     query = [*prompt_ids, *reference_ids]
     limits = walk_limits(settings)
     coverage = Coverage(context=max(limits.seed_ngrams))
     out = whole_outputs(refs, query, int(budget * settings.whole_output_share), settings, coverage)
     used = sum(len(b.ids) for b in out)
-    out += [Branch(ids, w) for ids, w in trie_branches(trie, query, budget - used, limits, coverage)]
+    out += [Continuation(ids, w) for ids, w in trie_continuations(trie, query, budget - used, limits, coverage)]
     return out

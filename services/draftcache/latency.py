@@ -90,10 +90,10 @@ def main(argv: list[str] | None = None) -> None:
         chosen = rng.sample(docs, PROMPT_DOCS)
         prompt = [t for d in chosen for t in d[:DOC_TOKENS]] + span(rng, chosen[0], QUESTION_TOKENS)
         refs = rng.choice(outputs)
-        branches, wall, cpu = timed_ms(lambda p=prompt, r=refs: store.fetch(TENANT, TOKENIZER, p, r, args.budget))
+        continuations, wall, cpu = timed_ms(lambda p=prompt, r=refs: store.fetch(TENANT, TOKENIZER, p, r, args.budget))
         fetch_ms[0].append(wall)
         fetch_ms[1].append(cpu)
-        tokens.append(sum(len(b.ids) for b in branches))
+        tokens.append(sum(len(b.ids) for b in continuations))
     stats = store.stats(TENANT)[0]
     print(f"tenant: {stats.outputs} outputs, {stats.references} kept whole, {stats.nodes} trie nodes")
     print(f"prompt ~{PROMPT_DOCS * DOC_TOKENS + QUESTION_TOKENS} tokens + {OUTPUT_TOKENS} reference tokens")

@@ -6,7 +6,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from services.draftcache.metrics import DraftCacheMetrics
 from services.draftcache.store import DraftCacheStore
 from services.events.metrics import ConsumerMetrics, ObservedApplier
@@ -28,11 +28,11 @@ class StoreMeter:
         store.add_eviction_listener(self._evicted)
 
     def fetch(self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
-              reference_ids: Sequence[int] = (), budget: int = 0) -> list[Branch]:
+              reference_ids: Sequence[int] = (), budget: int = 0) -> list[Continuation]:
         start = time.perf_counter()
-        branches = self.store.fetch(tenant, tokenizer_id, prompt_ids, reference_ids, budget)
+        continuations = self.store.fetch(tenant, tokenizer_id, prompt_ids, reference_ids, budget)
         self.metrics.record_fetch(time.perf_counter() - start)
-        return branches
+        return continuations
 
     def add_output(self, tenant: str, tokenizer_id: str, output_ids: Sequence[int], event_id: str) -> bool:
         applied = self.store.add_output(tenant, tokenizer_id, output_ids, event_id)

@@ -17,7 +17,7 @@ class DraftCacheMetrics(MetricGroup):
         self.trie_nodes = self.gauge("draftcache_trie_nodes", "trie nodes held per tenant", ("tenant",))
         self.trie_bytes = self.gauge("draftcache_trie_bytes", "approx. trie bytes per tenant", ("tenant",))
         self.fetch_latency = self.histogram(
-            "draftcache_fetch_latency_seconds", "time to assemble one Fetch's branches", LATENCY_BUCKETS
+            "draftcache_fetch_latency_seconds", "time to assemble one Fetch's continuations", LATENCY_BUCKETS
         )
         self.tenant_evictions = self.counter(
             "draftcache_tenant_evictions", "tenants evicted (least recently used) to stay within max_tenants"

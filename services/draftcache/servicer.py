@@ -9,16 +9,25 @@ services.draftcache.convert.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
 from services.common.errors import FailedPrecondition, grpc_errors
 from services.draftcache.convert import fetch_response, stats_response
+from services.draftcache.fetch import Fetcher
 from services.draftcache.meter import StoreMeter
 from services.draftcache.store import DraftCacheStore
 
 SERVICE_NAME: str = draftcache_pb2.DESCRIPTOR.services_by_name["DraftCache"].full_name
+
+
+async def fetch_reply(store: Fetcher, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
+                      reference_ids: Sequence[int], budget: int) -> draftcache_pb2.FetchResponse:
+    """One Fetch, off the event loop, as the wire has it: this servicer's reply and the in-process client's."""
+    found = await asyncio.to_thread(store.fetch, tenant, tokenizer_id, list(prompt_ids), list(reference_ids), budget)
+    return fetch_response(found)
 
 
 class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
@@ -40,15 +49,8 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def Fetch(
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
-        branches = await asyncio.to_thread(
-            self._calls.fetch,
-            request.tenant,
-            request.tokenizer_id,
-            request.prompt_ids,
-            request.reference_ids,
-            request.budget,
-        )
-        return fetch_response(branches)
+        return await fetch_reply(self._calls, request.tenant, request.tokenizer_id, request.prompt_ids,
+                                 request.reference_ids, request.budget)
 
     @grpc_errors
     async def Stats(

@@ -39,51 +39,26 @@ class DraftCacheSettings(ServerSettings):
         description="where the snapshot persists (restored on start); None keeps everything in memory",
     )
     branch_length: int = Field(12, ge=2, description="tokens per window inserted into a tenant trie")
-    node_capacity: int = Field(
-        50_000, ge=16, description="trie nodes kept per tenant and tokenizer; least-frequent pruned past it"
-    )
-    prune_slack: float = Field(
-        0.25,
-        gt=0.0,
-        lt=1.0,
-        description="prune down to (1 - slack) * capacity (each prune walks the whole trie: rarer is cheaper)",
-    )
-    max_references: int = Field(
-        1000, ge=0, description="most recent distinct outputs kept whole per tenant and tokenizer"
-    )
+    node_capacity: int = Field(50_000, ge=16, description="trie nodes per tenant and tokenizer; rarest pruned past it")
+    prune_slack: float = Field(0.25, gt=0.0, lt=1.0, description="prune to (1 - slack) * capacity: fewer trie walks")
+    max_references: int = Field(1000, ge=0, description="latest distinct outputs kept whole per tenant and tokenizer")
     max_reference_tokens: int = Field(4096, ge=1, description="an output kept whole is cut to this many tokens")
-    max_event_ids: int = Field(
-        100_000, ge=1, description="applied event ids remembered per tenant (oldest forgotten first)"
-    )
+    max_event_ids: int = Field(100_000, ge=1, description="applied event ids kept per tenant (oldest forgotten first)")
     default_budget: int = Field(512, ge=1, description="tokens a Fetch returns when it says budget=0")
     max_budget: int = Field(8192, ge=1, description="largest budget a Fetch may ask for")
-    similarity_ngram: int = Field(
-        4, ge=1, description="n-gram length that scores past outputs against the prompt and references"
-    )
-    min_shared_ngrams: int = Field(
-        2, ge=1, description="a past output is returned whole only when it shares this many n-grams"
-    )
-    max_ngram_outputs: int = Field(
-        200, ge=1, description="an n-gram found in more stored outputs than this is too common to score with"
-    )
+    similarity_ngram: int = Field(4, ge=1, description="n-gram length scoring past outputs against the request")
+    min_shared_ngrams: int = Field(2, ge=1, description="n-grams a past output must share to be returned whole")
+    max_ngram_outputs: int = Field(200, ge=1, description="an n-gram in more stored outputs is too common to score")
     max_whole_outputs: int = Field(4, ge=0, description="past outputs returned whole per Fetch at most")
-    whole_output_share: float = Field(
-        0.75, ge=0.0, le=1.0, description="share of the budget past outputs returned whole may use"
-    )
-    seed_ngrams: tuple[int, ...] = Field(
-        (3, 2), min_length=1, description="prompt n-gram lengths looked up in the trie, longest first"
-    )
+    whole_output_share: float = Field(0.75, ge=0.0, le=1.0, description="budget share for past outputs returned whole")
+    seed_ngrams: tuple[int, ...] = Field((3, 2), min_length=1, description="trie seed n-gram lengths, longest first")
     max_seed_children: int = Field(4, ge=1, description="continuations considered under one seed n-gram")
-    max_chain_tokens: int = Field(64, ge=2, description="longest chained branch (its seed included) one Fetch returns")
+    max_chain_tokens: int = Field(64, ge=2, description="longest chained continuation one Fetch returns, seed included")
     max_request_ids: int = Field(131_072, ge=1, description="most ids in a Fetch (prompt + references) or an AddOutput")
-    max_tenants: int = Field(
-        1000, ge=1, description="tenants held; a new one past it evicts the least recently used (fetch or add)"
-    )
+    max_tenants: int = Field(1000, ge=1, description="tenants held; a new one past it evicts the least recently used")
     max_tokenizers_per_tenant: int = Field(4, ge=1, description="tokenizer ids held per tenant")
     max_name_chars: int = Field(256, ge=1, description="longest tokenizer id or event id accepted (tenants: [limits])")
-    snapshot_interval_s: float = Field(
-        60.0, ge=0.0, description="serve() writes the snapshot this often when something changed (0: never)"
-    )
+    snapshot_interval_s: float = Field(60.0, ge=0.0, description="write the snapshot this often if changed (0: never)")
 
     @model_validator(mode="after")
     def _consistent(self) -> DraftCacheSettings:

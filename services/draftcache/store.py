@@ -3,7 +3,7 @@
     store = DraftCacheStore(settings)
     store.load_snapshot(path)                                   # if one was saved
     store.add_output("acme", tok_id, output_ids, event_id)     # True once per event id
-    branches = store.fetch("acme", tok_id, prompt_ids, reference_ids, budget=0)  # [Branch(ids, weight)]
+    continuations = store.fetch("acme", tok_id, prompt_ids, reference_ids, budget=0)  # [Continuation(ids, weight)]
 
 Also the bus's EventApplier for ``GenerationCompleted`` and ``ForgetRequested`` (``apply`` /
 ``snapshot`` / ``restore``).
@@ -50,7 +50,7 @@ from lookahead_rag.v1 import events_pb2
 from services.common.errors import InvalidArgument, ResourceExhausted
 from services.common.limits import RequestLimits
 from services.draftcache import codec
-from services.draftcache.fetch import Branch, fetch_branches
+from services.draftcache.fetch import Continuation, fetch_continuations
 from services.draftcache.forget import OutputLog, needs_rebuild, rebuild
 from services.draftcache.persistence import read_file, write_file_atomic
 from services.draftcache.references import ReferenceStore
@@ -255,8 +255,8 @@ class DraftCacheStore:
         prompt_ids: Sequence[int],
         reference_ids: Sequence[int] = (),
         budget: int = 0,
-    ) -> list[Branch]:
-        """The request-scoped branches of this tenant's past outputs (see services.draftcache.fetch).
+    ) -> list[Continuation]:
+        """The request-scoped continuations of this tenant's past outputs (see services.draftcache.fetch).
 
         ``budget`` = max total tokens (0: the default). An unknown tenant or tokenizer gets [].
         """
@@ -276,7 +276,7 @@ class DraftCacheStore:
             scope = state.scopes.get(tokenizer_id)
             if scope is None:
                 return []
-            return fetch_branches(scope.trie, scope.refs, prompt, references, budget, s)
+            return fetch_continuations(scope.trie, scope.refs, prompt, references, budget, s)
 
     def stats(self, tenant: str = "") -> list[ScopeStats]:
         """Per-scope sizes of ``tenant`` (every tenant when empty), sorted by (tenant, tokenizer)."""

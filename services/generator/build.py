@@ -1,6 +1,6 @@
 """``build_generator``: the generator as one Service (engine, servicer, metrics).
 
-    service = await build_generator(settings, limits, bus, registry, retriever_client, draft_client,
+    service = await build_generator(settings, limits, bus, registry, retriever_client, draft_cache_client,
                                     served=ModelSettings())
     await service.serve(port=0)          # or call service.core (the GeneratorEngine) in-process
 
@@ -27,7 +27,7 @@ from services.common.model_settings import ModelSettings
 from services.common.service import Service
 from services.common.settings import ConfigError
 from services.events.protocols import EventPublisher
-from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.clients import DraftCacheClient, RetrieverClient
 from services.generator.engine import GeneratorEngine
 from services.generator.forget import PrefixForgets
 from services.generator.metrics import GeneratorMetrics
@@ -66,7 +66,7 @@ async def load_draft_model(name: str, served: ModelSettings, tokenizer: Any) -> 
 
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
-                          drafts: DraftClient | None, *, served: ModelSettings, model: Any = None,
+                          draft_cache: DraftCacheClient | None, *, served: ModelSettings, model: Any = None,
                           tokenizer: Any = None, forgets: PrefixForgets | None = None) -> Service[GeneratorEngine]:
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
@@ -74,7 +74,7 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
     if retriever is not None:
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     draft = await load_draft_model(settings.draft_model, served, tokenizer) if settings.draft_model else None
-    engine = GeneratorEngine(settings, model, tokenizer, retriever, drafts, bus,
+    engine = GeneratorEngine(settings, model, tokenizer, retriever, draft_cache, bus,
                              metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name,
                              draft_model=draft)
     if forgets is not None:

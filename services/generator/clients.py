@@ -22,7 +22,7 @@ class RetrieverClient(Protocol):
     async def served_model(self, timeout_s: float) -> tuple[str, str]: ...
 
 
-class DraftClient(Protocol):
+class DraftCacheClient(Protocol):
     async def fetch(
         self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int], reference_ids: Sequence[int],
         budget: int, timeout_s: float,

@@ -2,7 +2,8 @@
 
 One request: the retriever gives the grounded prompt (if it is down or late, the question alone is
 templated and the stats say documents were unavailable); the draft cache gives the tenant's
-branches once (if down or late, the request decodes with its own prompt branches only); decoding
+continuations once (how its past outputs went on; if down or late, the request drafts from its own
+prompt only); decoding
 runs on the engine's step scheduler (lookahead_core.scheduler: one thread owns the model and
 verifies every in-flight request in one batched forward per step; a bounded queue with fair share
 by tenant holds the rest) and each verified step is streamed; the finished answer is published as
@@ -43,7 +44,7 @@ from services.common.logs import log_text
 from services.common.quota import TenantQuotas
 from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
-from services.generator.clients import DraftClient, RetrieverClient
+from services.generator.clients import DraftCacheClient, RetrieverClient
 from services.generator.params import decoding_config, server_config
 from services.generator.prepared import Prepared, grounding_doc_ids
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
@@ -65,7 +66,7 @@ class GeneratorEngine:
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         retriever: RetrieverClient | None = None,
-        drafts: DraftClient | None = None,
+        draft_cache: DraftCacheClient | None = None,
         publisher: EventPublisher | None = None,
         metrics: object | None = None,
         limits: RequestLimits | None = None,
@@ -90,7 +91,7 @@ class GeneratorEngine:
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.retriever = retriever
-        self.drafts = drafts
+        self.draft_cache = draft_cache
         self.publisher = publisher
         self.metrics = metrics
 
@@ -264,11 +265,11 @@ class GeneratorEngine:
         self._check_fits(prep.prompt_ids, cfg)
 
     async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
-        if self.drafts is None or not prep.config.speculative or not self.settings.draft_budget:
-            return [], self.drafts is not None
+        if self.draft_cache is None or not prep.config.speculative or not self.settings.draft_budget:
+            return [], self.draft_cache is not None
         refs = [t for r in prep.references for t in r]
         try:
-            resp = await self.drafts.fetch(
+            resp = await self.draft_cache.fetch(
                 prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.draft_budget,
                 self._timeout(self.settings.fetch_timeout_s, deadline),
             )
@@ -277,7 +278,7 @@ class GeneratorEngine:
             if self.metrics is not None:
                 self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
             return [], False
-        return [(list(b.ids), max(1, round(b.weight))) for b in resp.branches], True
+        return [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations], True
 
     def _check_room(self) -> None:
         """Refuse at once, before any retrieval work, when the queue is already full."""
@@ -286,11 +287,11 @@ class GeneratorEngine:
             raise ResourceExhausted(f"overloaded: {waiting} requests waiting (limit {self.settings.max_waiting})")
 
     async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
-        branches, drafts_ok = await self._fetch(prep, deadline)
+        continuations, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
-        for ids, count in branches:  # the tenant's past outputs: every window, as output counts
+        for ids, count in continuations:  # the tenant's past outputs: every window, as output counts
             trie.insert_output(ids, count=count, prune=False)
-        attribution = DraftAttribution(prep.prompt_ids, prep.references, [b for b, _ in branches])
+        attribution = DraftAttribution(prep.prompt_ids, prep.references, [c for c, _ in continuations])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
 

@@ -64,7 +64,7 @@ class GeneratorSettings(ServerSettings):
     mjsd_threshold: float = Field(
         MJSD_THRESHOLD, gt=0, le=1, description="mjsd: accept a prefix when P_target / P_draft >= this"
     )
-    draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache branches fetched per request")
+    draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache continuations fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")
     # side-channel-safe streams (services/generator/safe_stream.py, docs/SECURITY.md)

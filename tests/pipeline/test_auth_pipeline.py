@@ -23,7 +23,7 @@ from lookahead_rag.v1 import draftcache_pb2_grpc, generator_pb2, generator_pb2_g
 from services import keys_cli
 from services.common.errors import FailedPrecondition
 from services.common.keys import KeyFile
-from services.draftcache.client import GrpcDraftClient
+from services.draftcache.client import GrpcDraftCacheClient
 from services.retriever.client import GrpcRetrieverClient
 from tests.http.helpers import raw_client
 from tests.pipeline.helpers import QUESTION, RunningPipeline, collect, module_loop, params, running_pipeline
@@ -174,7 +174,7 @@ async def test_the_service_key_lets_the_generator_reach_the_other_two(secured: S
         await GrpcRetrieverClient(secured.channels["retriever"]).retrieve(
             WORKER, QUESTION, 1, 0, MAX_NEW, secured.p.engine.tokenizer_id, TIMEOUT_S)
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await GrpcDraftClient(secured.channels["draftcache"]).fetch(
+        await GrpcDraftCacheClient(secured.channels["draftcache"]).fetch(
             WORKER, secured.p.engine.tokenizer_id, [1, 2], [], 8, TIMEOUT_S)
     assert err.value.code() == UNAUTH
 

@@ -176,7 +176,7 @@ async def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tena
         own = await fetch(tenant_b)
         other = await fetch(tenant_a)
     assert own.tokens > 0  # control: B's outputs are there for B
-    assert other.tokens == 0 and not other.branches
+    assert other.tokens == 0 and not other.continuations
 
     async with grpc.aio.insecure_channel(pipe.target("retriever")) as ch:
         retriever = retriever_pb2_grpc.RetrieverStub(ch)

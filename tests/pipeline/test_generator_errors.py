@@ -207,8 +207,8 @@ async def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPip
 @module_loop
 async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenant: str) -> None:
     engine = pipe.engine
-    retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.drafts)
-    engine.retriever, engine.drafts = retriever, drafts
+    retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.draft_cache)
+    engine.retriever, engine.draft_cache = retriever, drafts
     try:
         with SubmitSpy(engine.scheduler) as spy, ForwardGate(engine.scheduler.kernels, block_at=2) as gate:
             call = pipe.stub.Answer(pipe.answer_request(tenant, max_new_tokens=MAX_NEW), timeout=DEADLINE_S)
@@ -224,7 +224,7 @@ async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline,
             assert ended(req) and req.stats.finish_reason == "cancelled"
             assert len(req.output) <= 2  # the prefill's token and at most the held step's
     finally:
-        engine.retriever, engine.drafts = retriever.inner, drafts.inner
+        engine.retriever, engine.draft_cache = retriever.inner, drafts.inner
     configured = engine.settings.retrieve_timeout_s
     assert configured > DEADLINE_S
     assert retriever.timeouts and all(0 < t < DEADLINE_S for t in retriever.timeouts)  # the time left

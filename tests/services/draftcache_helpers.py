@@ -10,7 +10,7 @@ from services.draftcache.settings import DraftCacheSettings
 from services.draftcache.store import DraftCacheStore
 from tests.builders import TOKENIZER
 
-# Small on purpose: depth-4 tries and bigram seeds make expected branches easy to write by hand.
+# Small on purpose: depth-4 tries and bigram seeds make expected continuations easy to write by hand.
 SMALL = {
     "branch_length": 4,
     "seed_ngrams": (2,),

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from services.draftcache.meter import StoreMeter
 from services.draftcache.metrics import DraftCacheMetrics
 from services.draftcache.store import DraftCacheStore
@@ -24,13 +24,13 @@ A, B, C = "tenant-a", "tenant-b", "tenant-c"
 CAP = 2  # max_tenants in these tests
 OUTPUT = [1, 2, 3]  # every tenant's one output; the seed [1, 2] finds it
 SEED = [1, 2]
-FOUND = [Branch(OUTPUT, 1.0)]  # what a fetch of SEED returns for a tenant holding OUTPUT
+FOUND = [Continuation(OUTPUT, 1.0)]  # what a fetch of SEED returns for a tenant holding OUTPUT
 BUDGET = 20
 EVICTIONS = "lookahead_rag_draftcache_tenant_evictions_total"
 TRIE_NODES = "lookahead_rag_draftcache_trie_nodes"
 
 
-def find(store: DraftCacheStore | StoreMeter, tenant: str) -> list[Branch]:
+def find(store: DraftCacheStore | StoreMeter, tenant: str) -> list[Continuation]:
     return store.fetch(tenant, TOKENIZER, SEED, [], BUDGET)
 
 

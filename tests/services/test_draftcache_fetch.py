@@ -1,4 +1,4 @@
-"""DraftCacheStore.fetch: which branches come back for a request, in what order, within the budget.
+"""DraftCacheStore.fetch: which continuations come back for a request, in what order, within the budget.
 
 Settings are tests.services.draftcache_helpers.SMALL: depth-4 tries, bigram seeds, bigram similarity
 (2 shared bigrams make a past output "similar"), half the budget for whole outputs.
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings, store_with
 
@@ -41,11 +41,11 @@ FETCH_CASES: list[tuple[Outputs, list[int], int, Expected]] = [
     ([[5, 6, 7, 8, 9]], [5, 6, 7], 20, [([5, 6, 7, 8, 9], 1.0)]),
     # whole outputs get half the budget: cut to 4 tokens, and the rest adds nothing new
     ([[5, 6, 7, 8, 9]], [5, 6, 7], 8, [([5, 6, 7, 8], 1.0)]),
-    # two similar outputs, most shared bigrams first (3 vs 2), then no trie branch repeats them
+    # two similar outputs, most shared bigrams first (3 vs 2), then no trie continuation repeats them
     ([[2, 3, 4, 6], [1, 2, 3, 4, 5]], [1, 2, 3, 4], 40, [([1, 2, 3, 4, 5], 1.0), ([2, 3, 4, 6], 1.0)]),
     # the same output twice is kept once, weight 2
     ([[5, 6, 7, 8], [5, 6, 7, 8]], [5, 6, 7], 20, [([5, 6, 7, 8], 2.0)]),
-    # a whole output first, then a trie branch for a prompt bigram it does not hold
+    # a whole output first, then a trie continuation of a prompt bigram it does not hold
     ([[5, 6, 7, 8], [30, 31, 32]], [5, 6, 7, 30, 31], 20, [([5, 6, 7, 8], 1.0), ([30, 31, 32], 1.0)]),
     # an empty prompt (and no references) seeds nothing
     ([[1, 2, 3]], [], 20, []),
@@ -61,7 +61,7 @@ def test_fetch_cases(outputs: Outputs, prompt: list[int], budget: int, expected:
 
 def test_reference_ids_seed_like_the_prompt() -> None:
     store = store_with([(T, [1, 2, 3])])
-    assert store.fetch(T, TOKENIZER, [40], [1, 2], 20) == [Branch([1, 2, 3], 1.0)]
+    assert store.fetch(T, TOKENIZER, [40], [1, 2], 20) == [Continuation([1, 2, 3], 1.0)]
 
 
 def test_budget_zero_means_default() -> None:
@@ -70,10 +70,10 @@ def test_budget_zero_means_default() -> None:
     assert sum(len(b.ids) for b in got) == 5
 
 
-def test_max_chain_tokens_bounds_one_branch() -> None:
+def test_max_chain_tokens_bounds_one_continuation() -> None:
     store = store_with([(T, list(range(1, 40)))], small_settings(max_chain_tokens=6))
     got = store.fetch(T, TOKENIZER, [1, 2], [], 64)
-    assert got == [Branch([1, 2, 3, 4, 5, 6], 1.0)]
+    assert got == [Continuation([1, 2, 3, 4, 5, 6], 1.0)]
 
 
 def test_unknown_tenant_and_tokenizer_get_nothing() -> None:
@@ -108,8 +108,8 @@ def test_fetch_properties(
     assert sum(len(b.ids) for b in got) <= budget
     # deterministic
     assert got == store.fetch("A", TOKENIZER, [*prompt, 100, 101], refs, budget)
-    # every step of every branch is an n-gram of tenant A's outputs (seed 2 + next token = trigrams),
-    # or the whole branch is a prefix of one of A's outputs
+    # every step of every continuation is an n-gram of tenant A's outputs (seed 2 + next token = trigrams),
+    # or the whole continuation is a prefix of one of A's outputs
     a_trigrams = set().union(*(_ngrams(ids, 3) for ids in outputs))
     for b in got:
         assert len(b.ids) >= 2 and b.weight >= 1

@@ -57,8 +57,8 @@ def fetch(
     )
 
 
-def branches(response: pb.FetchResponse) -> list[tuple[list[int], float]]:
-    return [(list(b.ids), b.weight) for b in response.branches]
+def continuations(response: pb.FetchResponse) -> list[tuple[list[int], float]]:
+    return [(list(b.ids), b.weight) for b in response.continuations]
 
 
 def test_add_fetch_stats_snapshot_and_health(tmp_path: Path) -> None:
@@ -71,10 +71,10 @@ def test_add_fetch_stats_snapshot_and_health(tmp_path: Path) -> None:
         assert (await stub.AddOutput(add("e1", [1, 2, 3, 4]))).applied is False  # idempotent
         assert (await stub.AddOutput(add("e2", [1, 2, 9], tenant="other"))).applied is True
         got = await stub.Fetch(fetch([7, 1, 2]))
-        assert branches(got) == [([1, 2, 3, 4], 1.0)]
+        assert continuations(got) == [([1, 2, 3, 4], 1.0)]
         assert got.tokens == 4
         # unknown tenant: empty, not an error
-        assert branches(await stub.Fetch(fetch([1, 2], tenant="nobody"))) == []
+        assert continuations(await stub.Fetch(fetch([1, 2], tenant="nobody"))) == []
         stats = await stub.Stats(pb.DraftStatsRequest(tenant=T))
         assert [(s.tenant, s.tokenizer_id, s.outputs) for s in stats.tries] == [(T, TOKENIZER, 1)]
         assert stats.tries[0].nodes > 0 and stats.tries[0].bytes > 0
@@ -143,11 +143,11 @@ def test_restart_restores_the_snapshot(tmp_path: Path) -> None:
     async def first(stub: Stub, channel: grpc.aio.Channel) -> list[tuple[list[int], float]]:
         for i, ids in enumerate([[1, 2, 3, 4, 5], [1, 2, 3, 4, 5], [1, 2, 8]]):
             await stub.AddOutput(add(f"e{i}", ids))
-        return branches(await stub.Fetch(fetch([1, 2, 3])))
+        return continuations(await stub.Fetch(fetch([1, 2, 3])))
 
     async def second(stub: Stub, channel: grpc.aio.Channel) -> list[tuple[list[int], float]]:
         assert (await stub.AddOutput(add("e0", [1, 2, 3, 4, 5]))).applied is False  # event ids came back
-        return branches(await stub.Fetch(fetch([1, 2, 3])))
+        return continuations(await stub.Fetch(fetch([1, 2, 3])))
 
     before = run(settings, first)  # stop() writes the final snapshot
     assert before == [([1, 2, 3, 4, 5], 2.0), ([1, 2, 8], 1.0)]

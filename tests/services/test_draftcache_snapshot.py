@@ -52,7 +52,7 @@ def test_roundtrip_restores_equal_state() -> None:
     restored = DraftCacheStore(small_settings(node_capacity=64, max_references=6))
     restored.restore(data)
     assert observe(restored) == observe(store)
-    assert any(observe(store)[1:])  # the queries do find branches (the comparison is not vacuous)
+    assert any(observe(store)[1:])  # the queries do find continuations (the comparison is not vacuous)
     assert restored.snapshot() == data
     # applied event ids came along: replaying every event changes nothing
     for i in range(EVENTS):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from services.common.errors import InvalidArgument, ResourceExhausted
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from services.draftcache.store import DraftCacheStore
 from services.events import EventApplier
 from services.events.inprocess import InProcessBus
@@ -26,8 +26,8 @@ TOK = TOKENIZER
 def test_tenants_never_mix() -> None:
     # same seed (1, 2) in both tenants, different continuations
     store = store_with([(A, [1, 2, 3, 4]), (B, [1, 2, 99, 98]), (B, [1, 2, 99, 98])])
-    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 3, 4], 1.0)]
-    assert store.fetch(B, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 99, 98], 2.0)]
+    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Continuation([1, 2, 3, 4], 1.0)]
+    assert store.fetch(B, TOKENIZER, [1, 2], [], 20) == [Continuation([1, 2, 99, 98], 2.0)]
 
 
 def test_similar_output_of_another_tenant_never_returned_whole() -> None:
@@ -40,8 +40,8 @@ def test_tokenizers_never_mix() -> None:
     store = DraftCacheStore(small_settings())
     store.add_output(A, "tok-1", [1, 2, 3], "e1")
     store.add_output(A, "tok-2", [1, 2, 77], "e2")
-    assert store.fetch(A, "tok-1", [1, 2], [], 20) == [Branch([1, 2, 3], 1.0)]
-    assert store.fetch(A, "tok-2", [1, 2], [], 20) == [Branch([1, 2, 77], 1.0)]
+    assert store.fetch(A, "tok-1", [1, 2], [], 20) == [Continuation([1, 2, 3], 1.0)]
+    assert store.fetch(A, "tok-2", [1, 2], [], 20) == [Continuation([1, 2, 77], 1.0)]
     assert [(s.tenant, s.tokenizer_id, s.outputs) for s in store.stats(A)] == [
         (A, "tok-1", 1),
         (A, "tok-2", 1),
@@ -58,7 +58,7 @@ def test_same_event_twice_applied_once() -> None:
     assert store.add_output(A, TOKENIZER, [4, 5, 6], "e1") is False
     assert store.snapshot() == before
     assert store.stats(A)[0].outputs == 1
-    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 3], 1.0)]
+    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Continuation([1, 2, 3], 1.0)]
 
 
 def test_apply_is_the_event_applier() -> None:
@@ -66,7 +66,7 @@ def test_apply_is_the_event_applier() -> None:
     assert isinstance(store, EventApplier)
     assert store.apply(completed(A, event_id="e1", output_ids=[1, 2, 3])) is True
     assert store.apply(completed(A, event_id="e1", output_ids=[1, 2, 3])) is False
-    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 3], 1.0)]
+    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Continuation([1, 2, 3], 1.0)]
 
 
 def test_in_process_bus_feeds_the_store() -> None:
@@ -88,7 +88,7 @@ def test_in_process_bus_feeds_the_store() -> None:
         assert (counters.applied, counters.duplicates) == (2, 1)
 
     asyncio.run(main())
-    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Branch([1, 2, 3], 1.0)]
+    assert store.fetch(A, TOKENIZER, [1, 2], [], 20) == [Continuation([1, 2, 3], 1.0)]
 
 
 def test_concurrent_duplicate_adds_apply_each_event_once() -> None:
@@ -127,7 +127,7 @@ def test_capacity_bound_holds() -> None:
         assert stats.nodes <= capacity
         assert stats.references <= 5
     assert stats.outputs == 230
-    assert Branch([60, 61, 62], 30.0) in store.fetch(A, TOKENIZER, [60, 61], [], 64)
+    assert Continuation([60, 61, 62], 30.0) in store.fetch(A, TOKENIZER, [60, 61], [], 64)
 
 
 def test_recent_output_comes_back_whole_when_the_trie_is_full() -> None:
@@ -139,7 +139,7 @@ def test_recent_output_comes_back_whole_when_the_trie_is_full() -> None:
     for i in range(200):
         store.add_output(A, TOKENIZER, [rng.randrange(50) for _ in range(10)], f"e{i}")
     store.add_output(A, TOKENIZER, [70, 71, 72, 73, 74], "new")
-    assert store.fetch(A, TOKENIZER, [70, 71, 72], [], 64)[0] == Branch([70, 71, 72, 73, 74], 1.0)
+    assert store.fetch(A, TOKENIZER, [70, 71, 72], [], 64)[0] == Continuation([70, 71, 72, 73, 74], 1.0)
 
 
 def test_references_keep_the_most_recent() -> None:
@@ -148,9 +148,9 @@ def test_references_keep_the_most_recent() -> None:
     assert store.stats(A)[0].references == 2
     # the oldest is no longer returned whole (a whole output starts at its first token); the trie
     # still continues the prompt's bigrams
-    assert store.fetch(A, TOK, [2, 3, 4], [], 64) == [Branch([2, 3, 4], 1.0)]
+    assert store.fetch(A, TOK, [2, 3, 4], [], 64) == [Continuation([2, 3, 4], 1.0)]
     # the most recent is
-    assert store.fetch(A, TOK, [10, 11, 12], [], 64) == [Branch([9, 10, 11, 12], 1.0)]
+    assert store.fetch(A, TOK, [10, 11, 12], [], 64) == [Continuation([9, 10, 11, 12], 1.0)]
 
 
 def test_event_id_memory_is_bounded_per_tenant() -> None:
@@ -162,7 +162,7 @@ def test_event_id_memory_is_bounded_per_tenant() -> None:
 def test_reference_tokens_are_cut() -> None:
     store = store_with([(A, list(range(1, 30)))], small_settings(max_reference_tokens=6, max_chain_tokens=2))
     whole = store.fetch(A, TOKENIZER, [1, 2, 3], [], 64)[0]
-    assert whole == Branch([1, 2, 3, 4, 5, 6], 1.0)
+    assert whole == Continuation([1, 2, 3, 4, 5, 6], 1.0)
 
 
 # ---- bad input -----------------------------------------------------------------------------------

@@ -56,7 +56,7 @@ def forget(tenant: str, doc_id: str = EVERYTHING) -> events_pb2.ForgetRequested:
 
 
 def drafted(store: DraftCacheStore, tenant: str, prompt: Sequence[int]) -> set[int]:
-    """Every token the store drafts for ``prompt`` (branches of the tenant's past outputs)."""
+    """Every token the store drafts for ``prompt`` (continuations of the tenant's past outputs)."""
     return {t for b in store.fetch(tenant, TOKENIZER, prompt) for t in b.ids}
 
 

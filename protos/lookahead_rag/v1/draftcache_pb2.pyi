@@ -47,12 +47,12 @@ class Branch(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("branches", "tokens")
-    BRANCHES_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("continuations", "tokens")
+    CONTINUATIONS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
-    branches: _containers.RepeatedCompositeFieldContainer[Branch]
+    continuations: _containers.RepeatedCompositeFieldContainer[Branch]
     tokens: int
-    def __init__(self, branches: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, continuations: _Optional[_Iterable[_Union[Branch, _Mapping]]] = ..., tokens: _Optional[int] = ...) -> None: ...
 
 class DraftStatsRequest(_message.Message):
     __slots__ = ("tenant",)
