@@ -16,11 +16,11 @@ import torch
 from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.attention import tree_attention
 from lookahead_core.config import LOSSY_MODES, DraftMode
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft_model import DraftModels
-from lookahead_core.kernels import CostCurve, KernelSet
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.scheduler import shared_kernels
+from lookahead_core.forward.kernels import CostCurve, KernelSet
 from lookahead_core.models import load_model
-from lookahead_core.scheduler import shared_kernels
+from lookahead_core.proposers.draft_model import DraftModels
 from tqdm import tqdm
 
 from bench.common import (

@@ -12,8 +12,8 @@ import threading
 from typing import Any
 
 from lookahead_core import DecodingConfig, TokenTrie
-from lookahead_core.scheduler import SchedulerConfig, StepScheduler, shared_kernels
-from lookahead_core.serve_request import ServeRequest, ServeStats
+from lookahead_core.engine.request import ServeRequest, ServeStats
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler, shared_kernels
 
 TENANT = "bench"  # every bench prompt belongs to one tenant (its prefix cache is per tenant)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lookahead_core.budget import expected_tokens
 from lookahead_core.calibration import TreeProbe
-from lookahead_core.kernels import CostCurve, KernelSet
+from lookahead_core.engine.budget import expected_tokens
+from lookahead_core.forward.kernels import CostCurve, KernelSet
 
 TREE_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # tokens per verification forward measured
 REPEATS = 7  # timed forwards per kernel and size; the median is kept (one untimed round first)

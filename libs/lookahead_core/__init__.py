@@ -4,9 +4,9 @@ Importing the package costs no torch: the names below (configuration, trie, draf
 stats, the step observer, model defaults) are torch-free, so light users such as the draft cache's
 trie stay light. Torch users import from the submodules explicitly:
 
-    from lookahead_core.decoder import LookaheadDecoder      # the batch-1 loop (the tests' oracle)
+    from lookahead_core.engine.decoder import LookaheadDecoder  # the engine at one request (batch-1 API)
     from lookahead_core.models import load_model             # model + tokenizer, built-ins cached
-    from lookahead_core.scheduler import StepScheduler       # the serving engine
+    from lookahead_core.engine.scheduler import StepScheduler       # the serving engine
     from lookahead_core.sampling import TokenChooser, generate_sampled  # seeded lossless sampling
 """
 
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from .config import DecodingConfig, DraftMode, TrieConfig
 from .defaults import DEFAULT_MODEL, cache_dir
-from .draft import Drafter, DraftTree, retrieve_draft
+from .drafting.draft import Drafter, DraftTree, retrieve_draft
+from .drafting.trie import TokenTrie
+from .drafting.verify import accept_longest
 from .observer import PathRecorder, StepObserver
 from .stats import GenerationStats
-from .trie import TokenTrie
-from .verify import accept_longest
 from .vocab import tokenizer_id
 
 __all__ = [

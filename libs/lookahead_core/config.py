@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from .mjsd import MJSD_BEAMS, MJSD_THRESHOLD
+from .drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 
 
 class DraftMode(StrEnum):

@@ -20,7 +20,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .defaults import BUILTIN_GGUF, DEFAULT_MODEL, cache_dir
-from .support import check_supported
+from .forward.support import check_supported
 
 log = logging.getLogger(__name__)
 

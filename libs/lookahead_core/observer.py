@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .draft import DraftTree
+from .drafting.draft import DraftTree
 
 
 class StepObserver(Protocol):

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.models import load_model
-from lookahead_core.scheduler import SchedulerConfig, StepScheduler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.core.helpers import StubTokenizer

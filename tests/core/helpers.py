@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from lookahead_core.config import DecodingConfig, DraftMode
-from lookahead_core.draft import Drafter, DraftTree
-from lookahead_core.trie import Node, TokenTrie
+from lookahead_core.drafting.draft import Drafter, DraftTree
+from lookahead_core.drafting.trie import Node, TokenTrie
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel, Qwen2Config
 
 if TYPE_CHECKING:
-    from lookahead_core.scheduler import StepScheduler
-    from lookahead_core.serve_request import ServeRequest
+    from lookahead_core.engine.request import ServeRequest
+    from lookahead_core.engine.scheduler import StepScheduler
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -221,7 +221,7 @@ def random_prompt(rng: random.Random, vocab: int = TINY_VOCAB, low: int = 3) -> 
     return out
 
 
-# ---- adversarial drafters (lookahead_core.draft.Drafter: LookaheadDecoder.generate's drafter=) --------
+# ---- adversarial drafters (lookahead_core.drafting.draft.Drafter: LookaheadDecoder.generate's drafter=) --------
 
 
 def _position(context: Sequence[int], prompt_len: int) -> int:
@@ -351,7 +351,7 @@ def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client
 def serve_all_greedy(sched: StepScheduler, model: PreTrainedModel, prompts: Sequence[Sequence[int]],
                      configs: Sequence[DecodingConfig]) -> list[ServeRequest]:
     """Serve every (prompt, config) at once and check each streamed output is plain greedy's."""
-    from lookahead_core.serve_request import ServeRequest  # torch: imported only by the tests that serve
+    from lookahead_core.engine.request import ServeRequest  # torch: imported only by the tests that serve
     clients = [Client() for _ in prompts]
     reqs = [ServeRequest(p, cfg, on_tokens=c.on_tokens, on_done=c.on_done)
             for p, cfg, c in zip(prompts, configs, clients, strict=True)]

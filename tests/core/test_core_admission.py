@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lookahead_core.admission import FairQueue, QueueFull
+from lookahead_core.engine.admission import FairQueue, QueueFull
 
 BURST = 50  # requests one tenant pushes at once
 MAX_WAITING = 64  # queue bound in the tests that do not test the bound

@@ -6,7 +6,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 import pytest
-from lookahead_core.budget import accepted_within, expected_tokens, split_budget
+from lookahead_core.engine.budget import accepted_within, expected_tokens, split_budget
 
 A = [1.0, 1.8, 2.3, 2.5]  # a request whose drafts are often right (diminishing returns)
 B = [1.0, 1.3, 1.4, 1.4]  # a request whose drafts are rarely right

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode, TokenTrie
-from lookahead_core.decoder import LookaheadDecoder
+from lookahead_core.engine.decoder import LookaheadDecoder
 
 from tests.core.helpers import MODES, eos_as, greedy, pfreq_table, text_model, tok
 

@@ -6,13 +6,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.config import DecodingConfig, DraftMode, TrieConfig
-from lookahead_core.draft import DraftTree, retrieve_draft
-from lookahead_core.trie import TokenTrie
+from lookahead_core.drafting.draft import DraftTree, retrieve_draft
+from lookahead_core.drafting.trie import TokenTrie
+from lookahead_core.proposers.build import drafting_spec
 
 from tests.core.helpers import check_tree_shape, draft_cap, node_paths
 
 ALL_MODES = list(DraftMode)  # every mode, plain greedy (none) included
 DRAFTING_MODES = [DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA]  # the modes that draft at all
+
+
+def retrieve(trie: TokenTrie, context: list[int], config: DecodingConfig, budget: int, max_depth: int,
+             banned: frozenset[int] = frozenset()) -> DraftTree:
+    """What the trie drafts for ``config``'s mode: the shape is the one ``drafting_spec`` picks (none: no trie)."""
+    shape = drafting_spec(config).trie
+    if shape is None:
+        return DraftTree()
+    return retrieve_draft(trie, context, config, budget, max_depth, banned, shape=shape)
 
 
 def cfg(mode: DraftMode, **kw: object) -> DecodingConfig:
@@ -73,7 +83,7 @@ MODE_CASES: list[tuple[DraftMode, int, int, list[list[int]], int]] = [
 def test_modes(mode: DraftMode, budget: int, max_depth: int, paths: list[list[int]], size: int) -> None:
     trie = trie_of(PROMPTS, OUTPUTS)
     # min_fill 0: one stage only (the shorter suffix [2] has the same continuations; see multi-stage below)
-    tree = retrieve_draft(trie, [6, 1, 2], cfg(mode, min_fill=0.0), budget=budget, max_depth=max_depth)
+    tree = retrieve(trie, [6, 1, 2], cfg(mode, min_fill=0.0), budget=budget, max_depth=max_depth)
     check_tree_shape(tree)
     assert sorted(tree.paths()) == sorted(paths)
     assert len(tree) == size
@@ -81,32 +91,32 @@ def test_modes(mode: DraftMode, budget: int, max_depth: int, paths: list[list[in
 
 def test_parallel_does_not_repeat_identical_chains() -> None:
     trie = trie_of(PROMPTS, OUTPUTS)
-    tree = retrieve_draft(trie, [6, 1, 2], cfg(DraftMode.PARALLEL), budget=16, max_depth=8)
+    tree = retrieve(trie, [6, 1, 2], cfg(DraftMode.PARALLEL), budget=16, max_depth=8)
     paths = [tuple(p) for p in tree.paths()]
     assert len(paths) == len(set(paths)), paths
 
 
 def test_llma_is_a_single_chain() -> None:
     trie = trie_of([[1, 2, 3, 4, 5, 6], [1, 2, 7, 8], [2, 9]], [[2, 3, 3]])
-    tree = retrieve_draft(trie, [1, 2], cfg(DraftMode.LLMA), budget=16, max_depth=16)
+    tree = retrieve(trie, [1, 2], cfg(DraftMode.LLMA), budget=16, max_depth=16)
     assert len(tree) >= 2
     assert tree.parents == list(range(len(tree)))  # every node's parent is the previous node
 
 
 def test_parallel_chains_are_not_merged() -> None:
     trie = trie_of([[5, 1, 2, 3], [5, 1, 2, 4]])
-    tree = retrieve_draft(trie, [5], cfg(DraftMode.PARALLEL), budget=16, max_depth=8)
+    tree = retrieve(trie, [5], cfg(DraftMode.PARALLEL), budget=16, max_depth=8)
     assert sorted(tree.paths()) == [[1, 2, 3], [1, 2, 4]]
     assert tree.parents.count(0) == 2  # two chains start at the root: the prefix 1 2 is not shared
-    merged = retrieve_draft(trie, [5], cfg(DraftMode.HIERARCHICAL), budget=16, max_depth=8)
+    merged = retrieve(trie, [5], cfg(DraftMode.HIERARCHICAL), budget=16, max_depth=8)
     assert merged.parents.count(0) == 1 and len(merged) == 4  # the tree shares it
 
 
 def test_hierarchical_prefers_prompt_weight() -> None:
     trie = trie_of([[1, 5]], [[1, 6]] * 3)  # prompt continuation 5 (once), output continuation 6 (3x)
-    assert retrieve_draft(trie, [1], cfg(DraftMode.HIERARCHICAL), budget=1, max_depth=4).tokens == [5]
+    assert retrieve(trie, [1], cfg(DraftMode.HIERARCHICAL), budget=1, max_depth=4).tokens == [5]
     light = DecodingConfig(trie=TrieConfig(branch_length=6, prompt_weight=1.0))
-    assert retrieve_draft(trie, [1], light, budget=1, max_depth=4).tokens == [6]
+    assert retrieve(trie, [1], light, budget=1, max_depth=4).tokens == [6]
 
 
 # (context, budget, expected size): a 20-token prompt copied verbatim, every continuation has probability 1
@@ -126,7 +136,7 @@ EXTEND_CASES: list[tuple[list[int], int, int]] = [
 def test_hierarchical_extends_only_below_a_long_confident_match(context: list[int], budget: int, size: int) -> None:
     prompt = list(range(10, 30))
     config = DecodingConfig(trie=TrieConfig(branch_length=32), max_decoding_length=32, extend_min_match=4)
-    tree = retrieve_draft(trie_of([prompt], length=32), context, config, budget=budget, max_depth=64)
+    tree = retrieve(trie_of([prompt], length=32), context, config, budget=budget, max_depth=64)
     assert len(tree) == size
     start = prompt.index(context[-1]) + 1
     assert tree.paths() == [prompt[start : start + size]]  # one chain: the copy continues
@@ -136,7 +146,7 @@ def test_extension_needs_confident_nodes() -> None:
     # after the 5-token match the trie forks 50/50: below the 0.9 confidence the budget caps the tree
     trie = trie_of([[1, 2, 3, 4, 5, 6, 7, 8, 9], [1, 2, 3, 4, 5, 16, 17, 18, 19]], length=32)
     config = DecodingConfig(trie=TrieConfig(branch_length=32), max_decoding_length=32, extend_min_prob=0.9)
-    assert len(retrieve_draft(trie, [1, 2, 3, 4, 5], config, budget=3, max_depth=64)) == 3
+    assert len(retrieve(trie, [1, 2, 3, 4, 5], config, budget=3, max_depth=64)) == 3
 
 
 # ---- banned tokens -------------------------------------------------------------------------------------
@@ -144,7 +154,7 @@ def test_extension_needs_confident_nodes() -> None:
 def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
     eos = 0
     trie = trie_of([[1, 2, 0, 3], [1, 2, 4, 0, 5], [1, 0, 0]])
-    tree = retrieve_draft(trie, [1], cfg(mode), budget=16, max_depth=8, banned=frozenset({eos}))
+    tree = retrieve(trie, [1], cfg(mode), budget=16, max_depth=8, banned=frozenset({eos}))
     assert len(tree) > 0
     assert eos not in tree.tokens
     for path in tree.paths():  # a branch stops before EOS, it never jumps over it
@@ -154,7 +164,7 @@ def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
 @pytest.mark.parametrize("mode", DRAFTING_MODES)
 def test_only_banned_continuations_give_empty_draft(mode: DraftMode) -> None:
     trie = trie_of([[1, 0]])
-    assert len(retrieve_draft(trie, [1], cfg(mode), budget=8, max_depth=8, banned=frozenset({0}))) == 0
+    assert len(retrieve(trie, [1], cfg(mode), budget=8, max_depth=8, banned=frozenset({0}))) == 0
 
 
 # ---- multi-stage ---------------------------------------------------------------------------------------
@@ -162,43 +172,43 @@ def test_only_banned_continuations_give_empty_draft(mode: DraftMode) -> None:
 def test_falls_back_to_shorter_suffix_without_continuation(mode: DraftMode) -> None:
     # [1, 2] is in the trie but has no continuation (the prompt ends there); [2] continues with 3 4
     trie = trie_of([[2, 3, 4], [1, 2]])
-    tree = retrieve_draft(trie, [1, 2], cfg(mode), budget=8, max_depth=8)
+    tree = retrieve(trie, [1, 2], cfg(mode), budget=8, max_depth=8)
     assert tree.paths() == [[3, 4]]
 
 
 def test_longest_suffix_wins_when_it_fills_the_budget() -> None:
     # after [7, 1] the trie says 8; after [1] alone it mostly says 9
     trie = trie_of([[7, 1, 8], [1, 9], [1, 9], [1, 9]])
-    tree = retrieve_draft(trie, [7, 1], cfg(DraftMode.HIERARCHICAL, min_fill=0.5), budget=1, max_depth=4)
+    tree = retrieve(trie, [7, 1], cfg(DraftMode.HIERARCHICAL, min_fill=0.5), budget=1, max_depth=4)
     assert tree.tokens == [8]
-    tree = retrieve_draft(trie, [5, 1], cfg(DraftMode.HIERARCHICAL), budget=1, max_depth=4)
+    tree = retrieve(trie, [5, 1], cfg(DraftMode.HIERARCHICAL), budget=1, max_depth=4)
     assert tree.tokens == [9]  # without the long match the short suffix decides
 
 
 def test_thin_long_match_is_topped_up_from_shorter_suffix() -> None:
     # long match [7, 1] gives 1 node (< min_fill * budget), so [1] adds its continuations too
     trie = trie_of([[7, 1, 8], [1, 9, 10]])
-    tree = retrieve_draft(trie, [7, 1], cfg(DraftMode.HIERARCHICAL, min_fill=1.0), budget=4, max_depth=4)
+    tree = retrieve(trie, [7, 1], cfg(DraftMode.HIERARCHICAL, min_fill=1.0), budget=4, max_depth=4)
     assert sorted(tree.paths()) == [[8], [9, 10]]
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
 def test_no_match_gives_empty_draft(mode: DraftMode) -> None:
     trie = trie_of([[1, 2, 3]])
-    assert len(retrieve_draft(trie, [4, 5], cfg(mode), budget=8, max_depth=8)) == 0
+    assert len(retrieve(trie, [4, 5], cfg(mode), budget=8, max_depth=8)) == 0
 
 
 @pytest.mark.parametrize("mode", ALL_MODES)
 @pytest.mark.parametrize(("budget", "max_depth"), [(0, 8), (8, 0)])
 def test_zero_budget_or_depth_gives_empty_draft(mode: DraftMode, budget: int, max_depth: int) -> None:
     trie = trie_of([[1, 2, 3, 4]])
-    assert len(retrieve_draft(trie, [1], cfg(mode), budget=budget, max_depth=max_depth)) == 0
+    assert len(retrieve(trie, [1], cfg(mode), budget=budget, max_depth=max_depth)) == 0
 
 
 def test_mode_given_as_string() -> None:
     trie = trie_of([[1, 2, 3, 4]])
     config = DecodingConfig(mode="none")  # type: ignore[arg-type]
-    assert len(retrieve_draft(trie, [1], config, budget=8, max_depth=8)) == 0
+    assert len(retrieve(trie, [1], config, budget=8, max_depth=8)) == 0
 
 
 # ---- property tests ------------------------------------------------------------------------------------
@@ -233,7 +243,7 @@ def test_every_drafted_branch_is_in_the_trie(
     trie = trie_of(prompts, outputs, length)
     trie_config = TrieConfig(branch_length=length)
     config = DecodingConfig(mode=mode, max_match=max_match, min_fill=min_fill, trie=trie_config)
-    tree = retrieve_draft(trie, context, config, budget=budget, max_depth=max_depth, banned=banned)
+    tree = retrieve(trie, context, config, budget=budget, max_depth=max_depth, banned=banned)
     check_tree_shape(tree)
     assert len(tree) <= draft_cap(config, budget)
     if min(max_match, len(context), length - 1) < config.extend_min_match:

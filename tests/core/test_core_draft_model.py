@@ -1,4 +1,4 @@
-"""Mode draft-model (lookahead_core.draft_model): the self-draft, the draft's KV rollback, its token trees,
+"""Mode draft-model (lookahead_core.proposers.draft_model): the self-draft, the draft's KV rollback, its token trees,
 and exact greedy equality alone and batched, on tiny random models."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 from lookahead_core import DecodingConfig, DraftMode
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft import DraftTree
-from lookahead_core.draft_model import DraftModelProposer, DraftModels, early_exit, merge_into, trie_is_weak
-from lookahead_core.scheduler import SchedulerConfig
+from lookahead_core.drafting.draft import DraftTree
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.scheduler import SchedulerConfig
+from lookahead_core.proposers.draft_model import DraftModelProposer, DraftModels, early_exit, trie_is_weak
 
 from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, serve_all_greedy, tiny_model
 
@@ -79,14 +79,14 @@ def test_propose_expands_top_k_per_depth_within_budget_and_depth() -> None:
     ([], [[4, 5]], [4, 5], [0, 1]),  # into an empty tree
     ([[1]], [[1]], [1], [0]),  # nothing new
 ])
-def test_merge_into_adds_only_new_nodes(base: list[list[int]], extra: list[list[int]], tokens: list[int],
+def test_merge_adds_only_new_nodes(base: list[list[int]], extra: list[list[int]], tokens: list[int],
                                         parents: list[int]) -> None:
     tree, more = DraftTree(), DraftTree()
     for chain in base:
         tree.add_chain(chain, merge=True)
     for chain in extra:
         more.add_chain(chain, merge=True)
-    merge_into(tree, more)
+    tree.merge(more)
     assert (tree.tokens, tree.parents) == (tokens, parents)
 
 
@@ -132,7 +132,8 @@ def test_batched_draft_model_equals_greedy(family: str, scheduler_of) -> None:
     with eos_as(model, None):
         reqs = serve_all_greedy(sched, model, prompts, configs)
     drafted = [r for r in reqs if r.config.mode is DraftMode.DRAFT_MODEL]
-    assert all(r.proposer is not None and r.proposer.forwards > 0 for r in drafted)  # the drafts really ran
+    # the drafts really ran
+    assert all((p := r.proposer(DraftModelProposer)) is not None and p.forwards > 0 for r in drafted)
 
 
 def test_the_targets_forward_hooks_do_not_fire_for_the_self_draft() -> None:

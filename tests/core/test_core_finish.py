@@ -17,8 +17,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lookahead_core import DecodingConfig, Drafter, DraftMode
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.finish import FinishReason, stop_lookback, trim_step
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.finish import FinishReason, stop_lookback, trim_step
 
 from tests.core.helpers import eos_as, greedy, oracle_drafter, text_model, tok
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from lookahead_core.draft import DraftTree
-from lookahead_core.gains import GainsConfig, GainsModel, mean_gain
+from lookahead_core.drafting.draft import DraftTree
+from lookahead_core.engine.gains import GainsConfig, GainsModel, mean_gain
 
 ONE_STEP = GainsConfig(min_steps=1, prior_scale=0.5)
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 from lookahead_core.config import DecodingConfig
-from lookahead_core.decoder import LookaheadDecoder
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.request import ServeRequest
 from lookahead_core.sampling import generate_sampled
-from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel
 
 from tests.core.helpers import (

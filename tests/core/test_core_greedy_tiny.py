@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode, PathRecorder
-from lookahead_core.decoder import GenerationResult, LookaheadDecoder
+from lookahead_core.engine.decoder import GenerationResult, LookaheadDecoder
 from transformers import PreTrainedModel
 
 from tests.core.helpers import (

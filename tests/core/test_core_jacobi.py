@@ -1,4 +1,4 @@
-"""The Jacobi lookahead branch's pure parts (lookahead_core.jacobi) on hand-made token lists."""
+"""The Jacobi lookahead branch's pure parts (lookahead_core.drafting.jacobi) on hand-made token lists."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import doctest
 from collections.abc import Callable
 
 import pytest
-from lookahead_core import jacobi
-from lookahead_core.jacobi import (
+from lookahead_core.drafting import jacobi
+from lookahead_core.drafting.jacobi import (
     JacobiConfig,
     NgramPool,
     advance,

@@ -13,16 +13,15 @@ import random
 from collections.abc import Callable
 
 import pytest
-import torch
 from lookahead_core import DecodingConfig, DraftMode
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft import DraftTree
-from lookahead_core.jacobi import MAX_JACOBI_WINDOW, JacobiConfig
-from lookahead_core.jacobi_branch import JacobiBranch, add_pool_drafts, extend_inputs, resolve_window
-from lookahead_core.kernels import CostCurve
-from lookahead_core.scheduler import SchedulerConfig
-from lookahead_core.serve_request import ServeRequest
-from lookahead_core.tree_inputs import build_tree_inputs
+from lookahead_core.drafting.draft import DraftTree
+from lookahead_core.drafting.jacobi import MAX_JACOBI_WINDOW, JacobiConfig
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig
+from lookahead_core.forward.kernels import CostCurve
+from lookahead_core.proposers.build import drafting_spec
+from lookahead_core.proposers.jacobi import JacobiProposer, add_pool_drafts
 
 from tests.core.helpers import FAMILIES, Client, StubTokenizer, eos_as, greedy, random_prompt, run_all, tiny_model
 
@@ -74,24 +73,24 @@ def test_jacobi_mode_drafts_only_from_the_pool() -> None:
     assert res.stats.accepted_per_step[0] == 1  # step 1: the window is still filling, the pool is empty
 
 
-def test_extended_inputs_keep_the_tree_and_branch_apart() -> None:
+def test_window_rows_keep_the_tree_and_window_apart() -> None:
     tree = DraftTree()
     tree.add_chain([11, 12], merge=True)  # q = 3 (root + 2)
-    window = ((5, 6), (7, 8))  # L = 4
-    base = build_tree_inputs(tree, 9, past_len=2, dtype=torch.float32, device="cpu")
-    got = extend_inputs(base, tree.parents, window, past_len=2)
-    assert got.input_ids.tolist() == [[9, 11, 12, 5, 6, 7, 8]]
-    assert got.position_ids.tolist() == [[2, 3, 4, 3, 4, 4, 5]]  # the branch at past + l + j + 1
-    visible = (got.attention_mask[0, 0] == 0).int().tolist()  # [q+L, past+q+L]
-    assert visible == [
-        # past  root  t1 t2 | (0,0) (0,1) (1,0) (1,1)
-        [1, 1, 1, 0, 0, 0, 0, 0, 0],  # root
-        [1, 1, 1, 1, 0, 0, 0, 0, 0],  # tree node 1
-        [1, 1, 1, 1, 1, 0, 0, 0, 0],  # tree node 2: never a branch token
-        [1, 1, 1, 0, 0, 1, 0, 0, 0],  # (0,0): the cache, the root, itself; no tree node
-        [1, 1, 1, 0, 0, 1, 1, 0, 0],  # (0,1)
-        [1, 1, 1, 0, 0, 1, 0, 1, 0],  # (1,0)
-        [1, 1, 1, 0, 0, 1, 1, 0, 1],  # (1,1)
+    proposer = JacobiProposer([1, 2, 3], JacobiConfig(window=2, ngram=3, guesses=2))
+    proposer.window = ((5, 6), (7, 8))  # L = 4
+    got = proposer.extra(tree.parents, past=2)  # the cache holds 2 entries: every row sees them (pack.py)
+    assert got.ids == [5, 6, 7, 8]
+    assert got.positions == [3, 4, 4, 5]  # the window at past + l + j + 1 (the root sits at 2)
+    assert got.keep == slice(2, 4)  # the last row's guesses are read
+    assert got.visible.astype(int).tolist() == [
+        # root  t1 t2 | (0,0) (0,1) (1,0) (1,1)
+        [1, 0, 0, 0, 0, 0, 0],  # root
+        [1, 1, 0, 0, 0, 0, 0],  # tree node 1
+        [1, 1, 1, 0, 0, 0, 0],  # tree node 2: never a window token
+        [1, 0, 0, 1, 0, 0, 0],  # (0,0): the root, itself; no tree node
+        [1, 0, 0, 1, 1, 0, 0],  # (0,1)
+        [1, 0, 0, 1, 0, 1, 0],  # (1,0)
+        [1, 0, 0, 1, 1, 0, 1],  # (1,1)
     ]
 
 
@@ -114,14 +113,13 @@ def test_pool_drafts_join_the_tree(tails: list[tuple[int, ...]], room: int, limi
     assert added == len(expected)
 
 
-def test_harvest_advances_the_window_and_pools_its_columns() -> None:
-    branch = JacobiBranch([1, 2, 3], JacobiConfig(window=2, ngram=3, guesses=2))
-    branch.window = ((5, 6), (7, 8))
-    q = 2
-    assert branch.last_row(q) == slice(q + 2, q + 4)  # rows 0 and 1 of W=2 after the q tree rows
-    branch.harvest([9, 4])  # the last row (7, 8) predicted 9 and 4
-    assert branch.window == ((7, 8), (9, 4))
-    assert branch.pool.get(5) == [(7, 9)] and branch.pool.get(6) == [(8, 4)]
+def test_observe_advances_the_window_and_pools_its_columns() -> None:
+    proposer = JacobiProposer([1, 2, 3], JacobiConfig(window=2, ngram=3, guesses=2))
+    proposer.window = ((5, 6), (7, 8))
+    assert proposer.extra_tokens() == 4  # rows 0 and 1 of W=2 ride after the tree rows
+    proposer.observe([9, 4])  # the last row (7, 8) predicted 9 and 4
+    assert proposer.window == ((7, 8), (9, 4))
+    assert proposer.pool.get(5) == [(7, 9)] and proposer.pool.get(6) == [(8, 4)]
 
 
 # ---- in the batched scheduler -------------------------------------------------------------------
@@ -152,9 +150,9 @@ def test_batched_jacobi_equals_greedy(family: str, adaptive: bool, scheduler_of)
         for prompt, req, client in zip(prompts, reqs, clients, strict=True):
             assert client.error is None
             assert client.streamed == req.output == greedy(model, prompt, req.config.max_new_tokens)
-    pooled = [r for r in reqs if r.branch is not None]
-    assert pooled and all(r.config.mode is not DraftMode.NONE for r in pooled)
-    assert sum(r.branch.drafted for r in pooled if r.branch) > 0  # the pools really drafted in the batch
+    pools = [(r, p) for r in reqs if (p := r.proposer(JacobiProposer)) is not None]
+    assert pools and all(r.config.mode is not DraftMode.NONE for r, _ in pools)
+    assert sum(p.drafted for _, p in pools) > 0  # the pools really drafted in the batch
 
 
 @pytest.mark.parametrize(("mode", "window", "cost", "want"), [
@@ -166,10 +164,10 @@ def test_batched_jacobi_equals_greedy(family: str, adaptive: bool, scheduler_of)
     (DraftMode.HIERARCHICAL, 3, float, 3),  # asked for: kept whatever the cost
     (DraftMode.LLMA, None, lambda n: 1.0, None),  # other modes take no branch: left alone
 ])
-def test_resolve_window_sizes_the_default_by_measured_cost(mode: DraftMode, window: int | None,
+def test_the_spec_sizes_the_default_window_by_measured_cost(mode: DraftMode, window: int | None,
                                                          cost: Callable[[int], float] | None, want: int | None) -> None:
-    got = resolve_window(DecodingConfig(mode=mode, jacobi_window=window, decoding_length=8), cost)
-    assert got.jacobi_window == want
+    got = drafting_spec(DecodingConfig(mode=mode, jacobi_window=window, decoding_length=8), cost)
+    assert got.config.jacobi_window == want
 
 
 def test_a_default_window_in_the_scheduler_follows_its_curve(scheduler_of) -> None:
@@ -189,4 +187,4 @@ def test_a_default_window_in_the_scheduler_follows_its_curve(scheduler_of) -> No
             assert client.error is None and req.output == greedy(model, prompt, 12)
     finally:
         kernels.curve = before
-    assert req.config.jacobi_window == MAX_JACOBI_WINDOW and req.branch is not None
+    assert req.config.jacobi_window == MAX_JACOBI_WINDOW and req.proposer(JacobiProposer) is not None

@@ -12,15 +12,17 @@ import random
 import weakref
 from collections.abc import Callable, Iterator, Mapping
 
-import lookahead_core.kernels as kernels_module
+import lookahead_core.forward.kernels as kernels_module
 import pytest
 import torch
 from lookahead_core import DecodingConfig
-from lookahead_core.attention import TREE_SDPA, tree_attention
-from lookahead_core.calibration import CalibrationConfig, TreeProbe, decoder_kernels, probe_tree
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
-from lookahead_core.packed import PackedLinear, packable
+from lookahead_core.engine.decoder import LookaheadDecoder, engine_kernels
+from lookahead_core.engine.scheduler import SchedulerConfig, shared_kernels
+from lookahead_core.forward.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
+from lookahead_core.forward.packed import PackedLinear, packable
+from lookahead_core.forward.probe import RaggedProbe
+from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
+from lookahead_core.kv.kvstore import KVShape
 from torch import nn
 
 from tests.core.helpers import (
@@ -174,11 +176,11 @@ def logits(module: nn.Module, ids: list[int]) -> torch.Tensor:
 @needs_onednn
 def test_packed_twin_shares_weights_and_leaves_the_model_alone() -> None:
     model = tiny_model("llama")
-    twin = make_twin(model, packed=True, attn_implementation=TREE_SDPA)
+    twin = make_twin(model, packed=True, attn_implementation="eager")
     # every parameter is the model's own tensor (no copy)
     assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}
     assert any(isinstance(m, PackedLinear) for m in twin.modules())
-    assert twin.config._attn_implementation == TREE_SDPA
+    assert twin.config._attn_implementation == "eager"
     # the model keeps the stock kernels and its own attention
     assert not any(isinstance(m, PackedLinear) for m in model.modules())
     assert model.config._attn_implementation == "sdpa"
@@ -203,7 +205,7 @@ def test_packed_twin_of_a_half_precision_model_is_refused() -> None:
 # ---- KernelSet --------------------------------------------------------------------------------------
 @needs_onednn
 def test_kernel_set_runs_stock_until_calibrated() -> None:
-    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
     assert ks.names == ["stock", "packed"]
     assert ks.curve is None and ks.describe() == "stock|packed"
     assert ks.runner(1) is ks.twins["stock"] and ks.runner(64) is ks.twins["stock"]
@@ -211,7 +213,7 @@ def test_kernel_set_runs_stock_until_calibrated() -> None:
 
 @needs_onednn
 def test_calibrate_picks_the_cheaper_twin_per_size() -> None:
-    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
     stock, packed = ks.twins["stock"], ks.twins["packed"]
     clock = FakeClock()
     # stock cheaper at 1 token, packed from 4 on (the crossing is at 3.3 tokens)
@@ -225,7 +227,7 @@ def test_calibrate_picks_the_cheaper_twin_per_size() -> None:
 
 @needs_onednn
 def test_calibrate_drops_twins_that_win_nowhere() -> None:
-    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
     gone = weakref.ref(ks.twins["stock"])
     clock = FakeClock()
     # packed cheaper at every size measured
@@ -239,7 +241,7 @@ def test_calibrate_drops_twins_that_win_nowhere() -> None:
 
 
 def test_kernel_set_of_a_half_precision_model_is_stock_only() -> None:
-    ks = KernelSet(fresh_model().to(torch.bfloat16), TREE_SDPA)
+    ks = KernelSet(fresh_model().to(torch.bfloat16), RAGGED_ATTENTION)
     assert ks.names == ["stock"]  # packed kernels need fp32 on CPU
     clock = FakeClock()
     # a scheduler may still calibrate it for the cost curve
@@ -255,13 +257,13 @@ def test_kernel_set_forced_to_one_kernel() -> None:
         KernelSet(tiny_model("llama"), None, kernels=("fast",))  # an unknown kernel
 
 
-# ---- the decoder's kernels ------------------------------------------------------------------------
+# ---- the engine's kernels --------------------------------------------------------------------------
 @pytest.fixture
 def counted() -> Iterator[tuple[KernelSet, dict[str, list[int]]]]:
     """A calibrated KernelSet on a tiny llama (stock at 1 token, packed from 2) and each twin's forward sizes."""
     if not packable(tiny_model("llama")):
         pytest.skip("torch build without oneDNN")
-    ks = KernelSet(tiny_model("llama"), TREE_SDPA)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
     clock = FakeClock()
     ks.calibrate(fake_probe(clock, ks, {"stock": {1: 1.0, 2: 5.0, 16: 20.0}, "packed": {1: 2.0, 2: 2.5, 16: 3.0}}),
                  (1, 2, 16), repeats=1, clock=clock)
@@ -273,6 +275,9 @@ def counted() -> Iterator[tuple[KernelSet, dict[str, list[int]]]]:
         handle.remove()
 
 
+FIXED_TREES = SchedulerConfig(max_running=1, adaptive=False)  # every tree as drafted: the sizes below are known
+
+
 def test_decoder_runs_each_forward_on_the_twin_chosen_for_its_size(counted: tuple) -> None:
     ks, sizes = counted
     model = tiny_model("llama")
@@ -280,36 +285,39 @@ def test_decoder_runs_each_forward_on_the_twin_chosen_for_its_size(counted: tupl
     with eos_as(model, None):
         want = greedy(model, prompt, 8)
         # one token per step: the prompt on packed, every step on stock
-        plain = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(mode="none", max_new_tokens=8), kernels=ks)
+        plain = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(mode="none", max_new_tokens=8), kernels=ks,
+                                 engine=FIXED_TREES)
         assert plain.generate(prompt).output_ids == want
         assert sizes == {"stock": [1] * 7, "packed": [len(prompt)]}
         # 4 drafts (5 tokens) per step: every forward on packed
         sizes["packed"].clear()
-        dec = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(max_new_tokens=8, decoding_length=4), kernels=ks)
+        dec = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(max_new_tokens=8, decoding_length=4), kernels=ks,
+                               engine=FIXED_TREES)
         res = dec.generate(prompt, drafter=oracle_drafter(len(prompt), want))
         assert res.output_ids == want
     # prompt, then 5 tokens (all accepted: 5 emitted), then 2 (room for 1 draft): 1 + 5 + 2 tokens
     assert sizes["stock"] == [1] * 7 and sizes["packed"] == [len(prompt), 5, 2]
 
 
-def test_decoder_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_engine_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     timed: list[tuple[int, ...]] = []
     real = kernels_module.measure
     monkeypatch.setattr(kernels_module, "measure", lambda *a, **kw: timed.append(tuple(a[1])) or real(*a, **kw))
     model = fresh_model()
-    config = CalibrationConfig(cache_tokens=8, token_counts=(1, 4), repeats=1, warmup=0)
-    ks = decoder_kernels(model, "auto", config)
-    assert decoder_kernels(model, "auto", config) is ks  # cached: the same twins, no second timing
-    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto").kernels is ks
-    if packable(model):
-        assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)
-        assert set(ks.names) <= {"stock", "packed"}
+    engine = SchedulerConfig(max_running=1, calibration_counts=(1, 4), calibration_repeats=1, calibration_past=8)
+    ks = engine_kernels(model, "auto")
+    assert ks is shared_kernels(model) and engine_kernels(model, "auto") is ks  # the engine's one set
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
+    assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
+    assert set(ks.names) <= {"stock", "packed"}
     # forcing one kernel builds one twin and times nothing; another model gets its own set
-    stock = decoder_kernels(model, "stock")
+    stock = engine_kernels(model, "stock")
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", engine=engine).kernels is stock
     assert stock.names == ["stock"] and stock is not ks and stock.curve is None
-    assert len(timed) == (1 if packable(model) else 0)
-    assert decoder_kernels(fresh_model(), "stock") is not stock
-    assert stock.attn_implementation == tree_attention(model) == TREE_SDPA
+    assert len(timed) == 1
+    assert engine_kernels(fresh_model(), "stock") is not stock
+    assert stock.attn_implementation == RAGGED_ATTENTION
 
 
 def test_decoder_refuses_an_unknown_kernel_choice() -> None:
@@ -317,18 +325,17 @@ def test_decoder_refuses_an_unknown_kernel_choice() -> None:
         LookaheadDecoder(tiny_model("llama"), StubTokenizer(), kernels="fastest")
 
 
-def test_tree_probe_runs_a_tree_forward_and_restores_the_cache() -> None:
+def test_ragged_probe_runs_one_forward_over_a_cache() -> None:
     model = tiny_model("llama")
-    probe = TreeProbe(cache_tokens=12)
-    seen: list[tuple[int, ...]] = []
-    handle = model.register_forward_pre_hook(
-        lambda m, a, kw: seen.append(tuple(kw["attention_mask"].shape) if "attention_mask" in kw else ()),
-        with_kwargs=True)
+    runner = KernelSet(model, RAGGED_ATTENTION, ("stock",)).twins["stock"]
+    probe = RaggedProbe(KVShape.of(model), past=12)
+    seen: list[tuple[int, int, int]] = []
+    handle = runner.register_forward_pre_hook(
+        lambda m, a, kw: seen.append((kw["input_ids"].shape[1], kw[PLAN_KWARG].segments[0].past,
+                                      kw[PLAN_KWARG].segments[0].q)), with_kwargs=True)
     try:
-        probe(model, 6)
-        probe(model, 1)
+        probe(runner, 6)
+        probe(runner, 1)
     finally:
         handle.remove()
-    assert seen == [(), (1, 1, 6, 18), (1, 1, 1, 13)]  # the prefill, then trees over 12 cached tokens
-    assert probe._cache is not None and probe._cache.get_seq_length() == 12
-    assert probe_tree(6, 256, torch.Generator().manual_seed(0)).parents == [0, 1, 2, 3, 0]
+    assert seen == [(6, 12, 6), (1, 12, 1)]  # n tokens over 12 cached entries, as one request's segment

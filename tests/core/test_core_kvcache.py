@@ -1,10 +1,12 @@
-"""KV-cache compaction to the accepted path and rollback after a failed forward."""
+"""KV-cache edits: the engine's compaction to the accepted path (kvstore), and the draft model's
+DynamicCache rollback after a failed forward, copies and reorders (draft_cache)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from lookahead_core.kvcache import compact_cache, repeat_cache, rollback_cache, select_rows
+from lookahead_core.kv.draft_cache import repeat_cache, rollback_cache, select_rows
+from lookahead_core.kv.kvstore import KVShape, RequestKV, compact
 from transformers import DynamicCache
 
 from tests.core.helpers import tiny_model
@@ -51,26 +53,43 @@ COMPACT_CASES: list[tuple[int, int, list[int]]] = [
 ]
 
 
-@pytest.mark.parametrize(("past", "q", "keep"), COMPACT_CASES)
-def test_compact_cache_gathers_exactly_the_kept_entries(past: int, q: int, keep: list[int]) -> None:
-    layers = 3
-    cache = make_cache([past + q] * layers)
-    compact_cache(cache, past, keep)
-    want = list(range(past)) + [past + i for i in keep]
+def make_kv(layers: int, n: int, capacity: int) -> RequestKV:
+    """An engine cache whose layer l holds positions 0..n-1 (values are minus the keys), room for ``capacity``."""
+    kv = RequestKV(KVShape(layers, HEADS, DIM, torch.float32, torch.device("cpu")), capacity)
     for layer in range(layers):
-        lay = cache.layers[layer]
-        assert lay.keys.shape == (1, HEADS, past + len(keep), DIM)
-        assert torch.equal(lay.keys, expected(layer, want))
-        assert torch.equal(lay.values, -expected(layer, want))
-    assert cache.get_seq_length() == past + len(keep)
+        keys = expected(layer, list(range(n)))  # [1, HEADS, n, DIM]
+        kv.write(layer, 0, keys, -keys)
+    kv.length = n
+    return kv
+
+
+@pytest.mark.parametrize(("past", "q", "keep"), COMPACT_CASES)
+def test_compact_gathers_exactly_the_kept_entries(past: int, q: int, keep: list[int]) -> None:
+    layers = 3
+    kv = make_kv(layers, past + q, capacity=past + q + 4)
+    kv.length = past  # the tree's q entries were written after the past; compaction sets the new length
+    compact(kv, past, keep)
+    want = list(range(past)) + [past + i for i in keep]
+    assert kv.length == past + len(keep)
+    for layer in range(layers):
+        keys, values = kv.view(layer, kv.length)
+        assert torch.equal(keys, expected(layer, want))
+        assert torch.equal(values, -expected(layer, want))
 
 
 def test_compacted_cache_keeps_growing() -> None:
-    cache = make_cache([6, 6])
-    compact_cache(cache, 2, [0, 3])
+    kv = make_kv(2, 6, capacity=8)
+    compact(kv, 2, [0, 3])
     extra = entry(0, 50)
-    keys, _ = cache.update(extra, -extra, 0)  # the next forward appends after the kept entries
+    kv.write(0, kv.length, extra, -extra)  # the next forward writes after the kept entries
+    keys, _ = kv.view(0, kv.length + 1)
     assert torch.equal(keys, torch.cat([expected(0, [0, 1, 2, 5]), extra], dim=-2))
+
+
+def test_a_write_past_capacity_is_refused() -> None:
+    kv = make_kv(1, 4, capacity=4)
+    with pytest.raises(ValueError, match="overflow"):
+        kv.write(0, 4, entry(0, 9), entry(0, 9))
 
 
 # layer lengths left by a forward over q new tokens that raised part-way, and the prefix to restore

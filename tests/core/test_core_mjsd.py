@@ -1,4 +1,4 @@
-"""Mode mjsd (lookahead_core.mjsd, mjsd_model): joint-likelihood acceptance on hand-made trees, the draft's
+"""Mode mjsd (lookahead_core.drafting.mjsd, mjsd_model): joint-likelihood acceptance on hand-made trees, the draft's
 beam search, the opt-in and unverified flags, and the one case where MJSD must equal plain greedy."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import pytest
 import torch
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.config import LOSSY_MODES
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft_model import early_exit
-from lookahead_core.mjsd import cumulative, joint_accept, path_to
-from lookahead_core.mjsd_model import MjsdProposer
-from lookahead_core.scheduler import SchedulerConfig
-from lookahead_core.serve_request import ServeRequest
+from lookahead_core.drafting.mjsd import cumulative, joint_accept, path_to
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig
+from lookahead_core.proposers.draft_model import early_exit
+from lookahead_core.proposers.mjsd import MjsdProposer
 
 from tests.core.helpers import (
     FAMILIES,
@@ -183,8 +183,8 @@ def test_batched_mjsd_rides_with_lossless_requests(family: str, scheduler_of) ->
     with eos_as(model, None):
         reqs = serve_all_greedy(sched, model, prompts, configs)
     assert [r.stats.unverified for r in reqs] == [True, False, True, False]
-    judged = [r for r in reqs if r.beams is not None]
-    assert len(judged) == 2 and all(r.beams.forwards > 0 for r in judged)  # the beams really ran
+    beams = [p for r in reqs if (p := r.proposer(MjsdProposer)) is not None]
+    assert len(beams) == 2 and all(p.forwards > 0 for p in beams)  # the beams really ran
 
 
 def test_batched_mjsd_judges_by_joint_likelihood(scheduler_of) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lookahead_core.prefix_cache import KV, PrefixCacheConfig, PrefixKVCache, common_prefix_lengths, pad_rows
+from lookahead_core.kv.prefix_cache import KV, PrefixCacheConfig, PrefixKVCache, common_prefix_lengths, pad_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,8 +8,8 @@ import random
 
 import pytest
 from lookahead_core.config import DecodingConfig
-from lookahead_core.scheduler import SchedulerConfig
-from lookahead_core.serve_request import ServeRequest
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig
 
 from tests.core.helpers import Client, random_prompt, run_all, tiny_model
 from tests.core.test_core_prefix_cache import cache, check_view, make_kv

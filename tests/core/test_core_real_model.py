@@ -27,10 +27,10 @@ from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.detok import REPLACEMENT
-from lookahead_core.scheduler import SchedulerConfig, StepScheduler
-from lookahead_core.serve_request import ServeRequest
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.detok import REPLACEMENT
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.core.helpers import MODES, greedy

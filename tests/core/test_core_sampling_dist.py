@@ -22,10 +22,10 @@ from dataclasses import replace
 import pytest
 import torch
 from lookahead_core.config import DecodingConfig
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft import DraftTree
+from lookahead_core.drafting.draft import DraftTree
+from lookahead_core.drafting.verify import accept_longest
+from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.sampling import TokenChooser, build_processors, generate_sampled
-from lookahead_core.verify import accept_longest
 from transformers import LogitsProcessorList, PreTrainedModel
 
 from tests.core.helpers import StubTokenizer, eos_as, node_paths, tiny_model

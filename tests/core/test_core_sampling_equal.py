@@ -14,11 +14,11 @@ from collections.abc import Callable
 
 import pytest
 from lookahead_core.config import DecodingConfig
-from lookahead_core.decoder import LookaheadDecoder
-from lookahead_core.draft import Drafter
+from lookahead_core.drafting.draft import Drafter
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig
 from lookahead_core.sampling import generate_sampled
-from lookahead_core.scheduler import SchedulerConfig
-from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel
 
 from tests.core.helpers import (

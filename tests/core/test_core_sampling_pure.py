@@ -43,7 +43,7 @@ def test_keyed_gumbel_is_a_function_of_seed_and_position() -> None:
 
 def test_keyed_gumbel_is_the_same_in_another_process() -> None:
     # a fresh interpreter draws bit-identical noise (no process state, no torch RNG involved)
-    code = "from lookahead_core.gumbel import keyed_gumbel; print(keyed_gumbel(2**64 - 1, 12345, 50).tolist())"
+    code = "from lookahead_core.sampling.gumbel import keyed_gumbel; print(keyed_gumbel(2**64 - 1, 12345, 50).tolist())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert eval(out.stdout) == keyed_gumbel(2**64 - 1, 12345, 50).tolist()
 

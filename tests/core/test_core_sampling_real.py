@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig
-from lookahead_core.decoder import LookaheadDecoder
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.engine.request import ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.sampling import generate_sampled
-from lookahead_core.scheduler import SchedulerConfig, StepScheduler
-from lookahead_core.serve_request import ServeRequest
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tests.core.helpers import MODES

@@ -14,12 +14,12 @@ from collections.abc import Sequence
 
 import pytest
 from lookahead_core import PathRecorder
-from lookahead_core.admission import QueueFull
 from lookahead_core.config import DecodingConfig, DraftMode
-from lookahead_core.kernels import KernelSet
-from lookahead_core.ragged import RAGGED_ATTENTION
-from lookahead_core.scheduler import SchedulerConfig, StepScheduler
-from lookahead_core.serve_request import Phase, RequestExpired, ServeRequest
+from lookahead_core.engine.admission import QueueFull
+from lookahead_core.engine.request import Phase, RequestExpired, ServeRequest
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
+from lookahead_core.forward.kernels import KernelSet
+from lookahead_core.forward.ragged import RAGGED_ATTENTION
 
 from tests.core.helpers import (
     FAMILIES,

@@ -7,11 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from lookahead_core.attention import TREE_SDPA
-from lookahead_core.decoder import LookaheadDecoder
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.forward.ragged import RAGGED_ATTENTION
+from lookahead_core.forward.support import UnsupportedModelError, check_supported, unsupported_reasons
 from lookahead_core.models import load_model
-from lookahead_core.ragged import RAGGED_ATTENTION
-from lookahead_core.support import UnsupportedModelError, check_supported, unsupported_reasons
 from transformers import (
     AutoModelForCausalLM,
     Gemma2Config,
@@ -88,7 +87,6 @@ ACCEPTED: dict[str, Callable[[], PretrainedConfig]] = {
     "llama-sdpa": lambda: with_attn(LlamaConfig(**TINY), "sdpa"),
     "llama-eager": lambda: with_attn(LlamaConfig(**TINY), "eager"),
     # our own registered implementations
-    "llama-tree-sdpa": lambda: with_attn(LlamaConfig(**TINY), TREE_SDPA),
     "llama-ragged": lambda: with_attn(LlamaConfig(**TINY), RAGGED_ATTENTION),
 }
 

@@ -19,18 +19,18 @@ TORCH_FREE = [
     "lookahead_core.config",  # DecodingConfig, DraftMode, TrieConfig
     "lookahead_core.defaults",  # DEFAULT_MODEL, cache_dir
     "lookahead_core.vocab",  # tokenizer_id
-    "lookahead_core.trie",  # TokenTrie (the draft cache's store)
-    "lookahead_core.draft",  # DraftTree, retrieve_draft, Drafter
-    "lookahead_core.verify",  # accept_longest
-    "lookahead_core.finish",  # trim_step, eos_ids
-    "lookahead_core.detok",  # TextStreamer (tokenizers are duck-typed)
+    "lookahead_core.drafting.trie",  # TokenTrie (the draft cache's store)
+    "lookahead_core.drafting.draft",  # DraftTree, retrieve_draft, Drafter
+    "lookahead_core.drafting.verify",  # accept_longest
+    "lookahead_core.engine.finish",  # trim_step, eos_ids
+    "lookahead_core.engine.detok",  # TextStreamer (tokenizers are duck-typed)
     "lookahead_core.stats",  # GenerationStats
     "lookahead_core.observer",  # StepObserver, PathRecorder
-    "lookahead_core.jacobi",  # the Jacobi window and n-gram pool
-    "lookahead_core.mjsd",  # MJSD's joint-likelihood acceptance
-    "lookahead_core.budget",  # expected_tokens, split_budget
-    "lookahead_core.gains",  # GainsModel
-    "lookahead_core.admission",  # FairQueue
+    "lookahead_core.drafting.jacobi",  # the Jacobi window and n-gram pool
+    "lookahead_core.drafting.mjsd",  # MJSD's joint-likelihood acceptance
+    "lookahead_core.engine.budget",  # expected_tokens, split_budget
+    "lookahead_core.engine.gains",  # GainsModel
+    "lookahead_core.engine.admission",  # FairQueue
 ]
 
 

@@ -1,13 +1,18 @@
-"""Tree attention on a real forward: every node's logits equal a linear run of its own branch (fp32)."""
+"""The engine's tree forward (packed row, ragged attention over the request's KV): every node's logits equal
+a linear run of its own branch (fp32)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
-from lookahead_core.attention import tree_attention
-from lookahead_core.kernels import make_twin
-from lookahead_core.tree_inputs import build_tree_inputs
-from transformers import DynamicCache
+from lookahead_core.engine.pack import pack_step
+from lookahead_core.engine.plan import Decode, StepPlan
+from lookahead_core.forward.kernels import KernelSet
+from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from lookahead_core.kv.kvstore import KVShape, RequestKV
+from lookahead_core.proposers.base import Drafting, GreedyMatch
 
 from tests.core.helpers import ATTNS, FAMILIES, node_paths, tiny_model, tree_from
 
@@ -41,26 +46,38 @@ def linear_logits(model: torch.nn.Module, tokens: list[int]) -> torch.Tensor:
         return model(torch.tensor([tokens])).logits[0, -1]
 
 
+def ragged(runner: torch.nn.Module, ids: list[int], positions: list[int] | None, plan: RaggedPlan,
+           keep: list[int]) -> torch.Tensor:
+    """One engine forward through ``runner``: logits of the ``keep`` rows [K, vocab]."""
+    plan.finalize(torch.float32, torch.device("cpu"))
+    extra = {"position_ids": torch.tensor([positions])} if positions is not None else {}
+    with torch.inference_mode():
+        return runner(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=torch.tensor(keep),
+                      **extra, **{PLAN_KWARG: plan}).logits[0]
+
+
 def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool = True) -> torch.Tensor:
-    """Prefill ``past_tokens`` into a cache, then one tree forward; logits [q, vocab].
+    """Prefill ``past_tokens`` into a request's KV, then one packed tree forward; logits [q, vocab].
 
     ``positions=False`` leaves position_ids out (the model then numbers the tree consecutively).
     """
     tree = tree_from(TREE)
-    with torch.inference_mode():
-        cache = DynamicCache()
-        runner(torch.tensor([past_tokens]), past_key_values=cache, use_cache=True)
-        inputs = build_tree_inputs(tree, ROOT, len(past_tokens), torch.float32, "cpu")
-        extra = {"position_ids": inputs.position_ids} if positions else {}
-        out = runner(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            past_key_values=cache,
-            use_cache=True,
-            **extra,
-        ).logits  # [1, q, vocab]
-        assert cache.get_seq_length() == len(past_tokens) + len(tree) + 1
-    return out[0]
+    past = len(past_tokens)
+    kv = RequestKV(KVShape.of(runner), past + len(tree) + 1)
+    prefill = RaggedPlan([Segment(kv, 0, 0, causal_visible(past))])
+    ragged(runner, past_tokens, list(range(past)), prefill, [past - 1])
+    kv.length = past
+    req = SimpleNamespace(kv=kv, root=lambda: ROOT, drafting=Drafting((), GreedyMatch(), 0))
+    step = pack_step(StepPlan([Decode(req, tree, len(tree))], []))  # type: ignore[arg-type]
+    out = ragged(runner, step.ids, step.positions if positions else None, step.attention, step.keep)
+    assert out.shape[0] == len(tree) + 1
+    return out
+
+
+def twin(model: torch.nn.Module, packed: bool) -> torch.nn.Module:
+    """The engine's twin of ``model`` (its ragged attention; oneDNN-packed Linear layers or stock)."""
+    kernel = "packed" if packed else "stock"
+    return KernelSet(model, RAGGED_ATTENTION, (kernel,)).twins[kernel]
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["stock", "packed"])
@@ -68,8 +85,7 @@ def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_tree_node_matches_its_linear_branch(family: str, attn: str, packed: bool) -> None:
     model = tiny_model(family, attn)
-    runner = make_twin(model, packed=True, attn_implementation=tree_attention(model)) if packed else model
-    got = tree_logits(runner, PROMPT)
+    got = tree_logits(twin(model, packed), PROMPT)
     tree = tree_from(TREE)
     branches = [[], *node_paths(tree)]  # node 0 is the root itself
     assert got.shape[0] == len(branches)
@@ -85,6 +101,6 @@ def test_every_tree_node_matches_its_linear_branch(family: str, attn: str, packe
 def test_positions_matter(family: str) -> None:
     """Consecutive positions (the default without position_ids) give wrong logits for deep nodes."""
     model = tiny_model(family)
-    bad = tree_logits(model, PROMPT, positions=False)
+    bad = tree_logits(twin(model, packed=False), PROMPT, positions=False)
     want = linear_logits(model, [*PROMPT, ROOT, *node_paths(tree_from(TREE))[-1]])
     assert not torch.allclose(bad[-1], want, atol=1e-4)

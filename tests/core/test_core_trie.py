@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from lookahead_core.config import TrieConfig
-from lookahead_core.trie import TokenTrie, windows
+from lookahead_core.drafting.trie import TokenTrie, windows
 
 from tests.core.helpers import freq_table, ngram_counts, pfreq_table, trie_table
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lookahead_core.draft import DraftTree
-from lookahead_core.tree_inputs import ancestor_matrix, build_tree_inputs
-from lookahead_core.verify import accept_longest
+from lookahead_core.drafting.draft import DraftTree, ancestor_matrix
+from lookahead_core.drafting.verify import accept_longest
+from lookahead_core.engine.pack import PackedStep, pack_step
+from lookahead_core.engine.plan import Decode, StepPlan
+from lookahead_core.forward.ragged import segment_mask
+from lookahead_core.proposers.base import Drafting, GreedyMatch
 
 from tests.core.helpers import tree_from
 
@@ -101,16 +105,27 @@ def _ancestors_or_self(parents: list[int], node: int) -> set[int]:
     return out
 
 
+def packed_tree(tree: DraftTree, root: int, past: int) -> PackedStep:
+    """The engine's packed row of one request verifying ``tree`` below ``root`` over ``past`` cached entries."""
+    kv = SimpleNamespace(length=past)  # only its length is read when packing
+    req = SimpleNamespace(kv=kv, root=lambda: root, drafting=Drafting((), GreedyMatch(), 0))
+    return pack_step(StepPlan([Decode(req, tree, len(tree))], []))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize(("spec", "past"), INPUT_CASES)
 def test_tree_inputs(spec: list[tuple[int, int]], past: int, dtype: torch.dtype) -> None:
     tree = tree_from(spec)
     q = len(tree) + 1
-    inputs = build_tree_inputs(tree, root_token=77, past_len=past, dtype=dtype, device="cpu")
-    assert inputs.input_ids.tolist() == [[77, *tree.tokens]]
-    assert inputs.position_ids.tolist() == [[past + d for d in [0, *tree.depths]]]
-    mask = inputs.attention_mask
-    assert mask.shape == (1, 1, q, past + q)
+    step = packed_tree(tree, root=77, past=past)
+    assert step.ids == [77, *tree.tokens]
+    assert step.positions == [past + d for d in [0, *tree.depths]]
+    assert step.keep == list(range(q)) and step.decodes[0].tree == slice(0, q)  # every node's choice is read
+    mask = segment_mask(step.attention.segments[0], dtype, torch.device("cpu"))
+    if q == 1:  # the root alone sees the whole cache and itself: no mask (sdpa's fastest path)
+        assert mask is None
+        return
+    assert mask is not None and mask.shape == (1, 1, q, past + q)
     assert mask.dtype == dtype
     low = torch.finfo(dtype).min
     for i in range(q):
@@ -131,7 +146,6 @@ def test_ancestor_matrix_chain_and_fork() -> None:
 
 
 def test_empty_tree_inputs_are_one_token() -> None:
-    inputs = build_tree_inputs(DraftTree(), root_token=3, past_len=7, dtype=torch.float32, device="cpu")
-    assert inputs.input_ids.tolist() == [[3]]
-    assert inputs.position_ids.tolist() == [[7]]
-    assert bool((inputs.attention_mask == 0).all())
+    step = packed_tree(DraftTree(), root=3, past=7)
+    assert step.ids == [3] and step.positions == [7] and step.keep == [0]
+    assert segment_mask(step.attention.segments[0], torch.float32, torch.device("cpu")) is None  # sees all the cache

@@ -31,7 +31,7 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
-from .config import DecodingConfig
+from ..config import DecodingConfig
 from .gumbel import GumbelCache
 from .processors import build_processors
 

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .config import TrieConfig
+from ..config import TrieConfig
 
 # Prune key layout (one int64): freq | recency stamp | (DEPTH_CAP - depth), most significant first.
 DEPTH_BITS = 8

@@ -7,7 +7,7 @@ the machine and on the forward size (packed weights were slower than stock at 1-
 from ~8 on one 2-core CPU, the other way round elsewhere), so ``KernelSet.calibrate`` times every
 twin at a few sizes, keeps the curve and drops the twins that win nowhere (their packed weights go).
 
-    kernels = KernelSet(model, attn_implementation=TREE_SDPA)   # "stock" and, on fp32 CPU, "packed"
+    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock" and, on fp32 CPU, "packed"
     kernels.calibrate(probe, token_counts=(1, 2, 4, 8, 16, 32, 64), repeats=3)
     kernels.runner(1)(input_ids=...)                            # the twin that wins at 1 token
     kernels.curve.cost(9), kernels.curve.marginal(9)            # seconds: for draft budgets
@@ -26,7 +26,6 @@ from typing import Any
 
 from torch import nn
 
-from . import attention  # noqa: F401  (registers TREE_SDPA with transformers)
 from .packed import pack_linears, packable
 
 STOCK = "stock"  # the model's own Linear kernels
@@ -38,7 +37,7 @@ def make_twin(model: nn.Module, packed: bool, attn_implementation: str | None) -
     """A copy of ``model``'s modules sharing every parameter and buffer with it (``model`` is untouched).
 
     ``packed``: Linear layers use oneDNN pre-packed weights (fp32 CPU models only, else ValueError);
-    ``attn_implementation``: the twin's attention (e.g. ``attention.TREE_SDPA``); None keeps the model's.
+    ``attn_implementation``: the twin's attention (e.g. ``ragged.RAGGED_ATTENTION``); None keeps the model's.
     """
     if packed and not packable(model):
         raise ValueError("packed kernels need an fp32 CPU model and a torch build with oneDNN")
@@ -212,8 +211,8 @@ class KernelSet:
     ) -> CostCurve:
         """Time ``probe(twin, n)`` for every twin, keep the curve, drop twins that win at no count.
 
-        ``probe`` runs one forward of n tokens through the module it is given (the decoder's is a
-        tree over a cache; a serving scheduler may pass a batched one). Returns the kept curve.
+        ``probe`` runs one forward of n tokens through the module it is given (the engine's is a
+        ragged forward over a cache (``probe.RaggedProbe``)). Returns the kept curve.
         """
         probes = {k: functools.partial(probe, twin) for k, twin in self._twins.items()}
         self.measured = measure(probes, token_counts, repeats, warmup, clock)

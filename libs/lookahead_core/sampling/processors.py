@@ -49,7 +49,7 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
-from .config import DecodingConfig
+from ..config import DecodingConfig
 
 
 class UnsupportedGenerationConfig(ValueError):

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 from transformers import PretrainedConfig, PreTrainedModel
 
-from .attention import TREE_SDPA
 from .ragged import RAGGED_ATTENTION
 
 FULL_KINDS = frozenset({"full_attention", "attention"})  # layer kinds (layer_types / layers_block_type) we support
@@ -22,8 +21,8 @@ WINDOW_KINDS = frozenset(
     {"sliding_attention", "chunked_attention", "window_attention", "hybrid_sliding", "reference_sliding_attention"}
 )
 WINDOW_ATTRS = ("sliding_window", "attention_chunk_size")  # config fields that window every layer if no layer_types
-# Attention implementations that take our float tree mask as is: stock, plus the ones we register.
-SUPPORTED_ATTN = frozenset({"sdpa", "eager", TREE_SDPA, RAGGED_ATTENTION})
+# Attention implementations the model may come with (the engine's twins run RAGGED_ATTENTION, built on sdpa).
+SUPPORTED_ATTN = frozenset({"sdpa", "eager", RAGGED_ATTENTION})
 
 
 class UnsupportedModelError(ValueError):

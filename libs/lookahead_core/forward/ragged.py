@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from .kvstore import RequestKV
+from ..kv.kvstore import RequestKV
 
 RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
 PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention

@@ -20,16 +20,18 @@ from collections.abc import Sequence
 import torch
 from transformers import PreTrainedModel
 
-from .config import DecodingConfig, DraftMode
-from .draft import DraftTree
-from .draft_model import DraftModelProposer, DraftModels
-from .kvcache import repeat_cache, select_rows
-from .mjsd import joint_accept
+from ..drafting.draft import DraftTree
+from ..drafting.mjsd import joint_accept
+from ..kv.draft_cache import repeat_cache, select_rows
+from .base import Ask, Proposer
+from .draft_model import DraftModelProposer
 
 
-class MjsdProposer:
+class MjsdProposer(Proposer):
     """One request's MJSD state: the draft, its KV cache (via a DraftModelProposer) and the last tree's
-    draft log-probabilities."""
+    draft log-probabilities. It owns its acceptance (``accept``: joint likelihood, lossy)."""
+
+    needs_logits = True  # acceptance reads the target's logits rows, not only its choices
 
     def __init__(self, draft: PreTrainedModel, beams: int, depth: int, threshold: float) -> None:
         if beams < 1 or depth < 1:
@@ -105,9 +107,14 @@ class MjsdProposer:
                 parent = node
         return tree
 
-    def accept(self, rows: torch.Tensor, tree: DraftTree) -> list[int]:
+    def draft(self, tree: DraftTree, ask: Ask) -> None:
+        """The beams alone make the step's tree (mode mjsd drafts nothing else)."""
+        tree.merge(self.propose(ask.context, ask.budget, ask.room, ask.banned))
+
+    def accept(self, tree: DraftTree, predicted: Sequence[int], rows: torch.Tensor | None) -> list[int]:
         """The accepted path from the target's logits for the tree's rows ([1 + len(tree), vocab]: root
         first). Worked example in mjsd.py."""
+        assert rows is not None, "MJSD acceptance reads the target's logits rows"
         if not len(tree):
             return [0]
         lsm = rows.float().log_softmax(-1)  # [1 + nodes, vocab]
@@ -115,10 +122,3 @@ class MjsdProposer:
         tokens = torch.tensor(tree.tokens, dtype=torch.long, device=rows.device)  # [nodes]
         target = lsm[parents, tokens].tolist()  # [nodes]: each node's token given its parent's prefix
         return joint_accept(tree.parents, self.node_logprobs[: len(tree)], target, self.threshold)
-
-
-def mjsd_for(config: DecodingConfig, drafts: DraftModels | None) -> MjsdProposer | None:
-    """A request's beam proposer: mode mjsd only (the draft: ``draft_layers``' self-draft or the given one)."""
-    if config.mode is not DraftMode.MJSD or drafts is None:
-        return None
-    return MjsdProposer(drafts.get(config.draft_layers), config.mjsd_beams, config.draft_depth, config.mjsd_threshold)

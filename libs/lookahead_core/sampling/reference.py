@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from ..config import DecodingConfig
+from ..engine.finish import eos_ids, trim_step
 from .chooser import TokenChooser, resolve_seed
-from .config import DecodingConfig
-from .finish import eos_ids, trim_step
 
 
 def generate_sampled(

@@ -8,12 +8,23 @@ under the trie's counts: the product of count(child) / sum(count(siblings)) alon
 
 from __future__ import annotations
 
+import enum
 import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .config import DecodingConfig, DraftMode
+import numpy as np
+
+from ..config import DecodingConfig
 from .trie import Node, TokenTrie
+
+
+class TrieShape(enum.Enum):
+    """How a trie's continuations become a draft."""
+
+    TREE = "tree"  # best-first tree, shared prefixes merged (Lookahead's hierarchical drafts)
+    CHAINS = "chains"  # separate chains, shared prefixes not merged (parallel)
+    SPAN = "span"  # the single most probable chain under the longest match (LLMA)
 
 
 @dataclass
@@ -58,6 +69,15 @@ class DraftTree:
         for token in chain:
             parent = self.add(parent, token, merge=merge)
 
+    def merge(self, other: DraftTree, merge: bool = True) -> int:
+        """Add ``other``'s nodes below this tree's root (shared prefixes merged unless ``merge`` is
+        False); returns the nodes added. Into an empty tree it is an exact copy."""
+        before = len(self)
+        mapped = [0]  # other's node i -> this tree's node
+        for token, parent, prob in zip(other.tokens, other.parents, other.probs, strict=True):
+            mapped.append(self.add(mapped[parent], token, merge=merge, prob=prob))
+        return len(self) - before
+
     def prefix(self, n: int) -> DraftTree:
         """The first ``n`` nodes: parents come before children, so it is a tree; built best-first,
         it is the tree a budget of ``n`` would have drafted."""
@@ -84,6 +104,20 @@ class DraftTree:
                 node = self.parents[node - 1]
             out.append(path[::-1])
         return out
+
+
+def ancestor_matrix(parents: list[int]) -> np.ndarray:
+    """anc[i, j] = node j is node i or one of its ancestors; node 0 is the root.
+
+    ``parents[k]`` is the parent of node k+1 and is always < k+1.
+    """
+    q = len(parents) + 1
+    anc = np.zeros((q, q), dtype=bool)  # anc: [q, q]
+    anc[0, 0] = True
+    for i, parent in enumerate(parents, start=1):
+        anc[i] = anc[parent]
+        anc[i, i] = True
+    return anc
 
 
 # (full context ids, budget, max depth) -> draft tree; replaces trie drafting when given (tests feed
@@ -175,19 +209,21 @@ def retrieve_draft(
     budget: int,
     max_depth: int,
     banned: frozenset[int] = frozenset(),
+    shape: TrieShape = TrieShape.TREE,
 ) -> DraftTree:
-    """Build this step's draft below the last context token.
+    """Build this step's draft below the last context token, in ``shape``.
 
     ``budget`` caps the number of draft tokens, ``max_depth`` the length of any branch (so a
-    step never emits past max_new_tokens); ``banned`` tokens (EOS) never appear in a draft.
+    step never emits past max_new_tokens); ``banned`` tokens (EOS) never appear in a draft. A TREE
+    may grow confident nodes past ``budget`` up to ``config.max_decoding_length``.
     """
     tree = DraftTree()
-    if config.mode in (DraftMode.NONE, DraftMode.JACOBI) or budget <= 0 or max_depth <= 0:
-        return tree  # jacobi: the n-gram pool drafts, not the trie (jacobi_branch.py)
+    if budget <= 0 or max_depth <= 0:
+        return tree
     weight = config.trie.prompt_weight
     with trie.lock:
         stages = _match_nodes(trie, context, config)
-        if config.mode is DraftMode.LLMA:
+        if shape is TrieShape.SPAN:
             # The single best-matching span: the most probable chain under the longest match.
             for _, node in stages:
                 chains = _best_chains(node, budget, min(max_depth, budget), weight, banned)
@@ -198,13 +234,13 @@ def retrieve_draft(
         want = config.min_fill * budget
         seen_chains: set[tuple[int, ...]] = set()
         for matched, node in stages:
-            if config.mode in (DraftMode.HIERARCHICAL, DraftMode.DRAFT_MODEL):  # draft-model: the trie's tree too
+            if shape is TrieShape.TREE:
                 # A long suffix match means the text is being copied: then confident nodes may
                 # extend the tree past the base budget (LLMA's match length as evidence).
                 extend = matched >= config.extend_min_match
                 cap = max(budget, config.max_decoding_length) if extend else budget
                 _grow_tree(tree, node, cap, max_depth, weight, banned, budget, config.extend_min_prob)
-            else:  # PARALLEL: separate chains, shared prefixes are not merged
+            else:  # CHAINS: separate chains, shared prefixes are not merged
                 for chain in _best_chains(node, budget - len(tree), max_depth, weight, banned):
                     if tuple(chain) not in seen_chains:  # a shorter suffix may find the same chain
                         seen_chains.add(tuple(chain))

@@ -1,16 +1,16 @@
-"""The serving engine's step scheduler: one thread owns the model and runs every request's step.
+"""The engine: one owner of the model runs every request's step, as plan -> pack -> run -> apply.
 
-Each step packs, into ONE forward (ragged_step.py), the draft tree of every decoding request and a
-chunk of the prompt of requests still prefilling (continuous batching: requests join and leave
-between steps). The forward returns the model's choice after every tree node; each request accepts its
-longest agreeing path, gathers those KV entries into place, and gets its verified tokens through
-its ``on_tokens`` callback. Waiting requests sit in a bounded queue with fair share by tenant.
+    plan = plan_step(...)          # plan.py: who runs, each tree and budget, the prefill chunks (a value)
+    packed = pack_step(plan)       # pack.py: the one packed row and where each request's rows are
+    logits = forward(...)          # run.py: ONE forward for every request; choose() the token after each row
+    self._apply(plan, packed, ...) # accept each path, compact its KV, emit; finish prefills; end requests
 
-Draft budgets adapt to load: each request's expected tokens per step for every budget comes from
-its own recent accepted paths, the cost of a forward of n tokens comes from a measurement on this
-machine at start-up, and ``split_budget`` picks the budgets that maximize tokens per second.
-
-The per-request ``DecodeRun`` (decoder.py) stays the batch-1 path and the tests' oracle.
+Continuous batching: requests join and leave between steps; waiting requests sit in a bounded queue
+with fair share by tenant. Draft budgets adapt to load: each request's expected tokens per step for
+every budget comes from its own recent accepted paths, the cost of a forward of n tokens from a
+measurement on this machine at start-up, and ``split_budget`` picks the budgets that maximize tokens
+per second. ``start()`` runs the steps on the engine's own thread (the service); ``start(thread=False)``
+leaves them to callers of ``step()`` (the batch-1 ``LookaheadDecoder`` drives it from its caller).
 """
 
 from __future__ import annotations
@@ -21,26 +21,29 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..forward.kernels import KernelSet
+from ..forward.probe import RaggedProbe
+from ..forward.ragged import RAGGED_ATTENTION
+from ..forward.support import check_supported
+from ..kv.kvstore import KVShape, RequestKV, export_prefix, load_prefix
+from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
+from ..proposers.build import build_drafting, drafting_spec
+from ..proposers.draft_model import DraftModels
+from ..sampling.chooser import TokenChooser
+from .active import Active
 from .admission import FairQueue, QueueFull
-from .budget import split_budget
-from .chooser import TokenChooser
-from .draft import DraftTree
-from .draft_model import DraftModels
 from .finish import eos_ids
 from .gains import GainsModel
-from .kernels import KernelSet
-from .kvstore import KVShape, RequestKV, compact, export_prefix, load_prefix
-from .prefix_cache import PrefixCacheConfig, PrefixKVCache
-from .ragged import PLAN_KWARG, RAGGED_ATTENTION
-from .ragged_step import Chunk, RaggedProbe, choose_step, pack_step
-from .serve_request import Phase, RequestExpired, ServeRequest
-from .support import check_supported
+from .pack import PackedStep, pack_step
+from .plan import StepLimits, StepPlan, plan_step
+from .request import Phase, RequestExpired, ServeRequest
+from .run import choose, forward
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +110,7 @@ OnForward = Callable[[int, int], None]
 
 
 class StepScheduler:
-    """Continuous batching over one model; thread-safe ``submit`` / ``cancel`` / ``state``."""
+    """Continuous batching over one model; thread-safe ``submit`` / ``cancel`` / ``state`` / ``step``."""
 
     def __init__(
         self,
@@ -133,28 +136,32 @@ class StepScheduler:
         )
         self.gains = GainsModel()
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
+        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk)
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
-        self.running: list[ServeRequest] = []
+        self.running: list[Active] = []
         self.forwards = 0
         self.prefix_hit_tokens = 0
         self.forward_sizes: Counter[int] = Counter()  # tokens per forward -> forwards
         self.on_forward = on_forward
         self._cv = threading.Condition()
+        self._stepping = threading.Lock()  # one step at a time, whoever drives it
+        self._admitting = 0  # requests popped from the queue, not yet running
         self._closed = False
         self._thread: threading.Thread | None = None
 
     # ---- public (any thread) --------------------------------------------------------------------
-    def start(self) -> StepScheduler:
-        """Measure kernels (once) and start the scheduler thread."""
+    def start(self, thread: bool = True) -> StepScheduler:
+        """Measure kernels (once) and, with ``thread``, run the steps on the engine's own thread."""
         with _SHARED_LOCK:  # engines sharing a KernelSet calibrate it once
             if self.config.calibrate and self.kernels.curve is None:
                 counts = [n for n in self.config.calibration_counts if n <= self.config.max_tokens_per_forward]
                 probe = RaggedProbe(self.shape, self.config.calibration_past)
                 self.kernels.calibrate(probe, counts, self.config.calibration_repeats)
                 log.info("kernels by forward size: %s", self.kernels.describe())
-        self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
-        self._thread.start()
+        if thread:
+            self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
+            self._thread.start()
         return self
 
     def submit(self, req: ServeRequest) -> None:
@@ -162,8 +169,7 @@ class StepScheduler:
         with self._cv:
             if self._closed:
                 raise SchedulerClosed("the engine is shutting down")
-            free = max(0, self.config.max_running - len(self.running))
-            if len(self.queue) >= self.config.max_waiting + free:
+            if not self._room():
                 raise QueueFull(f"waiting queue is full ({self.config.max_waiting} requests waiting)")
             self.queue.push(req.tenant, req, req.deadline)
             self._cv.notify()
@@ -181,8 +187,7 @@ class StepScheduler:
     def has_room(self) -> bool:
         """Whether one more request would be queued now (not refused with QueueFull)."""
         with self._cv:
-            free = max(0, self.config.max_running - len(self.running))
-            return len(self.queue) < self.config.max_waiting + free
+            return self._room()
 
     def prefix_epoch(self, tenant: str) -> int:
         """The tenant's prefix-cache epoch: read it before building a prompt, pass it to the request
@@ -197,8 +202,8 @@ class StepScheduler:
         with self._cv:
             running = list(self.running)
             waiting = len(self.queue)
-        kv = sum(cache.nbytes for r in running if (cache := r.kv) is not None)  # read once: _end may free it
-        return SchedulerState(waiting, len(running), kv, self.forwards, self.prefix_hit_tokens)
+        kv = sum(r.kv.nbytes for r in running)
+        return SchedulerState(waiting, len(running) + self._admitting, kv, self.forwards, self.prefix_hit_tokens)
 
     def close(self, timeout: float = 10.0) -> None:
         """Stop taking requests, cancel what is queued or running, and join the thread."""
@@ -213,39 +218,50 @@ class StepScheduler:
             self._end(req)
         if self._thread is not None:
             self._thread.join(timeout)
+        else:
+            with self._stepping:
+                self._cancel_running()
 
-    # ---- the loop (scheduler thread) ------------------------------------------------------------
-    def _loop(self) -> None:
-        doomed: list[ServeRequest] = []
-        while True:
-            admitted: list[ServeRequest] = []
+    def step(self) -> bool:
+        """One engine iteration: expire and admit waiting requests, then plan -> pack -> run -> apply.
+        Returns whether requests are still running or waiting."""
+        with self._stepping:
             with self._cv:
-                while True:
-                    self._expire_waiting()
-                    admitted = self._pop_admissible()
-                    if self._closed or self.running or admitted:
-                        break
-                    self._cv.wait(self.config.idle_poll_s)
-                if self._closed:
-                    doomed = list(self.running)
-                    self.running.clear()
-                    break
+                self._expire_waiting()
+                admitted = self._pop_admissible()
             for req in admitted:
-                try:
-                    self._start(req)
-                except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
-                    req.error = exc
-                    self._end(req)
+                self._admit(req)
             try:
                 self._step()
             except Exception as exc:  # a failed forward fails its requests, never the engine
                 log.exception("step failed; failing the requests in it")
-                for req in self._take_running():
-                    req.error = exc
-                    self._end(req)
-        for req in [*doomed, *admitted]:
-            req.stats.finish_reason = req.stats.finish_reason or "cancelled"
-            self._end(req)
+                for active in self._take_running():
+                    active.req.error = exc
+                    self._end(active.req, active)
+            with self._cv:
+                return bool(self.running) or len(self.queue) > 0
+
+    # ---- the loop (the engine's thread) ---------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._closed and not self.running and not len(self.queue):
+                    self._cv.wait(self.config.idle_poll_s)
+                    self._expire_waiting()
+                if self._closed:
+                    break
+            self.step()
+        with self._stepping:
+            self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        for active in self._take_running():
+            active.req.stats.finish_reason = active.req.stats.finish_reason or "cancelled"
+            self._end(active.req, active)
+
+    def _room(self) -> bool:
+        free = max(0, self.config.max_running - len(self.running) - self._admitting)
+        return len(self.queue) < self.config.max_waiting + free
 
     def _expire_waiting(self) -> None:
         for req in self.queue.expire(time.monotonic()):
@@ -254,161 +270,123 @@ class StepScheduler:
 
     def _pop_admissible(self) -> list[ServeRequest]:
         out: list[ServeRequest] = []
-        while len(self.running) < self.config.max_running:
-            per_tenant = Counter(r.tenant for r in self.running)
+        while len(self.running) + len(out) < self.config.max_running:
+            per_tenant = Counter(r.req.tenant for r in self.running) + Counter(r.tenant for r in out)
             req = self.queue.pop(per_tenant)
             if req is None:
                 break
-            self.running.append(req)
             out.append(req)
+        self._admitting = len(out)
         return out
 
-    def _take_running(self) -> list[ServeRequest]:
+    def _take_running(self) -> list[Active]:
         with self._cv:
             taken = list(self.running)
             self.running.clear()
         return taken
 
-    def _start(self, req: ServeRequest) -> None:
-        """Give an admitted request its cache, reusing a cached prefix of its prompt."""
-        chooser = TokenChooser.for_request(
-            self.generation_config, req.config, len(req.prompt_ids), req.stats.seed, self.device
-        )
-        kv = RequestKV(self.shape, req.capacity)
-        curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
-        req.start(kv, self.eos, self._decode, chooser, self.drafts, curve.cost if curve is not None else None)
+    def _admit(self, req: ServeRequest) -> None:
+        """Build the request's running state whole (its window resolved before its KV is sized), reusing a
+        cached prefix of its prompt; a request that cannot be built fails alone."""
+        try:
+            curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
+            spec = drafting_spec(req.config, curve.cost if curve is not None else None)
+            chooser = TokenChooser.for_request(
+                self.generation_config, spec.config, len(req.prompt_ids), req.stats.seed, self.device
+            )
+            drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
+            kv = RequestKV(self.shape, Active.capacity(req, spec))
+            active = Active(req, spec, drafting, kv, chooser, self.eos, self._decode)
+        except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
+            req.error = exc
+            with self._cv:
+                self._admitting -= 1
+            self._end(req)
+            return
         # Leave at least one prompt token to run: its logits give the first output token.
         hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
         if prefix is not None and hit:
             load_prefix(kv, prefix, hit)
-            req.prefilled = hit
+            active.prefilled = hit
             req.stats.prefix_hit_tokens = hit
             self.prefix_hit_tokens += hit
+        with self._cv:
+            self._admitting -= 1
+            self.running.append(active)
 
-    def _end(self, req: ServeRequest) -> None:
+    def _end(self, req: ServeRequest, active: Active | None = None) -> None:
         """Free a request's place and cache, and tell its caller (exactly once)."""
         if req.phase is Phase.DONE:
             return
-        req.release()  # first: once state() stops counting it, its cache is already free
-        with self._cv:
-            if req in self.running:
-                self.running.remove(req)
+        if active is not None:
+            active.release()
+            with self._cv:
+                if active in self.running:
+                    self.running.remove(active)
+        req.phase = Phase.DONE
+        req.stats.new_tokens = len(req.output)
+        req.stats.wall_s = time.perf_counter() - req.submitted
         if req.on_done is not None:
             req.on_done(req, req.error)
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    # ---- one step ---------------------------------------------------------------------------------
+    # ---- one step: plan -> pack -> run -> apply ---------------------------------------------------
     def _step(self) -> None:
-        cfg = self.config
         now = time.monotonic()
-        live: list[ServeRequest] = []
-        for req in list(self.running):
-            if req.cancelled.is_set() or req.expired(now):
-                req.stats.finish_reason = "cancelled"
-                self._end(req)
+        live: list[Active] = []
+        for active in list(self.running):
+            if active.req.cancelled.is_set() or active.req.expired(now):
+                active.req.stats.finish_reason = "cancelled"
+                self._end(active.req, active)
             else:
-                live.append(req)
-        decoding = [r for r in live if r.phase is Phase.DECODE]
-        chunks: list[Chunk] = []  # (request, first, end) prompt positions
-        room = min(cfg.prefill_chunk, cfg.max_tokens_per_forward - len(decoding))
-        for req in (r for r in live if r.phase is Phase.PREFILL):
-            if room <= 0:
-                break
-            end = min(len(req.prompt_ids), req.prefilled + room)
-            chunks.append((req, req.prefilled, end))
-            room -= end - req.prefilled
-        if not decoding and not chunks:
-            return
-        base = sum(end - first for _, first, end in chunks)
-        # Draft every request's full tree first (best-first, so a budget of q keeps its first q
-        # nodes), then split the forward's tokens by expected gain against measured cost.
-        spare = cfg.max_tokens_per_forward - base - sum(1 + r.branch_tokens() for r in decoding)
-        full = []
-        for req in decoding:
-            cap = min(req.max_budget(), max(0, spare))
-            extend = min(req.config.max_decoding_length, max(cap, spare)) if cap == req.max_budget() else cap
-            tree = req.draft(cap, extend)
-            spare -= len(tree)
-            full.append(tree)
-        budgets = self._budgets(decoding, full, base)
-        trees = [tree.prefix(q) for tree, q in zip(full, budgets, strict=True)]
-        self._forward_and_accept(decoding, trees, budgets, chunks)
-
-    def _budgets(self, decoding: Sequence[ServeRequest], trees: Sequence[DraftTree], base: int) -> list[int]:
-        sizes = [len(t) for t in trees]
+                live.append(active)
         curve = self.kernels.curve
-        if not self.config.adaptive or curve is None or not decoding:
-            return sizes
-        gains = [self.gains.expected(r.history, t.probs) for r, t in zip(decoding, trees, strict=True)]
-        return split_budget(gains, curve.cost, base, self.config.max_tokens_per_forward)
+        adaptive = self.config.adaptive and curve is not None
+        plan = plan_step(live, self.limits, self.gains if adaptive else None,
+                         curve.cost if adaptive and curve is not None else None)
+        if plan.empty:
+            return
+        packed = pack_step(plan)
+        total = len(packed)
+        logits = forward(self.kernels.runner(total), packed, self.device, self.shape.dtype)  # [K, vocab]
+        predicted = choose(logits, plan, packed)  # [K]
+        self._apply(plan, packed, logits, predicted)
 
-    def _forward_and_accept(
-        self,
-        decoding: list[ServeRequest],
-        trees: list[DraftTree],
-        budgets: list[int],
-        chunks: list[Chunk],
-    ) -> None:
-        step = pack_step(decoding, trees, chunks)
-        total = len(step.ids)
-        step.plan.finalize(self.shape.dtype, self.device)
-        runner = self.kernels.runner(total)
-        kernel = self._kernel_name(total)
-        with torch.inference_mode():
-            input_ids = torch.tensor([step.ids], dtype=torch.long, device=self.device)  # [1, T]
-            position_ids = torch.tensor([step.positions], dtype=torch.long, device=self.device)  # [1, T]
-            keep_idx = torch.tensor(step.keep, dtype=torch.long, device=self.device)  # [K]
-            logits = runner(
-                input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep_idx,
-                **{PLAN_KWARG: step.plan},
-            ).logits  # logits: [1, K, vocab]
-            predicted = choose_step(logits[0], decoding, trees, chunks)  # [K]: each request's chooser
+    def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int]) -> None:
+        """Accept every decode's path (KV compacted, tokens emitted), feed the windows, finish prefills."""
+        total, batch, kernel = len(packed), len(plan.requests), self._kernel_name(len(packed))
         self.forwards += 1
         self.forward_sizes[total] += 1
-        batch = len(decoding) + len(chunks)
         if self.on_forward is not None:
             self.on_forward(total, batch)
-        at = 0
-        for req, tree, q in zip(decoding, trees, budgets, strict=True):
-            n = len(tree) + 1
-            self._accept(req, tree, predicted[at : at + n], q)
-            at += n
-            at += req.harvest(predicted[at:])  # its Jacobi window's guesses follow its tree's rows
-            req.rode(batch, total, kernel)
-        for req, _first, end in chunks:
-            req.prefilled = end
-            assert req.kv is not None
-            req.kv.length = end
-            req.rode(batch, total, kernel)
-            if end == len(req.prompt_ids):
-                self._prefilled(req, predicted[at])
-                at += 1
-        for req in [*decoding, *(r for r, _, _ in chunks)]:
-            if req.finished:
-                self._end(req)
+        for d, rows in zip(plan.decodes, packed.decodes, strict=True):
+            rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
+            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
+            self.gains.observe(accepted, len(d.tree))
+            d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
+            d.req.rode(batch, total, kernel)
+        for c, row in zip(plan.chunks, packed.first_rows, strict=True):
+            c.req.prefilled = c.end
+            c.req.kv.length = c.end
+            c.req.rode(batch, total, kernel)
+            if row is not None:
+                self._prefilled(c.req, predicted[row])
+        for active in plan.requests:
+            if active.finished:
+                self._end(active.req, active)
 
-    def _accept(self, req: ServeRequest, tree: DraftTree, predicted: list[int], budget: int) -> None:
-        assert req.kv is not None
-        path = req.accept_path(tree, predicted)
-        past = req.kv.length
-        compact(req.kv, past, path)
-        accepted = tuple(path[1:])
-        self.gains.observe(accepted, len(tree))
-        new = [tree.tokens[i - 1] for i in path[1:]] + [predicted[path[-1]]]
-        req.verified(tree, accepted, budget, new)
-
-    def _prefilled(self, req: ServeRequest, first: int) -> None:
+    def _prefilled(self, active: Active, first: int) -> None:
         """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
-        assert req.kv is not None
+        req = active.req
         n = len(req.prompt_ids)
         if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
             # a prompt built before a forget of its tenant (stale epoch) is not kept
-            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(req.kv, n), epoch=req.prefix_epoch)
+            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
         req.phase = Phase.DECODE
         req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
-        req.emit([first])
+        active.emit([first])
 
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names

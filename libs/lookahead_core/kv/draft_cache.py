@@ -1,4 +1,5 @@
-"""KV-cache compaction and rollback: the only code that edits the cache outside the model."""
+"""Edits of a draft model's DynamicCache (rollback to the accepted text, beam search's copies and reorders):
+the only code that changes such a cache outside the model. The engine's own cache is ``kvstore``."""
 
 from __future__ import annotations
 
@@ -23,27 +24,6 @@ def rollback_cache(cache: Cache, length: int) -> None:
         if layer.keys.shape[-2] > length:
             layer.keys = layer.keys[..., :length, :]  # keys: [b, kv_heads, length, head_dim]
             layer.values = layer.values[..., :length, :]
-
-
-def compact_cache(cache: Cache, past_len: int, keep: Sequence[int]) -> None:
-    """Keep the prefix plus the tree entries ``keep`` (flattened indices, ascending), drop the rest.
-
-    After a tree forward each layer holds ``past_len + q`` entries; the accepted path's entries are
-    not contiguous in the flattened tree, so they are gathered into place right after the prefix
-    and the layer is cut to ``past_len + len(keep)``.
-    """
-    n = len(keep)
-    contiguous = list(keep) == list(range(n))
-    if not contiguous:
-        index = torch.tensor([past_len + i for i in keep], dtype=torch.long)
-    for layer in _layers(cache):
-        if not contiguous:
-            idx = index.to(layer.keys.device)
-            # keys: [b, kv_heads, past+q, head_dim] -> gather kept rows into [past, past+n)
-            layer.keys[..., past_len : past_len + n, :] = layer.keys.index_select(-2, idx)
-            layer.values[..., past_len : past_len + n, :] = layer.values.index_select(-2, idx)
-        layer.keys = layer.keys[..., : past_len + n, :]
-        layer.values = layer.values[..., : past_len + n, :]
 
 
 def repeat_cache(cache: Cache, n: int) -> DynamicCache:

@@ -3,7 +3,7 @@
 The draft is any causal LM with the target's vocabulary, or by default a self-draft: the target's own
 first L decoder layers, its final norm and its LM head (``early_exit``), which needs no extra weights.
 
-Each step (``DraftModelProposer.propose``):
+Each step (``DraftModelProposer.draft``, where the trie is weak; ``propose`` builds the tree):
 
 1. **sync**: the draft's cache is rolled back to the longest prefix it shares with the accepted context
    (``rollback_cache``) and the context's missing tokens are fed, so its cache always follows the
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from .config import DecodingConfig, DraftMode
-from .draft import DraftTree
-from .kvcache import rollback_cache
+from ..drafting.draft import DraftTree
+from ..kv.draft_cache import rollback_cache
+from .base import Ask, Proposer
 
 SELF_DRAFT_FRACTION = 4  # the self-draft exits after 1/4 of the target's layers unless told otherwise
 
@@ -83,7 +83,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-class DraftModelProposer:
+class DraftModelProposer(Proposer):
     """One request's draft model state: its KV cache and the tokens the cache holds."""
 
     def __init__(self, draft: PreTrainedModel, top_k: int, depth: int) -> None:
@@ -138,6 +138,11 @@ class DraftModelProposer:
             parent = tip
         return tree
 
+    def draft(self, tree: DraftTree, ask: Ask) -> None:
+        """The draft's tree merged below what is there, within the budget, only where the trie is weak."""
+        if trie_is_weak(tree, ask.budget, self.depth):
+            tree.merge(self.propose(ask.context, ask.budget - len(tree), ask.room, ask.banned))
+
 
 def trie_is_weak(tree: DraftTree, budget: int, depth: int) -> bool:
     """Whether a step should ask the draft model: the trie left room in the budget and none of its chains
@@ -147,15 +152,6 @@ def trie_is_weak(tree: DraftTree, budget: int, depth: int) -> bool:
     8 -> True; any tree filling the budget -> False.
     """
     return len(tree) < budget and tree.depth() < depth
-
-
-def merge_into(tree: DraftTree, extra: DraftTree) -> int:
-    """Add ``extra``'s nodes below ``tree``'s root (shared prefixes merged); returns the nodes added."""
-    before = len(tree)
-    mapped = [0]  # extra's node i -> tree's node
-    for token, parent in zip(extra.tokens, extra.parents, strict=True):
-        mapped.append(tree.add(mapped[parent], token, merge=True))
-    return len(tree) - before
 
 
 def default_exit_layer(model: PreTrainedModel) -> int:
@@ -183,10 +179,3 @@ class DraftModels:
         if layers not in self._self_drafts:
             self._self_drafts[layers] = early_exit(self.target, layers)
         return self._self_drafts[layers]
-
-
-def proposer_for(config: DecodingConfig, drafts: DraftModels | None) -> DraftModelProposer | None:
-    """A request's proposer: mode draft-model only."""
-    if config.mode is not DraftMode.DRAFT_MODEL or drafts is None:
-        return None
-    return DraftModelProposer(drafts.get(config.draft_layers), config.draft_top_k, config.draft_depth)

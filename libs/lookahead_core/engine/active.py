@@ -1,0 +1,138 @@
+"""A request the engine runs, built whole at admission: its cache, chooser, proposers and trie owner.
+
+The scheduler (scheduler.py) owns the model and calls these methods from its one thread: a request
+never runs a forward itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ..drafting.draft import DraftTree
+from ..drafting.trie import OutputCursor
+from ..kv.kvstore import RequestKV, compact
+from ..proposers.base import Ask, Drafting
+from ..proposers.build import DraftingSpec
+from ..sampling.chooser import TokenChooser
+from .finish import trim_step
+from .gains import Step
+from .request import Phase, ServeRequest
+
+
+class Active:
+    """A running request: ``req`` (the caller's ticket) plus everything the engine needs to step it."""
+
+    def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV,
+                 chooser: TokenChooser, eos: frozenset[int], decode: Callable[[list[int]], str]) -> None:
+        self.req = req
+        self.config = spec.config  # the config it runs with (its Jacobi window resolved)
+        self.drafting = drafting
+        self.kv = kv
+        self.chooser = chooser
+        self.eos = eos
+        self.decode = decode  # token ids -> text (stop strings are searched in it)
+        self.prefilled = 0  # prompt tokens whose KV is in the cache
+        self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
+        self.owner = f"req-{req.id}"
+        req.config, req.proposers, req.phase = spec.config, drafting.proposers, Phase.PREFILL
+        req.stats.queue_wait_s = time.perf_counter() - req.submitted
+        req.trie.insert_prompt(req.prompt_ids, self.owner)
+        for ref in req.references:
+            req.trie.insert_prompt(ref, self.owner)
+        self.cursor: OutputCursor | None = req.trie.output_cursor() if self.config.insert_output else None
+
+    @staticmethod
+    def capacity(req: ServeRequest, spec: DraftingSpec) -> int:
+        """Cache entries a request can ever need: prompt, output and one step's tokens beyond it."""
+        return len(req.prompt_ids) + spec.config.max_new_tokens + spec.max_step_tokens
+
+    # ---- what a step reads ----------------------------------------------------------------------
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.req.prompt_ids
+
+    @property
+    def output(self) -> list[int]:
+        return self.req.output
+
+    @property
+    def phase(self) -> Phase:
+        return self.req.phase
+
+    @property
+    def finished(self) -> bool:
+        return self.req.finished
+
+    @property
+    def room(self) -> int:
+        """Draft depth left: a step emits at most depth + 1 tokens, never past max_new_tokens."""
+        return self.config.max_new_tokens - len(self.output) - 1
+
+    def context(self) -> list[int]:
+        """Prompt and output so far: what the chooser's processors see before this step's tree."""
+        return self.prompt_ids + self.output
+
+    def root(self) -> int:
+        """The last emitted token: verified, not yet in the cache; every tree hangs below it."""
+        return self.output[-1]
+
+    def max_budget(self) -> int:
+        """Most draft tokens worth asking for now (none once a step could not emit past the root; the
+        tree's depth is bounded by ``room`` separately, so a wide tree near the end keeps its forks)."""
+        return self.drafting.budget if self.room > 0 else 0
+
+    def draft(self, budget: int, extend_to: int) -> DraftTree:
+        """This step's tree from every proposer: ``budget`` best nodes, confident copies up to ``extend_to``."""
+        return self.drafting.draft(Ask(self.context(), budget, self.room, extend_to, self.eos))
+
+    # ---- what a step writes ---------------------------------------------------------------------
+    def accept(self, tree: DraftTree, predicted: Sequence[int], rows: torch.Tensor | None,
+               budget: int) -> tuple[int, ...]:
+        """The forward verified ``tree`` (``predicted``: the choice after every node, root first; ``rows``
+        their logits): keep the accepted path's KV, emit its tokens; returns the accepted nodes."""
+        path = self.drafting.acceptor.accept(tree, predicted, rows)
+        compact(self.kv, self.kv.length, path)
+        accepted = tuple(path[1:])
+        self.history.append((accepted, len(tree)))
+        st = self.req.stats
+        st.forward_steps += 1
+        st.draft_tokens += len(tree)
+        st.budgets.append(budget)
+        if self.req.observer is not None:
+            self.req.observer.on_step(tree, accepted)
+        new = [tree.tokens[i - 1] for i in accepted] + [predicted[path[-1]]]
+        st.accepted_per_step.append(len(self.emit(new)))
+        return accepted
+
+    def emit(self, new: list[int]) -> list[int]:
+        """Trim a step's verified tokens (EOS, length, stop strings), append and announce them."""
+        req = self.req
+        kept, reason = trim_step(req.output, new, self.eos, self.config.max_new_tokens, self.config.stop_strings,
+                                 self.decode)
+        if reason:
+            req.stats.finish_reason = reason
+        req.output.extend(kept)
+        if self.cursor is not None and kept:
+            self.cursor.feed(kept)
+        if kept and not req.stats.first_token_s:
+            req.stats.first_token_s = time.perf_counter() - req.submitted
+        if kept and req.on_tokens is not None:
+            req.on_tokens(req, kept)
+        return kept
+
+    def rode(self, batch: int, tokens: int, kernel: str) -> None:
+        """This request rode in a forward of ``batch`` requests and ``tokens`` tokens, run by ``kernel``."""
+        st = self.req.stats
+        st.batch_sizes.append(batch)
+        st.forward_tokens.append(tokens)
+        st.kernels.add(kernel)
+
+    def release(self) -> None:
+        """Drop the request's prompt branches and output cursor (the cache goes with this object)."""
+        self.req.trie.remove_owner(self.owner)
+        if self.cursor is not None:
+            self.cursor.close()
+            self.cursor = None

@@ -1,0 +1,135 @@
+"""A request as its caller sees it: what it asks, what it got so far, its stats; cancel it any time.
+
+The caller builds a ``ServeRequest`` and submits it; the engine builds the running state whole when it
+admits it (``active.Active``: cache, chooser, proposers) and reports through the callbacks, from its
+one thread. Phases: ``WAITING`` (queued) -> ``PREFILL`` (prompt chunks ride in the step forwards) ->
+``DECODE`` (a draft tree per step) -> ``DONE``.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from ..config import DecodingConfig
+from ..drafting.draft import Drafter
+from ..drafting.trie import TokenTrie
+from ..observer import StepObserver
+from ..proposers.base import Proposer
+from ..sampling.chooser import resolve_seed
+from ..stats import GenerationStats
+
+
+class Phase(enum.Enum):
+    """Where a request is in its life."""
+
+    WAITING = "waiting"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    DONE = "done"
+
+
+@dataclass
+class ServeStats(GenerationStats):
+    """Decoding counts plus what the engine did for this request and when (the service reports these).
+
+    ``sampled`` and ``seed`` (from GenerationStats) are set when the request is built: the seed a
+    sampled request runs with, its own or a random one, so the caller can replay it.
+    """
+
+    queue_wait_s: float = 0.0  # submitted -> admitted to run
+    prefill_s: float = 0.0  # admitted -> prompt in the cache (first token verified)
+    first_token_s: float = 0.0  # submitted -> first token verified
+    wall_s: float = 0.0  # submitted -> released (done, cancelled or failed)
+    prefix_hit_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
+    batch_sizes: list[int] = field(default_factory=list)  # requests in each forward this request rode in
+    forward_tokens: list[int] = field(default_factory=list)  # tokens in each of those forwards
+    budgets: list[int] = field(default_factory=list)  # draft budget granted at each decode step
+    kernels: set[str] = field(default_factory=set)  # kernels the engine's measurement chose for them
+
+    @property
+    def mean_batch_size(self) -> float:
+        return sum(self.batch_sizes) / len(self.batch_sizes) if self.batch_sizes else 0.0
+
+    @property
+    def mean_tokens_per_forward(self) -> float:
+        return sum(self.forward_tokens) / len(self.forward_tokens) if self.forward_tokens else 0.0
+
+    @property
+    def mean_budget(self) -> float:
+        return sum(self.budgets) / len(self.budgets) if self.budgets else 0.0
+
+
+# Called from the scheduler thread: (request, verified token ids). Must not block.
+OnTokens = Callable[["ServeRequest", list[int]], None]
+# Called once from the scheduler thread when the request ends: (request, error or None).
+OnDone = Callable[["ServeRequest", BaseException | None], None]
+
+
+P = TypeVar("P", bound=Proposer)
+
+
+class RequestExpired(Exception):
+    """The request's deadline passed while it waited in the queue: it never ran."""
+
+
+class ServeRequest:
+    """A request's ticket: built by the caller, filled in by the engine."""
+
+    def __init__(
+        self,
+        prompt_ids: Sequence[int],
+        config: DecodingConfig,
+        *,
+        tenant: str = "",
+        trie: TokenTrie | None = None,
+        references: Sequence[Sequence[int]] = (),
+        deadline: float | None = None,
+        on_tokens: OnTokens | None = None,
+        on_done: OnDone | None = None,
+        drafter: Drafter | None = None,
+        observer: StepObserver | None = None,
+        prefix_epoch: int | None = None,
+    ) -> None:
+        if not prompt_ids:
+            raise ValueError("prompt_ids must not be empty")
+        self.prompt_ids = list(prompt_ids)
+        self.config = config  # as asked; at admission, with its Jacobi window resolved (what it runs with)
+        self.tenant = tenant
+        self.trie = trie or TokenTrie(config.trie)
+        self.references = [list(r) for r in references]
+        self.deadline = deadline  # time.monotonic() value; past it the request ends
+        self.on_tokens = on_tokens
+        self.on_done = on_done
+        self.drafter = drafter  # replaces every proposer (tests feed adversarial trees through it)
+        self.observer = observer  # sees every verified tree and its accepted path (benchmarks)
+        self.prefix_epoch = prefix_epoch  # the tenant's prefix cache epoch when the prompt was built (None: unchecked)
+        self.id = uuid.uuid4().hex
+        self.phase = Phase.WAITING
+        self.output: list[int] = []
+        # The seed is resolved now (a random one when sampling without one), so callers can read it at once.
+        self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config), unverified=config.lossy)
+        self.proposers: tuple[Proposer, ...] = ()  # the draft sources the engine built at admission
+        self.cancelled = threading.Event()
+        self.error: BaseException | None = None
+        self.submitted = time.perf_counter()
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.stats.finish_reason)
+
+    def proposer(self, kind: type[P]) -> P | None:
+        """The request's proposer of class ``kind``, if the engine built one."""
+        return next((p for p in self.proposers if isinstance(p, kind)), None)
+
+    def cancel(self) -> None:
+        """Ask the engine to stop this request (thread-safe; effective within one step)."""
+        self.cancelled.set()
+
+    def expired(self, now: float) -> bool:
+        return self.deadline is not None and now > self.deadline

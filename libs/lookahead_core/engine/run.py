@@ -1,0 +1,44 @@
+"""Run a packed step: one forward over the packed row, then the token chosen after every kept row."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..forward.ragged import PLAN_KWARG
+from .pack import PackedStep
+from .plan import StepPlan
+
+
+def forward(runner: nn.Module, step: PackedStep, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab]."""
+    step.attention.finalize(dtype, device)
+    with torch.inference_mode():
+        input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
+        position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]
+        keep = torch.tensor(step.keep, dtype=torch.long, device=device)  # [K]
+        logits = runner(
+            input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep,
+            **{PLAN_KWARG: step.attention},
+        ).logits  # [1, K, vocab]
+    return logits[0]  # [K, vocab]
+
+
+def choose(logits: torch.Tensor, plan: StepPlan, step: PackedStep) -> list[int]:
+    """The token chosen after each kept row ([K, vocab] -> [K] ids).
+
+    Each request's tree rows go through its own chooser (its processors, its seed); extra rows get the
+    greedy guess whatever the request samples; when every chooser is plain greedy, one argmax does it.
+    """
+    finishing = [c.req for c in plan.chunks if c.last]
+    if all(r.chooser.plain for r in [*(d.req for d in plan.decodes), *finishing]):
+        return logits.argmax(-1).tolist()  # [K]
+    out = logits.argmax(-1).tolist()  # [K]: greedy everywhere, then each chooser's rows replaced
+    for d, rows in zip(plan.decodes, step.decodes, strict=True):
+        req, tree = d.req, d.tree
+        out[rows.tree] = req.chooser.choose(logits[rows.tree], req.context(), tree.parents, tree.tokens,
+                                            len(req.output))
+    for c, row in zip(plan.chunks, step.first_rows, strict=True):
+        if row is not None:
+            out[row] = c.req.chooser.choose(logits[row : row + 1], c.req.prompt_ids, position=0)[0]
+    return out

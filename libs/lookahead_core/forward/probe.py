@@ -1,0 +1,35 @@
+"""The start-up cost probe: forwards of n prompt-like tokens the way a step runs them.
+
+Pass it to ``KernelSet.calibrate``: every kernel twin is timed on the engine's own kind of forward, so the
+measured cost curve is what steps cost on this machine.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..kv.kvstore import KVShape, RequestKV
+from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+
+
+class RaggedProbe:
+    """``probe(runner, n)``: one ragged forward of ``n`` prompt-like tokens over ``past`` cached entries.
+
+    Pass it to ``KernelSet.calibrate``: every kernel twin is timed on the scheduler's own kind of forward.
+    """
+
+    def __init__(self, shape: KVShape, past: int) -> None:
+        self.shape = shape
+        self.past = past  # cache entries behind the timed forwards
+
+    def __call__(self, runner: torch.nn.Module, n: int) -> None:
+        past, device = self.past, self.shape.device
+        kv = RequestKV(self.shape, past + n)
+        kv.length = past
+        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+        plan.finalize(self.shape.dtype, device)
+        with torch.inference_mode():
+            ids = torch.zeros(1, n, dtype=torch.long, device=device)  # [1, n]
+            pos = torch.arange(past, past + n, device=device)[None]  # [1, n]
+            keep = torch.arange(n, device=device)  # [n]: every position, like a tree
+            runner(input_ids=ids, position_ids=pos, use_cache=False, logits_to_keep=keep, **{PLAN_KWARG: plan})
