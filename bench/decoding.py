@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
-from lookahead_core.attention import tree_attention
 from lookahead_core.config import LOSSY_MODES, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.scheduler import shared_kernels
 from lookahead_core.forward.kernels import CostCurve, KernelSet
+from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.models import load_model
 from lookahead_core.proposers.draft_model import DraftModels
 from tqdm import tqdm
@@ -185,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     base = DecodingConfig(max_new_tokens=args.max_new_tokens, **sampling.config_kwargs())
     if args.branch_length:
         base = replace(base, trie=replace(base.trie, branch_length=args.branch_length))
-    kernels = KernelSet(model, tree_attention(model))  # every lookahead mode runs these twins
+    kernels = KernelSet(model, RAGGED_ATTENTION)  # every lookahead mode runs these twins (the engine's attention)
     past = int(sum(map(len, prompts)) / len(prompts)) + args.max_new_tokens // 2
     print(f"timing kernels vs tree tokens (cache {past} tokens)...")
     curve = measure_forward_cost(kernels, past)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lookahead_core.calibration import TreeProbe
 from lookahead_core.engine.budget import expected_tokens
 from lookahead_core.forward.kernels import CostCurve, KernelSet
+from lookahead_core.forward.probe import RaggedProbe
+from lookahead_core.kv.kvstore import KVShape
 
 TREE_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # tokens per verification forward measured
 REPEATS = 7  # timed forwards per kernel and size; the median is kept (one untimed round first)
@@ -16,12 +17,13 @@ REPEATS = 7  # timed forwards per kernel and size; the median is kept (one untim
 def measure_forward_cost(
     kernels: KernelSet, past_len: int, sizes: Sequence[int] = TREE_SIZES, repeats: int = REPEATS
 ) -> CostCurve:
-    """Calibrate ``kernels`` on verification forwards of each size over a ``past_len``-token cache.
+    """Calibrate ``kernels`` on the engine's forwards of each size over a ``past_len``-token cache.
 
     Every kernel is timed (``kernels.measured``, seconds); the returned curve holds the kernels kept,
     the cheapest of which runs each forward.
     """
-    return kernels.calibrate(TreeProbe(past_len), sizes, repeats)
+    shape = KVShape.of(next(iter(kernels.twins.values())))
+    return kernels.calibrate(RaggedProbe(shape, past_len), sizes, repeats)
 
 
 def choose_decoding_length(curve: CostCurve, paths: Sequence[Sequence[int]]) -> tuple[int, dict[int, Any]]:

@@ -89,7 +89,7 @@ class DraftModelProposer(Proposer):
     def __init__(self, draft: PreTrainedModel, top_k: int, depth: int) -> None:
         if top_k < 1 or depth < 1:
             raise ValueError(f"draft trees need top_k >= 1 and depth >= 1, got {top_k}, {depth}")
-        self.draft = draft
+        self.model = draft  # the draft model (the target's early exit, or a given one)
         self.top_k = top_k
         self.depth = depth
         self.device = next(draft.parameters()).device
@@ -101,7 +101,7 @@ class DraftModelProposer(Proposer):
         """Run the draft on ``ids`` after what the cache holds; the next-token logits after the last one."""
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # [1, n]
         with torch.inference_mode():
-            out = self.draft(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
         self.seen += list(ids)
         self.forwards += 1
         return out.logits[0, -1]  # [vocab]

@@ -66,7 +66,7 @@ class MjsdProposer(Proposer):
         if depth == 1:
             return seqs, steps
         cache = repeat_cache(self.follower.cache, len(seqs))
-        draft, device = self.follower.draft, self.follower.device
+        draft, device = self.follower.model, self.follower.device
         with torch.inference_mode():
             for _ in range(depth - 1):
                 x = torch.tensor([[s[-1]] for s in seqs], dtype=torch.long, device=device)  # [B, 1]
