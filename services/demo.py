@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from services.config import AllSettings
+from services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
 from services.retriever.corpus import bundled_corpus_path, sample_questions_path
 from services.retriever.ingest import read_jsonl
 
@@ -51,20 +52,16 @@ def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int],
 
 
 async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: float | None = None) -> Any:
-    from lookahead_rag.v1 import generator_pb2
-
-    req = generator_pb2.AnswerRequest(tenant=TENANT, question=question,
-                                      params=generator_pb2.GenerationParams(max_new_tokens=max_new))
     final = None
-    async for chunk in pipeline.engine.answer(req):
-        if t_start is not None and chunk.HasField("delta") and chunk.delta.text:
+    async for chunk in pipeline.engine.answer(AnswerQuery(TENANT, question, GenerationParams(max_new_tokens=max_new))):
+        if isinstance(chunk, FinalInfo):
+            final = chunk
+            continue
+        if t_start is not None and chunk.text:
             sys.stdout.write(f"(first token {time.perf_counter() - t_start:.1f} s after the demo started) ")
             t_start = None
-        if chunk.HasField("delta"):
-            sys.stdout.write(chunk.delta.text)
-            sys.stdout.flush()
-        else:
-            final = chunk.final
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
     print()
     return final
 

@@ -28,7 +28,6 @@ from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.detok import TextStreamer
 from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
 from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStats
-from lookahead_rag.v1 import events_pb2, generator_pb2
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (
@@ -45,8 +44,18 @@ from services.common.quota import TenantQuotas
 from services.events import EventPublisher
 from services.generator.attribution import DraftAttribution
 from services.generator.clients import DraftCacheClient, RetrieverClient
+from services.generator.convert import completed_event, documents_from_proto
+from services.generator.domain import (
+    AnswerChunk,
+    AnswerQuery,
+    FinalInfo,
+    GenerateQuery,
+    GenerationParams,
+    GenerationStats,
+    TextDelta,
+)
 from services.generator.params import decoding_config, server_config
-from services.generator.prepared import Prepared, grounding_doc_ids
+from services.generator.prepared import Prepared
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
 
@@ -119,7 +128,7 @@ class GeneratorEngine:
         self.scheduler.close()
 
     # ---- validation -------------------------------------------------------------------------------
-    def decoding_config(self, params: generator_pb2.GenerationParams) -> DecodingConfig:
+    def decoding_config(self, params: GenerationParams) -> DecodingConfig:
         """The request's decoding config from its params (0 / empty = server default; temperature 0 = greedy)."""
         return decoding_config(params, self.config, self.settings, self.limits)
 
@@ -142,20 +151,20 @@ class GeneratorEngine:
         return self._chat_ids([{"role": "user", "content": question}])
 
     # ---- entry points -----------------------------------------------------------------------------
-    async def answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
-                     request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
-        """Answer a tenant's question, grounded on retrieved documents; streams AnswerChunks."""
-        async for chunk in self._served(req.tenant, req.params, self._answer(req, deadline, request_id)):
+    async def answer(self, query: AnswerQuery, deadline: float | None = None,
+                     request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
+        """Answer a tenant's question, grounded on retrieved documents; streams TextDeltas, then a FinalInfo."""
+        async for chunk in self._served(query.tenant, query.params, self._answer(query, deadline, request_id)):
             yield chunk
 
-    async def generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
-                       request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def generate(self, query: GenerateQuery, deadline: float | None = None,
+                       request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
         """Decode a caller-built prompt (raw text or chat messages) with optional references."""
-        async for chunk in self._served(req.tenant, req.params, self._generate(req, deadline, request_id)):
+        async for chunk in self._served(query.tenant, query.params, self._generate(query, deadline, request_id)):
             yield chunk
 
-    async def _served(self, tenant: str, params: generator_pb2.GenerationParams,
-                      chunks: AsyncIterator[generator_pb2.AnswerChunk]) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def _served(self, tenant: str, params: GenerationParams,
+                      chunks: AsyncIterator[AnswerChunk]) -> AsyncIterator[AnswerChunk]:
         """One request's stream within its tenant's quota (its stream slot is freed however the stream
         ends), re-cut by the safe stream when the request or its tenant asks for it."""
         self.limits.check_tenant(tenant)
@@ -168,42 +177,40 @@ class GeneratorEngine:
                 await stream.aclose()  # type: ignore[attr-defined]
                 await chunks.aclose()  # type: ignore[attr-defined]
 
-    def is_safe(self, tenant: str, params: generator_pb2.GenerationParams) -> bool:
+    def is_safe(self, tenant: str, params: GenerationParams) -> bool:
         """Whether the stream is side-channel safe: asked for by the request, or always for the tenant."""
         return params.safe_stream or tenant in self.settings.safe_stream_tenants
 
-    def _safe(self, chunks: AsyncIterator[generator_pb2.AnswerChunk],
-              params: generator_pb2.GenerationParams) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    def _safe(self, chunks: AsyncIterator[AnswerChunk], params: GenerationParams) -> AsyncIterator[AnswerChunk]:
         s = self.settings
         config = SafeStreamConfig(s.safe_stream_interval_ms / MS, s.safe_stream_chunk_tokens,
                                   text_budget(s.safe_stream_chunk_tokens, self.token_bytes))
-        streamer = TextStreamer(self.tokenizer, tuple(params.stop))  # as _decode's (bad stops are refused there)
+        streamer = TextStreamer(self.tokenizer, params.stop)  # as _decode's (bad stops are refused there)
         return safe_stream(chunks, Chunker(streamer, config), config.interval_s)
 
-    async def _answer(self, req: generator_pb2.AnswerRequest, deadline: float | None = None,
-                      request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def _answer(self, query: AnswerQuery, deadline: float | None = None,
+                      request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
         limits = self.limits
-        limits.check_tenant(req.tenant)
-        question = limits.check_question(req.question)
-        k, m = limits.resolve_k(req.k), limits.resolve_m(req.m)
-        config = self.decoding_config(req.params)
+        limits.check_tenant(query.tenant)
+        question = limits.check_question(query.question)
+        k, m = limits.resolve_k(query.k), limits.resolve_m(query.m)
+        config = self.decoding_config(query.params)
         self._check_room()
-        prep = Prepared(req.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
+        prep = Prepared(query.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
         await self._retrieve(prep, k, m, deadline)
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
-    async def _generate(self, req: generator_pb2.GenerateRequest, deadline: float | None = None,
-                        request_id: str | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def _generate(self, query: GenerateQuery, deadline: float | None = None,
+                        request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
         limits = self.limits
-        limits.check_tenant(req.tenant)
-        config = self.decoding_config(req.params)
-        which = req.WhichOneof("input")
-        if which == "prompt":
-            limits.check_prompt_chars("prompt", len(req.prompt))
-            prompt_ids = list(self.tokenizer(req.prompt)["input_ids"])
-        elif which == "messages":
-            msgs = [{"role": m.role, "content": m.content} for m in req.messages.messages]
+        limits.check_tenant(query.tenant)
+        config = self.decoding_config(query.params)
+        if isinstance(query.prompt, str):
+            limits.check_prompt_chars("prompt", len(query.prompt))
+            prompt_ids = list(self.tokenizer(query.prompt)["input_ids"])
+        elif query.prompt is not None:
+            msgs = [{"role": m.role, "content": m.content} for m in query.prompt]
             if not msgs:
                 raise InvalidArgument("messages is empty")
             if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
@@ -213,18 +220,18 @@ class GeneratorEngine:
         else:
             raise InvalidArgument("give a prompt or chat messages")
         self._check_fits(prompt_ids, config)
-        refs = [t for t in req.references if t]
-        if len(refs) + bool(req.reference_ids) > limits.max_references:
+        refs = [t for t in query.references if t]
+        if len(refs) + bool(query.reference_ids) > limits.max_references:
             raise InvalidArgument(f"too many references; the limit is {limits.max_references}")
         limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
-        if req.reference_ids:
-            bad = next((t for t in req.reference_ids if t >= self.vocab_size), None)
+        if query.reference_ids:
+            bad = next((t for t in query.reference_ids if t >= self.vocab_size), None)
             if bad is not None:
                 raise InvalidArgument(f"reference token id {bad} is out of the vocabulary (size {self.vocab_size})")
-            references.append(list(req.reference_ids))
+            references.append(list(query.reference_ids))
         self._check_room()
-        prep = Prepared(req.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
+        prep = Prepared(query.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
@@ -249,7 +256,7 @@ class GeneratorEngine:
                     raise FailedPrecondition(f"the retriever's tokenizer {resp.tokenizer_id} is not the generator's "
                                              f"{self.tokenizer_id}: set the same [model] name for both services")
                 prep.prompt_ids = list(resp.prompt_ids)
-                prep.documents = list(resp.chunks)
+                prep.documents = documents_from_proto(resp.chunks)
                 self._check_fits(prep.prompt_ids, cfg)
                 return
             except (InvalidArgument, NotFound, FailedPrecondition):
@@ -286,7 +293,7 @@ class GeneratorEngine:
             waiting = self.scheduler.state().waiting
             raise ResourceExhausted(f"overloaded: {waiting} requests waiting (limit {self.settings.max_waiting})")
 
-    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[AnswerChunk]:
         continuations, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
         for ids, count in continuations:  # the tenant's past outputs: every window, as output counts
@@ -329,10 +336,10 @@ class GeneratorEngine:
                 attribution.count_step(context_before, new)
                 output.extend(new)
                 text = streamer.push(new)
-                yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=text, token_ids=new))
+                yield TextDelta(text=text, token_ids=tuple(new))
             tail = streamer.finish()
             if tail:
-                yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text=tail))
+                yield TextDelta(text=tail)
         finally:
             if not done:  # the client went away or the deadline passed: its place frees within one step
                 self.scheduler.cancel(req)
@@ -342,16 +349,15 @@ class GeneratorEngine:
                  stats.new_tokens, stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS,
                  stats.queue_wait_s * MS, stats.mean_batch_size)
         self._record(req.stats, stats, attribution)
+        final = FinalInfo(request_id=prep.request_id, stats=stats, answer_text=streamer.text,
+                          documents=prep.documents, prompt_ids=tuple(prep.prompt_ids), output_ids=tuple(output))
         if stats.finish_reason != "cancelled":
-            self._publish(prep, output, streamer.text, stats)
-        yield generator_pb2.AnswerChunk(final=generator_pb2.FinalInfo(
-            request_id=prep.request_id, answer_text=streamer.text, stats=stats, documents=prep.documents,
-            prompt_ids=prep.prompt_ids, output_ids=output,
-        ))
+            self._publish(prep, final)
+        yield final
 
     def _stats(self, st: ServeStats, submitted: float, prep: Prepared, drafts_ok: bool,
-               attribution: DraftAttribution) -> events_pb2.GenerationStats:
-        return events_pb2.GenerationStats(
+               attribution: DraftAttribution) -> GenerationStats:
+        return GenerationStats(
             new_tokens=st.new_tokens, forward_steps=st.forward_steps,
             mean_accepted_per_step=st.mean_accepted_per_step, prefill_s=st.prefill_s,
             wall_s=time.perf_counter() - prep.started,
@@ -368,7 +374,7 @@ class GeneratorEngine:
             sampled=st.sampled, seed=st.seed or 0, unverified=st.unverified,
         )
 
-    def _record(self, st: ServeStats, stats: events_pb2.GenerationStats, attribution: DraftAttribution) -> None:
+    def _record(self, st: ServeStats, stats: GenerationStats, attribution: DraftAttribution) -> None:
         if self.metrics is None:
             return
         m = self.metrics
@@ -379,15 +385,11 @@ class GeneratorEngine:
                         dict(attribution.hits))
         m.record_serving(st.budgets, stats.prefix_hit_tokens)  # type: ignore[attr-defined]
 
-    def _publish(self, prep: Prepared, output: list[int], text: str, stats: events_pb2.GenerationStats) -> None:
+    def _publish(self, prep: Prepared, final: FinalInfo) -> None:
         if self.publisher is None:
             return
-        event = events_pb2.GenerationCompleted(
-            event_id=uuid.uuid4().hex, tenant=prep.tenant, tokenizer_id=self.tokenizer_id,
-            question=prep.question, prompt_ids=prep.prompt_ids, output_ids=output, answer_text=text,
-            stats=stats, created_unix_ms=int(time.time() * MS), request_id=prep.request_id,
-            model=self.model_name, doc_ids=grounding_doc_ids(prep.documents),
-        )
+        event = completed_event(prep, final, self.tokenizer_id, self.model_name, uuid.uuid4().hex,
+                                int(time.time() * MS))
         try:
             self.publisher.publish(event)
         except Exception:  # the answer is already out: a bus failure must not fail it

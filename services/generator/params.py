@@ -1,4 +1,5 @@
-"""A request's GenerationParams -> its DecodingConfig, checked (one-line InvalidArgument on bad input)."""
+"""A request's GenerationParams (services.generator.domain) -> its DecodingConfig, checked (one-line
+InvalidArgument on bad input); the server's default DecodingConfig from its settings."""
 
 from __future__ import annotations
 
@@ -7,20 +8,31 @@ from dataclasses import replace
 
 import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
-from lookahead_core.config import parse_mode
-from lookahead_rag.v1 import generator_pb2
+from lookahead_core.config import DraftMode, parse_mode
 
 from services.common.errors import InvalidArgument
 from services.common.limits import RequestLimits
+from services.generator.domain import GenerationParams
 from services.generator.settings import GeneratorSettings
 
 
 def _f32(value: float) -> float:
-    """A proto ``float`` as the decimal its sender wrote: 0.7 arrives as 0.699999988 and is read as 0.7."""
-    return float(str(np.float32(value)))
+    """``value`` at the proto ``float``'s precision, as the decimal its sender wrote: 0.7 arrives over
+    gRPC as 0.699999988 and is read as 0.7, and over HTTP as 0.7 and stays so (the same draws either
+    way); past float32's range it is infinite (refused), as on the wire."""
+    with np.errstate(over="ignore"):
+        return float(str(np.float32(value)))
 
 
-def sampling_fields(params: generator_pb2.GenerationParams) -> dict[str, object]:
+def _mode(params: GenerationParams, s: GeneratorSettings) -> DraftMode:
+    """The request's mode (empty: the server's), parsed once."""
+    try:
+        return parse_mode(params.mode or s.mode)
+    except ValueError as exc:
+        raise InvalidArgument(str(exc)) from None
+
+
+def sampling_fields(params: GenerationParams) -> dict[str, object]:
     """DecodingConfig's sampling fields from the request's params (0 = off / greedy / the model's).
 
     Refuses out-of-range values with a one-line InvalidArgument (NaN and infinities included).
@@ -41,7 +53,7 @@ def sampling_fields(params: generator_pb2.GenerationParams) -> dict[str, object]
         "top_k": params.top_k,
         "min_p": min_p,
         "repetition_penalty": penalty or None,
-        "seed": params.seed if params.HasField("seed") else None,
+        "seed": params.seed,
     }
 
 
@@ -56,15 +68,12 @@ def server_config(s: GeneratorSettings, limits: RequestLimits) -> DecodingConfig
     )
 
 
-def decoding_config(params: generator_pb2.GenerationParams, base: DecodingConfig, s: GeneratorSettings,
+def decoding_config(params: GenerationParams, base: DecodingConfig, s: GeneratorSettings,
                     limits: RequestLimits) -> DecodingConfig:
     """The request's decoding config: ``base`` (the server's) changed by ``params`` (0 / empty = the
     server default; temperature 0 = greedy); bad values raise a one-line InvalidArgument."""
     max_new = limits.resolve_max_new_tokens(params.max_new_tokens)
-    try:
-        mode = parse_mode(params.mode or s.mode)  # once: the DraftMode itself goes on
-    except ValueError as exc:
-        raise InvalidArgument(str(exc)) from None
+    mode = _mode(params, s)
     if len(params.stop) > limits.max_stop_strings:
         raise InvalidArgument(f"{len(params.stop)} stop strings; the limit is {limits.max_stop_strings}")
     if any(not stop for stop in params.stop):

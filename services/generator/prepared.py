@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from lookahead_core import DecodingConfig
-from lookahead_rag.v1 import retriever_pb2
+
+from services.generator.domain import DocumentChunk
 
 
 @dataclass
@@ -20,12 +21,12 @@ class Prepared:
     references: list[list[int]]
     config: DecodingConfig
     request_id: str
-    documents: list[retriever_pb2.Chunk] = field(default_factory=list)
+    documents: tuple[DocumentChunk, ...] = ()
     documents_available: bool = True
     started: float = field(default_factory=time.perf_counter)
     prefix_epoch: int | None = None  # the tenant's prefix cache epoch before the prompt was built (forgets)
 
 
-def grounding_doc_ids(chunks: Sequence[retriever_pb2.Chunk]) -> list[str]:
+def grounding_doc_ids(chunks: Sequence[DocumentChunk]) -> list[str]:
     """The documents an answer was grounded on: its prompt's chunks' doc ids, once each, in order."""
     return list(dict.fromkeys(chunk.doc_id for chunk in chunks if chunk.doc_id))

@@ -8,7 +8,8 @@ Here the engine's stream is re-cut, after decoding, so decoding itself is unchan
 
 - a tick every ``interval_s`` from the stream's start; at each tick at most one delta leaves, and
   only a full chunk of ``chunk_tokens`` tokens (the last one may hold fewer);
-- every delta has the same serialized size (``TextDelta.padding``), whatever its text: a chunk's
+- every delta has the same serialized size, whatever its text (each door pads it: gRPC's ``padding``
+  field, ``services.generator.convert.pad``; HTTP's ``padding`` member of the event): a chunk's
   text is what the engine's detokenizer (``TextStreamer``: whole characters, stop strings cut) makes
   of its tokens, up to ``text_bytes`` bytes; any rest rides in the next chunk;
 - the final message keeps only the request id, ``finish_reason`` and ``new_tokens`` (no acceptance
@@ -29,12 +30,11 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from lookahead_core.detok import TextStreamer
-from lookahead_rag.v1 import events_pb2, generator_pb2
 
-MIN_PADDING = 128  # padding lengths 128..16383 take a 2-byte length prefix: every size is reachable
-PADDING_PREFIX_BYTES = 3  # the padding field's tag (1) and 2-byte length
+from services.generator.convert import largest_delta_bytes
+from services.generator.domain import AnswerChunk, FinalInfo, GenerationStats, TextDelta
+
 MAX_TEXT_BYTES = 8192  # most text one chunk may carry: keeps the padding under 16384 bytes
-MAX_TOKEN_ID = (1 << 32) - 1  # token ids are uint32: at most a 5-byte varint each
 DECODED_PER_ROUND = 64  # max_token_bytes decodes the pieces with the most bytes this many at a time
 Clock = Callable[[], float]
 
@@ -49,9 +49,8 @@ class SafeStreamConfig:
 
     @property
     def delta_bytes(self) -> int:
-        """The serialized size of every delta: the largest one without padding, plus the least padding."""
-        worst = generator_pb2.TextDelta(text="x" * self.text_bytes, token_ids=[MAX_TOKEN_ID] * self.chunk_tokens)
-        return worst.ByteSize() + PADDING_PREFIX_BYTES + MIN_PADDING
+        """The serialized size of the largest delta, before padding (every delta is padded past it)."""
+        return largest_delta_bytes(self.text_bytes, self.chunk_tokens)
 
 
 def max_token_bytes(tokenizer: object) -> int:
@@ -85,23 +84,13 @@ def utf8_prefix(text: str, limit: int) -> tuple[str, str]:
     return head, text[len(head):]
 
 
-def pad(delta: generator_pb2.TextDelta, size: int) -> generator_pb2.TextDelta:
-    """``delta`` with ``padding`` so that it serializes to exactly ``size`` bytes."""
-    length = size - delta.ByteSize() - PADDING_PREFIX_BYTES
-    if length < MIN_PADDING:
-        raise ValueError(f"a delta of {delta.ByteSize()} bytes does not fit the safe size {size}")
-    delta.padding = b"\0" * length
-    assert delta.ByteSize() == size, (delta.ByteSize(), size)
-    return delta
-
-
 class Chunker:
     """Verified token ids in, fixed-size deltas out. No clock: ``safe_stream`` keeps the cadence."""
 
     def __init__(self, streamer: TextStreamer, config: SafeStreamConfig) -> None:
         self.streamer = streamer
         self.config = config
-        self.size = config.delta_bytes
+        self.size = config.delta_bytes  # every delta's TextDelta.safe_bytes
         self.ids: list[int] = []  # verified, not sent yet
         self.text = ""  # decoded, not sent yet (over a chunk's text budget)
         self.finished = False  # the detokenizer's tail is in ``text``
@@ -119,36 +108,36 @@ class Chunker:
             self._finish()
         return bool(self.ids or self.text)
 
-    def next(self, done: bool) -> generator_pb2.TextDelta:
-        """The next delta (call when ``ready``): up to chunk_tokens ids, their text, padded."""
+    def next(self, done: bool) -> TextDelta:
+        """The next delta (call when ``ready``): up to chunk_tokens ids, their text, to be padded."""
         take, self.ids = self.ids[: self.config.chunk_tokens], self.ids[self.config.chunk_tokens:]
         self.text += self.streamer.push(take)
         if done and not self.ids and not self.finished:
             self._finish()
         text, self.text = utf8_prefix(self.text, self.config.text_bytes)
-        return pad(generator_pb2.TextDelta(text=text, token_ids=take), self.size)
+        return TextDelta(text=text, token_ids=tuple(take), safe_bytes=self.size)
 
     def _finish(self) -> None:
         self.text += self.streamer.finish()
         self.finished = True
 
 
-def safe_final(final: generator_pb2.FinalInfo) -> generator_pb2.FinalInfo:
+def safe_final(final: FinalInfo) -> FinalInfo:
     """The final message of a safe stream: the answer is complete, and nothing about how it was made."""
-    stats = events_pb2.GenerationStats(finish_reason=final.stats.finish_reason, new_tokens=final.stats.new_tokens)
-    return generator_pb2.FinalInfo(request_id=final.request_id, stats=stats)
+    stats = GenerationStats(finish_reason=final.stats.finish_reason, new_tokens=final.stats.new_tokens)
+    return FinalInfo(request_id=final.request_id, stats=stats)
 
 
-async def _pump(chunks: AsyncIterator[generator_pb2.AnswerChunk], chunker: Chunker) -> generator_pb2.FinalInfo:
+async def _pump(chunks: AsyncIterator[AnswerChunk], chunker: Chunker) -> FinalInfo:
     """Feed the engine's verified tokens to ``chunker`` as they come; returns the final message."""
     async for chunk in chunks:
-        if chunk.HasField("final"):
-            return chunk.final
-        chunker.add(list(chunk.delta.token_ids))  # its text is re-made per chunk by the chunker
+        if isinstance(chunk, FinalInfo):
+            return chunk
+        chunker.add(list(chunk.token_ids))  # its text is re-made per chunk by the chunker
     raise RuntimeError("the answer ended without its final message")
 
 
-async def _until(when: float, pump: asyncio.Future[generator_pb2.FinalInfo], clock: Clock) -> None:
+async def _until(when: float, pump: asyncio.Future[FinalInfo], clock: Clock) -> None:
     """Sleep until ``when``; a failed pump ends the wait at once (errors are not held to the cadence)."""
     delay = when - clock()
     if delay > 0 and not pump.done():
@@ -160,9 +149,9 @@ async def _until(when: float, pump: asyncio.Future[generator_pb2.FinalInfo], clo
         await asyncio.sleep(delay)
 
 
-async def safe_stream(chunks: AsyncIterator[generator_pb2.AnswerChunk], chunker: Chunker, interval_s: float,
-                      clock: Clock | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
-    """The engine's AnswerChunks re-cut: one padded delta at most per tick, then the safe final.
+async def safe_stream(chunks: AsyncIterator[AnswerChunk], chunker: Chunker, interval_s: float,
+                      clock: Clock | None = None) -> AsyncIterator[AnswerChunk]:
+    """The engine's chunks re-cut: one fixed-size delta at most per tick, then the safe final.
 
     A tick with no full chunk ready is skipped (never a burst to catch up). Closing or cancelling
     this stream cancels the engine's (which frees the request's place in the scheduler).
@@ -178,9 +167,9 @@ async def safe_stream(chunks: AsyncIterator[generator_pb2.AnswerChunk], chunker:
             if done:
                 pump.result()  # the engine's error, as it raised it
             if chunker.ready(done):
-                yield generator_pb2.AnswerChunk(delta=chunker.next(done))
+                yield chunker.next(done)
             if done and not chunker.ready(done):
-                yield generator_pb2.AnswerChunk(final=safe_final(pump.result()))
+                yield safe_final(pump.result())
                 return
             tick = max(tick + 1, int((now() - start) / interval_s) + 1)  # the next tick still ahead
     finally:

@@ -1,18 +1,27 @@
-"""The Generator gRPC service: a thin adapter over GeneratorEngine."""
+"""The Generator gRPC service: a thin adapter over GeneratorEngine (protobuf <-> domain: convert.py).
+
+Both calls are one adapter: the request as a domain query -> the engine's stream -> AnswerChunks.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
 from services.common.errors import grpc_errors
 from services.common.logs import request_context
+from services.generator.convert import answer_query, chunk_to_proto, generate_query
+from services.generator.domain import AnswerChunk, AnswerQuery, GenerateQuery
 from services.generator.engine import GeneratorEngine
 
 SERVICE_NAME: str = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name
+# GeneratorEngine.answer or .generate: (engine, query, deadline, request id) -> the engine's stream
+EngineCall = Callable[[GeneratorEngine, Any, float | None, str], AsyncIterator[AnswerChunk]]
+Method = Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[generator_pb2.AnswerChunk]]
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -21,20 +30,29 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
     return None if remaining is None else time.monotonic() + remaining
 
 
+def _streaming(name: str, to_query: Callable[[Any], AnswerQuery | GenerateQuery], call: EngineCall) -> Method:
+    """The servicer method ``name``: its request as a domain query, streamed through ``call`` onto the
+    wire, logged under the request's id and tenant; however the stream ends, the engine's is closed
+    (a request still running is cancelled), and errors map to status codes (``grpc_errors``)."""
+
+    async def method(self: GeneratorServicer, request: Any,
+                     context: grpc.aio.ServicerContext) -> AsyncIterator[generator_pb2.AnswerChunk]:
+        query = to_query(request)
+        with request_context(tenant=query.tenant) as rid:
+            chunks = call(self.engine, query, _deadline(context), rid)
+            try:
+                async for chunk in chunks:
+                    yield chunk_to_proto(chunk)
+            finally:
+                await chunks.aclose()  # type: ignore[attr-defined]
+
+    method.__name__, method.__qualname__ = name, f"GeneratorServicer.{name}"
+    return grpc_errors(method)
+
+
 class GeneratorServicer(generator_pb2_grpc.GeneratorServicer):
     def __init__(self, engine: GeneratorEngine) -> None:
         self.engine = engine
 
-    @grpc_errors
-    async def Answer(self, request: generator_pb2.AnswerRequest,
-                     context: grpc.aio.ServicerContext) -> AsyncIterator[generator_pb2.AnswerChunk]:
-        with request_context(tenant=request.tenant) as rid:
-            async for chunk in self.engine.answer(request, _deadline(context), rid):
-                yield chunk
-
-    @grpc_errors
-    async def Generate(self, request: generator_pb2.GenerateRequest,
-                       context: grpc.aio.ServicerContext) -> AsyncIterator[generator_pb2.AnswerChunk]:
-        with request_context(tenant=request.tenant) as rid:
-            async for chunk in self.engine.generate(request, _deadline(context), rid):
-                yield chunk
+    Answer = _streaming("Answer", answer_query, GeneratorEngine.answer)  # AnswerRequest: grounded on retrieval
+    Generate = _streaming("Generate", generate_query, GeneratorEngine.generate)  # GenerateRequest: a given prompt

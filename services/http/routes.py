@@ -12,16 +12,17 @@ import asyncio
 import math
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from lookahead_rag.v1 import generator_pb2
 
 from services.common.auth import AUTHORIZATION, Authenticator, Principal
 from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ServiceError, Unavailable
 from services.common.logs import REQUEST_ID_HEADER, request_context
+from services.generator.domain import AnswerChunk, FinalInfo, TextDelta
 from services.http import errors, translate
 from services.http.schema import ChatCompletionRequest
 from services.http.settings import HttpSettings
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
 OWNER = "lookahead-rag"
-Chunks = AsyncIterator[generator_pb2.AnswerChunk]
+Chunks = AsyncIterator[AnswerChunk]
 
 
 class Frontend:
@@ -98,8 +99,8 @@ class Frontend:
 
     def chunks(self, body: ChatCompletionRequest, tenant: str, deadline: float | None, rid: str) -> Chunks:
         if body.rag:
-            return self.engine.answer(translate.answer_request(body, tenant), deadline, rid)
-        return self.engine.generate(translate.generate_request(body, tenant), deadline, rid)
+            return self.engine.answer(translate.answer_query(body, tenant), deadline, rid)
+        return self.engine.generate(translate.generate_query(body, tenant), deadline, rid)
 
     # ---- the endpoint ------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
@@ -143,7 +144,7 @@ def _loop_deadline(deadline: float | None) -> float | None:
     return asyncio.get_running_loop().time() + (deadline - time.monotonic())
 
 
-def _check_final(final: generator_pb2.FinalInfo, deadline: float | None) -> None:
+def _check_final(final: FinalInfo, deadline: float | None) -> None:
     """An answer the engine ended itself (its deadline passed while running, or it is closing) is an error."""
     if final.stats.finish_reason != "cancelled":
         return
@@ -152,32 +153,32 @@ def _check_final(final: generator_pb2.FinalInfo, deadline: float | None) -> None
     raise Unavailable("the engine stopped the request (it is shutting down)")
 
 
-async def _next(chunks: Chunks, when: float | None) -> generator_pb2.AnswerChunk | None:
+async def _next(chunks: Chunks, when: float | None) -> AnswerChunk | None:
     async with asyncio.timeout_at(when):
         return await anext(chunks, None)
 
 
-async def _final(chunks: Chunks, when: float | None) -> generator_pb2.FinalInfo:
-    deltas: list[generator_pb2.TextDelta] = []
+async def _final(chunks: Chunks, when: float | None) -> FinalInfo:
+    deltas: list[TextDelta] = []
     try:
         while (chunk := await _next(chunks, when)) is not None:
-            if chunk.HasField("final"):
-                return _with_answer(chunk.final, deltas)
-            deltas.append(chunk.delta)
+            if isinstance(chunk, FinalInfo):
+                return _with_answer(chunk, deltas)
+            deltas.append(chunk)
         raise RuntimeError("the answer ended without its final message")
     finally:
         await chunks.aclose()  # type: ignore[attr-defined]
 
 
-def _with_answer(final: generator_pb2.FinalInfo, deltas: list[generator_pb2.TextDelta]) -> generator_pb2.FinalInfo:
+def _with_answer(final: FinalInfo, deltas: list[TextDelta]) -> FinalInfo:
     """``final`` with the answer's text and ids; a safe stream's final leaves them to the deltas."""
-    if not final.answer_text and not final.output_ids:
-        final.answer_text = "".join(d.text for d in deltas)
-        final.output_ids.extend(t for d in deltas for t in d.token_ids)
-    return final
+    if final.answer_text or final.output_ids:
+        return final
+    return replace(final, answer_text="".join(d.text for d in deltas),
+                   output_ids=tuple(t for d in deltas for t in d.token_ids))
 
 
-async def _events(stream: translate.StreamTranslator, first: generator_pb2.AnswerChunk | None, chunks: Chunks,
+async def _events(stream: translate.StreamTranslator, first: AnswerChunk | None, chunks: Chunks,
                   when: float | None, deadline: float | None, context: tuple[str, str]) -> AsyncIterator[bytes]:
     """The SSE body: ``data: {chunk}`` per step, then the finish chunk and ``data: [DONE]``. Once the
     status line is out, an error comes as one ``data: {"error": ...}`` event (what OpenAI sends)."""
@@ -186,16 +187,16 @@ async def _events(stream: translate.StreamTranslator, first: generator_pb2.Answe
         try:
             chunk = first
             while chunk is not None:
-                if chunk.HasField("final"):
-                    _check_final(chunk.final, deadline)
-                    for obj in stream.final(chunk.final):
+                if isinstance(chunk, FinalInfo):
+                    _check_final(chunk, deadline)
+                    for obj in stream.final(chunk):
                         yield sse(obj)
                     yield DONE
                     return
-                if chunk.delta.padding:  # a safe stream: every delta event has the same size
-                    size = size or safe_event_bytes(stream.largest_delta(), chunk.delta.ByteSize())
-                for obj in stream.delta(chunk.delta):
-                    yield padded_sse(obj, size) if chunk.delta.padding else sse(obj)
+                if chunk.safe_bytes:  # a safe stream: every delta event has the same size
+                    size = size or safe_event_bytes(stream.largest_delta(), chunk.safe_bytes)
+                for obj in stream.delta(chunk):
+                    yield padded_sse(obj, size) if chunk.safe_bytes else sse(obj)
                 chunk = await _next(chunks, when)
             raise RuntimeError("the answer ended without its final message")
         except Exception as exc:

@@ -20,8 +20,6 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Send
 
-from services.generator.safe_stream import MIN_PADDING, PADDING_PREFIX_BYTES
-
 T = TypeVar("T")
 SSE_MEDIA_TYPE = "text/event-stream"
 DONE = b"data: [DONE]\n\n"
@@ -43,12 +41,11 @@ def padded_sse(obj: dict[str, Any], size: int) -> bytes:
     return sse({**obj, "padding": " " * max(0, size - base)})
 
 
-def safe_event_bytes(largest: dict[str, Any], delta_bytes: int) -> int:
+def safe_event_bytes(largest: dict[str, Any], safe_bytes: int) -> int:
     """The size of every event of a safe stream's deltas: the ``largest`` empty delta chunk, plus what
-    the text and ids of a padded delta of ``delta_bytes`` bytes (at least MIN_PADDING of it padding)
+    the text and ids of a delta of at most ``safe_bytes`` serialized bytes (``TextDelta.safe_bytes``)
     can take in JSON at most."""
-    payload = delta_bytes - MIN_PADDING - PADDING_PREFIX_BYTES
-    return len(sse({**largest, "padding": ""})) + JSON_BYTES_PER_BYTE * payload
+    return len(sse({**largest, "padding": ""})) + JSON_BYTES_PER_BYTE * safe_bytes
 
 
 async def _disconnected(request: Request) -> None:

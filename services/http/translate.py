@@ -1,14 +1,14 @@
-"""OpenAI JSON <-> the generator's protobufs, as a gRPC servicer converts: no decoding here.
+"""OpenAI JSON <-> the generator's domain types (services.generator.domain): no decoding here.
 
-    request = answer_request(body, tenant)              # ChatCompletionRequest -> AnswerRequest
+    query = answer_query(body, tenant)                  # ChatCompletionRequest -> AnswerQuery
     reply = Reply.of(request_id, model, body)
     completion(reply, final)                           # FinalInfo -> chat.completion
     stream = StreamTranslator(reply)
-    stream.delta(chunk.delta) / stream.final(chunk.final)   # -> chat.completion.chunk objects
+    stream.delta(delta) / stream.final(final)          # -> chat.completion.chunk objects
 
-Values are checked by the engine exactly as for gRPC; here only what the proto cannot carry (a
-negative count, a missing question) or what we cannot honour (n > 1, logprobs, tools) is refused,
-each with a one-line InvalidArgument.
+Values are checked by the engine exactly as for gRPC; here only what the gRPC API could not carry
+either (a negative count, one past uint32 / uint64, a missing question) or what we cannot honour
+(n > 1, logprobs, tools) is refused, each with a one-line InvalidArgument.
 """
 
 from __future__ import annotations
@@ -17,9 +17,15 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from lookahead_rag.v1 import generator_pb2
-
 from services.common.errors import InvalidArgument
+from services.generator.domain import (
+    AnswerQuery,
+    ChatMessage,
+    FinalInfo,
+    GenerateQuery,
+    GenerationParams,
+    TextDelta,
+)
 from services.http.schema import ChatCompletionRequest, Message
 
 UINT32_MAX = (1 << 32) - 1
@@ -58,7 +64,7 @@ def check_supported(body: ChatCompletionRequest) -> None:
 
 
 def _count(name: str, value: int | None, limit: int = UINT32_MAX) -> int:
-    """A non-negative count the proto can carry (None: 0, the server default)."""
+    """A non-negative count the gRPC API can carry too (None: 0, the server default)."""
     if value is None:
         return 0
     if not 0 <= value <= limit:
@@ -85,33 +91,30 @@ def _text(message: Message) -> str:
     return "\n".join(part.text or "" for part in message.content)
 
 
-def generation_params(body: ChatCompletionRequest) -> generator_pb2.GenerationParams:
-    """The request's GenerationParams (omitted = 0 = the server's default, as in the proto)."""
-    stop = [body.stop] if isinstance(body.stop, str) else list(body.stop or [])
-    params = generator_pb2.GenerationParams(
+def generation_params(body: ChatCompletionRequest) -> GenerationParams:
+    """The request's GenerationParams (omitted = 0 = the server's default, as over gRPC)."""
+    stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
+    seed = None if body.seed is None else _count("seed", body.seed, UINT64_MAX)
+    return GenerationParams(
         max_new_tokens=_max_new_tokens(body), stop=stop, temperature=body.temperature or 0.0,
         top_p=body.top_p or 0.0, top_k=_count("top_k", body.top_k), min_p=body.min_p or 0.0,
-        repetition_penalty=body.repetition_penalty or 0.0, safe_stream=body.safe_stream,
+        repetition_penalty=body.repetition_penalty or 0.0, seed=seed, safe_stream=body.safe_stream,
     )
-    if body.seed is not None:
-        params.seed = _count("seed", body.seed, UINT64_MAX)
-    return params
 
 
-def answer_request(body: ChatCompletionRequest, tenant: str) -> generator_pb2.AnswerRequest:
+def answer_query(body: ChatCompletionRequest, tenant: str) -> AnswerQuery:
     """RAG: the last user message is the question; the retriever builds the prompt around it."""
     question = next((m for m in reversed(body.messages) if m.role == "user"), None)
     if question is None:
         raise InvalidArgument("messages has no user message: the last one is the question")
-    return generator_pb2.AnswerRequest(tenant=tenant, question=_text(question), params=generation_params(body),
-                                       k=_count("k", body.k), m=_count("m", body.m))
+    return AnswerQuery(tenant, _text(question), generation_params(body), k=_count("k", body.k),
+                       m=_count("m", body.m))
 
 
-def generate_request(body: ChatCompletionRequest, tenant: str) -> generator_pb2.GenerateRequest:
+def generate_query(body: ChatCompletionRequest, tenant: str) -> GenerateQuery:
     """No retrieval (``"rag": false``): the messages as they are, in the model's chat template."""
-    messages = [generator_pb2.ChatMessage(role=ROLES.get(m.role, m.role), content=_text(m)) for m in body.messages]
-    return generator_pb2.GenerateRequest(tenant=tenant, messages=generator_pb2.ChatMessages(messages=messages),
-                                         params=generation_params(body))
+    messages = tuple(ChatMessage(ROLES.get(m.role, m.role), _text(m)) for m in body.messages)
+    return GenerateQuery(tenant, messages, params=generation_params(body))
 
 
 # ---- response -------------------------------------------------------------------------------------
@@ -138,19 +141,19 @@ def finish_reason(engine_reason: str) -> str:
     return FINISH_REASONS.get(engine_reason, engine_reason)
 
 
-def usage(final: generator_pb2.FinalInfo) -> Json:
+def usage(final: FinalInfo) -> Json:
     prompt, completion_tokens = len(final.prompt_ids), final.stats.new_tokens
     return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
             "total_tokens": prompt + completion_tokens}
 
 
-def documents(final: generator_pb2.FinalInfo) -> list[Json]:
+def documents(final: FinalInfo) -> list[Json]:
     """The documents the answer was grounded on (the ``documents`` extension field)."""
     return [{"doc_id": c.doc_id, "chunk_id": c.chunk_id, "title": c.title, "source": c.source,
              "score": round(c.score, SCORE_DIGITS), "text": c.text} for c in final.documents]
 
 
-def completion(reply: Reply, final: generator_pb2.FinalInfo) -> Json:
+def completion(reply: Reply, final: FinalInfo) -> Json:
     """The whole answer as one ``chat.completion``."""
     choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
                     "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
@@ -163,7 +166,7 @@ def completion(reply: Reply, final: generator_pb2.FinalInfo) -> Json:
 
 
 class StreamTranslator:
-    """AnswerChunks -> ``chat.completion.chunk`` objects, in OpenAI's order: the first carries the
+    """The engine's chunks -> ``chat.completion.chunk`` objects, in OpenAI's order: the first carries the
     role, each delta its text, the last the finish_reason and the documents, then (with
     include_usage) one with no choices and the usage."""
 
@@ -186,11 +189,11 @@ class StreamTranslator:
         self.started = True
         return {"role": "assistant", "content": text}
 
-    def delta(self, delta: generator_pb2.TextDelta) -> list[Json]:
+    def delta(self, delta: TextDelta) -> list[Json]:
         """One verified step (nothing when it adds neither text nor, when asked for, token ids; a safe
-        stream's padded delta always makes one chunk: a missing event would tell)."""
+        stream's delta always makes one chunk: a missing event would tell)."""
         ids = list(delta.token_ids)
-        if not delta.text and not (self.reply.token_ids and ids) and not delta.padding:
+        if not delta.text and not (self.reply.token_ids and ids) and not delta.safe_bytes:
             return []
         return [self._chunk(self._delta(delta.text), token_ids=ids)]
 
@@ -198,7 +201,7 @@ class StreamTranslator:
         """The delta chunk with every field a delta chunk can have, empty (sizes a safe stream's events)."""
         return self._chunk({"role": "assistant", "content": ""}, token_ids=[])
 
-    def final(self, final: generator_pb2.FinalInfo) -> list[Json]:
+    def final(self, final: FinalInfo) -> list[Json]:
         out = [] if self.started else [self._chunk(self._delta(""), token_ids=[])]
         last = self._chunk({}, finish_reason(final.stats.finish_reason))
         last["documents"] = documents(final)

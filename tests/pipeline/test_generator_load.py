@@ -25,6 +25,8 @@ import pytest
 from lookahead_rag.v1 import generator_pb2
 
 from services.common.errors import DeadlineExceeded
+from services.generator.convert import generate_query
+from services.generator.domain import AnswerChunk
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     QUESTION,
@@ -211,8 +213,9 @@ async def test_engine_expires_a_waiting_request_whose_deadline_passed(small: Run
         assert await gate.wait_reached()
         deadline = time.monotonic() + 1.0
 
-        async def drive() -> list[generator_pb2.AnswerChunk]:
-            return [c async for c in p.engine.generate(generate_request(tenant, "Count to five:", N), deadline)]
+        async def drive() -> list[AnswerChunk]:
+            query = generate_query(generate_request(tenant, "Count to five:", N))
+            return [c async for c in p.engine.generate(query, deadline)]
 
         waiting = asyncio.ensure_future(drive())
         assert await wait_until(lambda: len(spy.requests) == 2 and scheduler.state().waiting == 1)

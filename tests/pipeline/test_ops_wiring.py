@@ -37,6 +37,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from services.app import Pipeline
 from services.common.logs import REQUEST_ID_HEADER, setup_logging
 from services.events.kafka.broker import LocalBroker
+from services.generator.convert import answer_query
+from services.generator.domain import FinalInfo
 from tests.kafka.helpers import fast_settings, new_topic
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
@@ -112,8 +114,8 @@ async def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, 
         assert sample(before, "generator_draft_source_hits_total", source="prompt") == 0  # exported at 0
 
         final = None
-        async for chunk in pipeline.engine.answer(answer_request(tenant)):
-            final = chunk.final if chunk.HasField("final") else final
+        async for chunk in pipeline.engine.answer(answer_query(answer_request(tenant))):
+            final = chunk if isinstance(chunk, FinalInfo) else final
         assert final is not None
         await collect(pipe.stub.Answer(answer_request(pipe.new_tenant("neighbour")), timeout=CALL_TIMEOUT_S))
         await pipeline.bus.drain(60)
@@ -206,7 +208,7 @@ async def test_kafka_pipeline_metrics_come_from_the_kafka_bus(tmp_path: Path, br
     try:
         tenant = unique_tenant("kafka")
         pipeline.retriever.ingest(tenant, DOCS)
-        async for _chunk in pipeline.engine.answer(answer_request(tenant)):
+        async for _chunk in pipeline.engine.answer(answer_query(answer_request(tenant))):
             pass
         await pipeline.bus.drain(120)
         pipeline.refresh_metrics()

@@ -1,6 +1,7 @@
-"""The generator's sampling parameters without a model: proto GenerationParams -> DecodingConfig
-(``sampling_fields``: 0 = off / greedy / the model's, one-line refusals) and ``lookahead-rag ask``'s
-flags, request and seed line (against a stand-in Generator on loopback); mode mjsd only by name."""
+"""The generator's sampling parameters without a model: proto GenerationParams -> domain
+GenerationParams (``convert.params_from_proto``) -> DecodingConfig (``sampling_fields``: 0 = off /
+greedy / the model's, one-line refusals) and ``lookahead-rag ask``'s flags, request and seed line
+(against a stand-in Generator on loopback); mode mjsd only by name."""
 
 from __future__ import annotations
 
@@ -16,16 +17,22 @@ from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 from services.common.errors import InvalidArgument
 from services.common.limits import RequestLimits
 from services.generator import ask
+from services.generator.convert import params_from_proto
+from services.generator.domain import GenerationParams
 from services.generator.params import decoding_config, sampling_fields, server_config
 from services.generator.settings import GeneratorSettings
 
-Params = generator_pb2.GenerationParams
 NAN, INF = float("nan"), float("inf")
+
+
+def grpc_params(**fields: Any) -> GenerationParams:
+    """The params a gRPC request with these GenerationParams fields carries to the engine."""
+    return params_from_proto(generator_pb2.GenerationParams(**fields))
 
 
 def test_all_zero_params_are_greedy_with_the_defaults() -> None:
     # an old client (no sampling fields) gets exactly DecodingConfig's defaults: greedy, nothing filtered
-    got = DecodingConfig(**sampling_fields(Params()))
+    got = DecodingConfig(**sampling_fields(grpc_params()))
     default = DecodingConfig()
     assert not got.sampling
     assert (got.temperature, got.top_p, got.top_k, got.min_p, got.repetition_penalty, got.seed) == (
@@ -36,11 +43,21 @@ def test_all_zero_params_are_greedy_with_the_defaults() -> None:
 def test_values_map_to_the_decimals_the_client_wrote() -> None:
     # proto floats are float32: 0.7 travels as 0.699999988 and must be read back as 0.7, so a request
     # samples exactly as DecodingConfig(temperature=0.7, ...) does in Python
-    fields = sampling_fields(Params(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1,
+    fields = sampling_fields(grpc_params(temperature=0.7, top_p=0.9, top_k=40, min_p=0.05, repetition_penalty=1.1,
                                     seed=12345))
     assert fields == {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1,
                       "seed": 12345}
     assert DecodingConfig(**fields).sampling
+
+
+def test_http_and_grpc_numbers_decode_alike() -> None:
+    # the HTTP door hands the engine the JSON's float64 numbers, gRPC float32 ones: both are read at
+    # float32 precision, so the same number samples the same answer; one past float32 is refused alike
+    exact = GenerationParams(temperature=0.7, top_p=0.9, min_p=0.05, repetition_penalty=1.1)
+    assert sampling_fields(exact) == sampling_fields(grpc_params(temperature=0.7, top_p=0.9, min_p=0.05,
+                                                            repetition_penalty=1.1))
+    with pytest.raises(InvalidArgument, match="finite"):
+        sampling_fields(GenerationParams(temperature=1e40))
 
 
 @pytest.mark.parametrize(("seed", "expected"), [
@@ -49,7 +66,7 @@ def test_values_map_to_the_decimals_the_client_wrote() -> None:
     (2**64 - 1, 2**64 - 1),  # the largest uint64
 ])
 def test_seed_presence_not_value_decides(seed: int | None, expected: int | None) -> None:
-    assert sampling_fields(Params(temperature=1.0, seed=seed))["seed"] == expected
+    assert sampling_fields(grpc_params(temperature=1.0, seed=seed))["seed"] == expected
 
 
 @pytest.mark.parametrize(("field", "value", "words"), [
@@ -68,7 +85,7 @@ def test_seed_presence_not_value_decides(seed: int | None, expected: int | None)
 ])
 def test_out_of_range_values_are_refused_in_one_line(field: str, value: float, words: tuple[str, ...]) -> None:
     with pytest.raises(InvalidArgument) as caught:
-        sampling_fields(Params(**{field: value}))
+        sampling_fields(grpc_params(**{field: value}))
     message = str(caught.value)
     assert "\n" not in message
     for word in words:
@@ -82,8 +99,8 @@ def test_ask_flags_fill_the_request() -> None:
     # every sampling flag reaches its GenerationParams field
     _, req = ask.parse(["q?", "--tenant", "acme", "--temperature", "0.7", "--top-p", "0.9", "--top-k", "40",
                         "--min-p", "0.05", "--repetition-penalty", "1.1", "--seed", "7"])
-    assert sampling_fields(req.params) == {"temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05,
-                                           "repetition_penalty": 1.1, "seed": 7}
+    assert sampling_fields(params_from_proto(req.params)) == {
+        "temperature": 0.7, "top_p": 0.9, "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "seed": 7}
 
 
 def test_ask_without_sampling_flags_asks_for_greedy_and_no_seed() -> None:
@@ -160,11 +177,11 @@ def test_mjsd_cannot_be_the_servers_default() -> None:
 def test_a_request_gets_mjsd_only_by_name() -> None:
     s, limits = GeneratorSettings(), RequestLimits()
     base = server_config(s, limits)
-    assert not decoding_config(Params(), base, s, limits).lossy  # no mode: the lossless default
-    asked = decoding_config(Params(mode="mjsd"), base, s, limits)
+    assert not decoding_config(grpc_params(), base, s, limits).lossy  # no mode: the lossless default
+    asked = decoding_config(grpc_params(mode="mjsd"), base, s, limits)
     assert asked.lossy and asked.mjsd_beams == s.mjsd_beams and asked.mjsd_threshold == s.mjsd_threshold
     with pytest.raises(InvalidArgument, match="greedy only"):  # a sampled mjsd request: one-line refusal
-        decoding_config(Params(mode="mjsd", temperature=0.7), base, s, limits)
+        decoding_config(grpc_params(mode="mjsd", temperature=0.7), base, s, limits)
 
 
 def test_ask_says_an_mjsd_answer_is_unverified(capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 from lookahead_core.detok import TextStreamer
-from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
+from lookahead_rag.v1 import generator_pb2
 
 from services.common.errors import InvalidArgument
+from services.generator.convert import MIN_PADDING, chunk_to_proto, delta_to_proto, pad, padded_bytes
+from services.generator.domain import AnswerChunk, DocumentChunk, FinalInfo, GenerationStats, TextDelta
 from services.generator.safe_stream import (
-    MIN_PADDING,
     Chunker,
     SafeStreamConfig,
     max_token_bytes,
-    pad,
     safe_final,
     safe_stream,
     text_budget,
@@ -53,7 +53,7 @@ def chunker(chunk_tokens: int, text_bytes: int | None = None, stops: Sequence[st
     return Chunker(TextStreamer(TOK, stops), SafeStreamConfig(0.01, chunk_tokens, budget))  # type: ignore[arg-type]
 
 
-def drain(c: Chunker, ids: list[int]) -> list[generator_pb2.TextDelta]:
+def drain(c: Chunker, ids: list[int]) -> list[TextDelta]:
     """All deltas of an answer of ``ids`` verified at once."""
     c.add(ids)
     out = []
@@ -62,8 +62,9 @@ def drain(c: Chunker, ids: list[int]) -> list[generator_pb2.TextDelta]:
     return out
 
 
-def sizes(deltas: list[generator_pb2.TextDelta]) -> set[int]:
-    return {generator_pb2.AnswerChunk(delta=d).ByteSize() for d in deltas}
+def sizes(deltas: list[TextDelta]) -> set[int]:
+    """The deltas' sizes on the wire (gRPC)."""
+    return {chunk_to_proto(d).ByteSize() for d in deltas}
 
 
 @pytest.mark.parametrize(("text", "limit", "head"), [
@@ -83,16 +84,24 @@ def test_pad_makes_every_delta_the_same_size() -> None:
     config = SafeStreamConfig(0.1, 4, 40)
     deltas = [generator_pb2.TextDelta(text="x" * 40, token_ids=[2**32 - 1] * 4), generator_pb2.TextDelta(),
               generator_pb2.TextDelta(text="é😀", token_ids=[1]), generator_pb2.TextDelta(text="y" * 39, token_ids=[])]
-    padded = [pad(d, config.delta_bytes) for d in deltas]
-    assert {d.ByteSize() for d in padded} == {config.delta_bytes}
-    assert len(sizes(padded)) == 1
+    padded = [pad(d, padded_bytes(config.delta_bytes)) for d in deltas]
+    assert {d.ByteSize() for d in padded} == {padded_bytes(config.delta_bytes)}
+    assert len({generator_pb2.AnswerChunk(delta=d).ByteSize() for d in padded}) == 1
     assert min(len(d.padding) for d in padded) == MIN_PADDING
+
+
+def test_a_safe_delta_is_padded_on_the_wire_and_a_normal_one_is_not() -> None:
+    config = SafeStreamConfig(0.1, 4, 40)
+    safe = delta_to_proto(TextDelta("ab", (1, 2), safe_bytes=config.delta_bytes))
+    assert safe.ByteSize() == padded_bytes(config.delta_bytes) and len(safe.padding) >= MIN_PADDING
+    assert (safe.text, list(safe.token_ids)) == ("ab", [1, 2])
+    assert delta_to_proto(TextDelta("ab", (1, 2))) == generator_pb2.TextDelta(text="ab", token_ids=[1, 2])
 
 
 def test_pad_refuses_a_delta_over_the_size() -> None:
     # the chunker never builds one; if it did, the stream must fail rather than leak its size
     with pytest.raises(ValueError, match="does not fit"):
-        pad(generator_pb2.TextDelta(text="x" * 200), SafeStreamConfig(0.1, 1, 10).delta_bytes)
+        pad(generator_pb2.TextDelta(text="x" * 200), padded_bytes(SafeStreamConfig(0.1, 1, 10).delta_bytes))
 
 
 def test_chunks_have_chunk_tokens_ids_and_the_last_fewer() -> None:
@@ -138,38 +147,39 @@ def test_not_ready_until_a_full_chunk_unless_done() -> None:
 
 
 def test_safe_final_says_only_that_the_answer_is_complete() -> None:
-    stats = events_pb2.GenerationStats(
+    stats = GenerationStats(
         new_tokens=8, forward_steps=3, mean_accepted_per_step=2.7, prefill_s=0.1, wall_s=1.0, finish_reason="length",
         draft_tokens_from_cache=5, draft_tokens_from_prompt=1, kernel="sdpa", time_to_first_token_s=0.2,
         prefix_hit_tokens=30, documents_available=True, drafts_available=True, mean_batch_size=1.0, seed=7)
-    final = generator_pb2.FinalInfo(request_id="r1", answer_text="secret answer", stats=stats, prompt_ids=[1, 2],
-                                    output_ids=[3, 4], documents=[retriever_pb2.Chunk(doc_id="d", text="a document")])
-    expected = generator_pb2.FinalInfo(
-        request_id="r1", stats=events_pb2.GenerationStats(new_tokens=8, finish_reason="length"))
+    final = FinalInfo(request_id="r1", answer_text="secret answer", stats=stats, prompt_ids=(1, 2),
+                      output_ids=(3, 4), documents=(DocumentChunk("d", "d#0", "", "", "a document", 0.5),))
+    expected = FinalInfo(request_id="r1", stats=GenerationStats(new_tokens=8, finish_reason="length"))
     assert safe_final(final) == expected
+    on_the_wire = generator_pb2.FinalInfo(request_id="r1")
+    on_the_wire.stats.new_tokens, on_the_wire.stats.finish_reason = 8, "length"
+    assert chunk_to_proto(safe_final(final)).final == on_the_wire  # nothing else on the wire either
 
 
 # ---- the cadence, with fake engine streams ------------------------------------------------------------
-def final_chunk(n: int) -> generator_pb2.AnswerChunk:
-    stats = events_pb2.GenerationStats(new_tokens=n, forward_steps=2, finish_reason="length")
-    return generator_pb2.AnswerChunk(final=generator_pb2.FinalInfo(request_id="r", stats=stats))
+def final_chunk(n: int) -> FinalInfo:
+    return FinalInfo(request_id="r", stats=GenerationStats(new_tokens=n, forward_steps=2, finish_reason="length"))
 
 
 async def engine_stream(steps: list[list[int]], step_s: float = 0.0,
-                        closed: asyncio.Event | None = None) -> AsyncIterator[generator_pb2.AnswerChunk]:
+                        closed: asyncio.Event | None = None) -> AsyncIterator[AnswerChunk]:
     """An engine's stream: one delta per step, ``step_s`` apart, then the final."""
     try:
         for ids in steps:
             if step_s:
                 await asyncio.sleep(step_s)
-            yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(text="ignored", token_ids=ids))
+            yield TextDelta(text="ignored", token_ids=tuple(ids))
         yield final_chunk(sum(map(len, steps)))
     finally:
         if closed is not None:
             closed.set()
 
 
-async def timed(stream: AsyncIterator[generator_pb2.AnswerChunk]) -> list[tuple[float, generator_pb2.AnswerChunk]]:
+async def timed(stream: AsyncIterator[AnswerChunk]) -> list[tuple[float, AnswerChunk]]:
     loop = asyncio.get_running_loop()
     start = loop.time()
     return [(loop.time() - start, chunk) async for chunk in stream]
@@ -180,12 +190,13 @@ async def test_fast_decoding_leaves_one_chunk_per_tick() -> None:
     # a whole answer verified at once (a cache hit) still leaves one chunk per tick
     interval = 0.05
     got = await timed(safe_stream(engine_stream([[A, BC, DE, A, HELLO, A]]), chunker(2), interval))
-    deltas = [(t, c.delta) for t, c in got if c.HasField("delta")]
+    deltas = [(t, c) for t, c in got if isinstance(c, TextDelta)]
     assert [list(d.token_ids) for _, d in deltas] == [[A, BC], [DE, A], [HELLO, A]]
     for k, (t, _) in enumerate(deltas, start=1):
         assert t >= k * interval - EPS_S  # never before its tick
-    assert got[-1][1].HasField("final") and got[-1][0] - deltas[-1][0] < interval  # the final with the last chunk
-    assert got[-1][1].final.stats.forward_steps == 0
+    last = got[-1][1]
+    assert isinstance(last, FinalInfo) and got[-1][0] - deltas[-1][0] < interval  # the final with the last chunk
+    assert last.stats.forward_steps == 0
 
 
 @pytest.mark.asyncio
@@ -193,12 +204,12 @@ async def test_slow_decoding_skips_ticks_never_bursts() -> None:
     # decoding slower than the cadence: deltas still come at least one interval apart
     interval = 0.03
     got = await timed(safe_stream(engine_stream([[A]] * 4, step_s=0.07), chunker(1), interval))
-    times = [t for t, c in got if c.HasField("delta")]
+    times = [t for t, c in got if isinstance(c, TextDelta)]
     assert len(times) == 4
     assert all(b - a >= interval - EPS_S for a, b in itertools.pairwise(times))
 
 
-async def failing_stream() -> AsyncIterator[generator_pb2.AnswerChunk]:
+async def failing_stream() -> AsyncIterator[AnswerChunk]:
     raise InvalidArgument("question is empty")
     yield  # an async generator
 
@@ -218,7 +229,7 @@ async def test_closing_the_safe_stream_closes_the_engine_stream() -> None:
     closed = asyncio.Event()
     stream = safe_stream(engine_stream([[A]] * 100, step_s=0.01, closed=closed), chunker(1), 0.02)
     first = await anext(stream)
-    assert first.HasField("delta") and not closed.is_set()
+    assert isinstance(first, TextDelta) and not closed.is_set()
     await stream.aclose()  # type: ignore[attr-defined]
     assert closed.is_set()
 
@@ -256,7 +267,7 @@ class FakeStub:
         async def chunks() -> AsyncIterator[generator_pb2.AnswerChunk]:
             for ids in ([A, BC], [DE]):
                 yield generator_pb2.AnswerChunk(delta=generator_pb2.TextDelta(token_ids=ids, padding=b"\0" * 9))
-            yield generator_pb2.AnswerChunk(final=safe_final(final_chunk(3).final))
+            yield chunk_to_proto(safe_final(final_chunk(3)))
 
         return chunks()
 
