@@ -1,15 +1,19 @@
-"""Spies on a running pipeline's scheduler and clients: hold a forward, see submits, record timeouts."""
+"""Spies on a running pipeline's scheduler and clients: hold a forward, see submits, record timeouts;
+``held_answer``: one Answer holding the engine's running place while a test queues others."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from lookahead_core.kernels import KernelSet
 from lookahead_core.serve_request import Phase, ServeRequest
 
-from tests.pipeline.helpers import wait_until
+from tests.pipeline.helpers import CALL_TIMEOUT_S, Answered, RunningPipeline, collect, greedy, wait_until
 
 GATE_TIMEOUT_S = 120.0  # a gated forward proceeds after this even if never released
 
@@ -103,3 +107,32 @@ class TimeoutRecorder:
     async def fetch(self, *args: Any) -> Any:
         self.timeouts.append(float(args[-1]))  # (tenant, tokenizer_id, prompt, refs, budget, timeout_s)
         return await self.inner.fetch(*args)
+
+
+@dataclass
+class Held:
+    """An Answer running in the engine, held at its second forward (``held_answer``)."""
+
+    first: Any  # its first chunk: the prefill's token
+    gate: ForwardGate  # holds the scheduler thread (running requests stay running, newcomers queued)
+    spy: SubmitSpy  # every request submitted meanwhile (the held one first)
+    rest: Answered | None = None  # the rest of the answer, read once the gate opened
+
+
+@contextlib.asynccontextmanager
+async def held_answer(p: RunningPipeline, tenant: str, n: int) -> AsyncIterator[Held]:
+    """An Answer of ``n`` tokens for ``tenant`` started and held at its second forward; on exit the gate
+    opens and the held answer, read to its end, must be exactly plain greedy decoding of its prompt
+    (whatever the test queued or had refused meanwhile)."""
+    scheduler = p.engine.scheduler
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
+        call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
+        held = Held(await call.read(), gate, spy)
+        assert await gate.wait_reached()  # the held request's place is taken
+        yield held
+        gate.release()
+        held.rest = await collect(call)
+    final = held.rest.final
+    assert final is not None
+    ids = [*held.first.delta.token_ids, *held.rest.streamed_ids]
+    assert ids == list(final.output_ids) == greedy(p.model, final.prompt_ids, n)

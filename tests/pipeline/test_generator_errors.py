@@ -32,7 +32,7 @@ from tests.pipeline.helpers import (
     unique_tenant,
     wait_until,
 )
-from tests.pipeline.spies import ForwardGate, SubmitSpy, TimeoutRecorder, ended
+from tests.pipeline.spies import ForwardGate, SubmitSpy, TimeoutRecorder, ended, held_answer
 
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
 EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -239,21 +239,13 @@ async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline,
 async def test_overload_is_refused_at_once(limited: RunningPipeline) -> None:
     tenant = limited.new_tenant("overload")
     n = 8
-    with ForwardGate(limited.engine.scheduler.kernels, block_at=2) as gate:
-        held = limited.stub.Answer(limited.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
-        first = await held.read()
-        assert await gate.wait_reached()
+    async with held_answer(limited, tenant, n):  # the held request is unaffected
         assert limited.inflight == 1
         second = limited.stub.Answer(limited.answer_request(tenant, max_new_tokens=n), timeout=REFUSAL_TIMEOUT_S)
         assert_status(await rpc_error(lambda: collect(second)), EXHAUSTED, "overloaded")
         generate = generator_pb2.GenerateRequest(tenant=tenant, prompt="Hi", params=params(max_new_tokens=2))
         refused = limited.stub.Generate(generate, timeout=REFUSAL_TIMEOUT_S)
         assert_status(await rpc_error(lambda: collect(refused)), EXHAUSTED, "overloaded")
-        gate.release()
-        rest = await collect(held)  # the held request is unaffected
-    assert rest.final is not None
-    ids = [*first.delta.token_ids, *rest.streamed_ids]
-    assert ids == list(rest.final.output_ids) == greedy(limited.model, rest.final.prompt_ids, n)
     assert await limited.wait_idle() == 0
     after = await limited.answer(tenant, max_new_tokens=4)  # admission is free again
     assert after.final is not None and after.final.stats.new_tokens == 4
@@ -270,26 +262,19 @@ async def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline
     tenant = p.new_tenant("queued")
     scheduler = p.engine.scheduler
     n = 8
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
-        held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
-        first = await held.read()
-        assert await gate.wait_reached()  # the one running place is taken
+    async with held_answer(p, tenant, n) as held:
         waiting = [p.stub.Answer(p.answer_request(tenant, question=q, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
                    for q in QUEUED_QUESTIONS]
         assert await wait_until(lambda: scheduler.state().waiting == len(QUEUED_QUESTIONS))  # queued, not refused
         assert p.inflight == 3 and scheduler.state().running == 1
         over = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=REFUSAL_TIMEOUT_S)
         assert_status(await rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")  # past the queue: at once
-        assert scheduler.state().waiting == len(QUEUED_QUESTIONS) and len(spy.requests) == 3
-        gate.release()
-        rest = await collect(held)
-    assert rest.final is not None
-    assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, n)
+        assert scheduler.state().waiting == len(QUEUED_QUESTIONS) and len(held.spy.requests) == 3
     for call in waiting:  # each waited its turn, then decoded exactly as alone
         got = await collect(call)
         assert got.final is not None and got.final.stats.finish_reason == "length"
         assert got.streamed_ids == list(got.final.output_ids) == greedy(p.model, got.final.prompt_ids, n)
-    assert all(ended(req) and req.error is None for req in spy.requests)
+    assert all(ended(req) and req.error is None for req in held.spy.requests)
     assert await p.wait_idle() == 0
 
 

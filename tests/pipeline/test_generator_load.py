@@ -41,7 +41,7 @@ from tests.pipeline.helpers import (
     rpc_error,
     wait_until,
 )
-from tests.pipeline.spies import ForwardGate, SubmitSpy, ended
+from tests.pipeline.spies import ForwardGate, SubmitSpy, ended, held_answer
 
 N = 8  # max_new_tokens of the answers compared with greedy (small: CI time)
 CANCELLED_N = 64  # max_new_tokens of the streams cancelled mid-way: far from done when cancelled
@@ -173,11 +173,8 @@ async def test_waiting_request_past_its_deadline_and_request_past_the_queue(smal
     p = small
     tenant = p.new_tenant("queue")
     scheduler = p.engine.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
-        held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = await held.read()
-        assert await gate.wait_reached()  # the one running place is taken
-
+    async with held_answer(p, tenant, N) as held:  # the one running place is taken
+        spy = held.spy
         late = p.stub.Generate(generate_request(tenant, "Count to five:", N), timeout=SHORT_DEADLINE_S)
         assert await wait_until(lambda: len(spy.requests) == 2)  # it reached the queue
         late_req = spy.requests[1]
@@ -190,11 +187,7 @@ async def test_waiting_request_past_its_deadline_and_request_past_the_queue(smal
         assert await wait_until(lambda: scheduler.state().waiting == 1)
         over = p.stub.Generate(generate_request(tenant, "Name three fruits:", N), timeout=REFUSAL_TIMEOUT_S)
         assert_status(await rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")
-        assert len(spy.requests) == 3 and gate.calls == 2  # the refused one never queued; nothing ran meanwhile
-        gate.release()
-        rest = await collect(held)
-    assert rest.final is not None
-    assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, N)
+        assert len(spy.requests) == 3 and held.gate.calls == 2  # the refused one never queued; nothing ran meanwhile
     after = await collect(queued)
     assert after.final is not None
     assert after.streamed_ids == list(after.final.output_ids) == greedy(p.model, after.final.prompt_ids, N)
@@ -207,10 +200,8 @@ async def test_engine_expires_a_waiting_request_whose_deadline_passed(small: Run
     p = small
     tenant = p.new_tenant("expire")
     scheduler = p.engine.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
-        held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
-        first = await held.read()
-        assert await gate.wait_reached()
+    async with held_answer(p, tenant, N) as held:  # unaffected
+        spy = held.spy
         deadline = time.monotonic() + 1.0
 
         async def drive() -> list[AnswerChunk]:
@@ -222,13 +213,10 @@ async def test_engine_expires_a_waiting_request_whose_deadline_passed(small: Run
         expired = spy.requests[1]
         assert await wait_until(lambda: time.monotonic() > deadline)
         assert not ended(expired)  # the engine notices between steps (this one is held)
-        gate.release()
+        held.gate.release()
         with pytest.raises(DeadlineExceeded, match="waited"):
             await asyncio.wait_for(waiting, CALL_TIMEOUT_S)
-        rest = await collect(held)
     assert expired.output == [] and expired.stats.forward_steps == 0 and ended(expired)
-    assert rest.final is not None
-    assert [*first.delta.token_ids, *rest.streamed_ids] == greedy(p.model, rest.final.prompt_ids, N)
     await assert_idle(p)
 
 

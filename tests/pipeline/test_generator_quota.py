@@ -63,6 +63,16 @@ def answer_call(p: RunningPipeline, tenant: str, question: str = "What does json
     return p.stub.Answer(p.answer_request(tenant, question, max_new_tokens=2), timeout=timeout)
 
 
+async def held_stream(p: RunningPipeline, tenant: str, gate: ForwardGate) -> grpc.aio.UnaryStreamCall:
+    """An Answer of ``tenant`` (its documents ingested) streaming, held: its first delta read, its next
+    forward waiting at ``gate``."""
+    p.ingest(tenant)
+    call = answer_call(p, tenant)
+    assert (await call.read()).HasField("delta")
+    assert await gate.wait_reached()
+    return call
+
+
 async def test_over_the_rate_is_resource_exhausted_with_retry_info(pipe: RunningPipeline) -> None:
     pipe.ingest(RATE)
     first = await collect(answer_call(pipe, RATE))
@@ -80,12 +90,9 @@ async def test_over_the_rate_is_resource_exhausted_with_retry_info(pipe: Running
 
 
 async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipeline) -> None:
-    pipe.ingest(STREAMS)
     quotas = pipe.engine.quotas
     with ForwardGate(pipe.engine.scheduler.kernels, block_at=2) as gate:
-        held = answer_call(pipe, STREAMS)
-        assert (await held.read()).HasField("delta")
-        assert await gate.wait_reached()
+        held = await held_stream(pipe, STREAMS, gate)
         assert quotas.open_streams(STREAMS) == 1
         second = answer_call(pipe, STREAMS)
         assert_status(await rpc_error(lambda: collect(second)), EXHAUSTED, STREAMS, "streams open")
@@ -99,12 +106,9 @@ async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipe
 
 
 async def test_stream_slot_is_freed_when_the_client_cancels(pipe: RunningPipeline) -> None:
-    pipe.ingest(CANCELLED)
     quotas = pipe.engine.quotas
     with ForwardGate(pipe.engine.scheduler.kernels, block_at=2) as gate:
-        call = answer_call(pipe, CANCELLED)
-        assert (await call.read()).HasField("delta")
-        assert await gate.wait_reached()
+        call = await held_stream(pipe, CANCELLED, gate)
         call.cancel()
         assert await wait_until(lambda: quotas.open_streams(CANCELLED) == 0)
     assert await pipe.wait_idle() == 0

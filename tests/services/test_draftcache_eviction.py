@@ -57,23 +57,17 @@ def test_least_recently_used_tenant_is_evicted_and_counted() -> None:
     assert find(store, C) == FOUND
 
 
-def test_add_also_counts_as_use() -> None:
+@pytest.mark.parametrize(("ids", "event_id", "applied"), [
+    ([4, 5], "a2", True),  # a new output of a
+    (OUTPUT, "a1", False),  # a redelivered event: nothing applied, still a use of a
+])
+def test_an_add_counts_as_use_even_redelivered(ids: list[int], event_id: str, applied: bool) -> None:
     store = DraftCacheStore(small_settings(max_tenants=CAP))
     store.add_output(A, TOKENIZER, OUTPUT, "a1")
     store.add_output(B, TOKENIZER, OUTPUT, "b1")
-    store.add_output(A, TOKENIZER, [4, 5], "a2")  # a used again by an add
+    assert store.add_output(A, TOKENIZER, ids, event_id) is applied  # a used again by an add
     store.add_output(C, TOKENIZER, OUTPUT, "c1")
     # b, not a (the first one added), is evicted
-    assert store.tenants() == [A, C]
-
-
-def test_a_redelivered_event_still_counts_as_use() -> None:
-    store = DraftCacheStore(small_settings(max_tenants=CAP))
-    store.add_output(A, TOKENIZER, OUTPUT, "a1")
-    store.add_output(B, TOKENIZER, OUTPUT, "b1")
-    assert store.add_output(A, TOKENIZER, OUTPUT, "a1") is False  # a duplicate: nothing applied
-    store.add_output(C, TOKENIZER, OUTPUT, "c1")
-    # a was touched by the duplicate, so b goes
     assert store.tenants() == [A, C]
 
 
