@@ -9,7 +9,7 @@ test; quote figures measured on a named dataset.
 Every question runs through every mode in turn in one process (machine noise is shared). Scenarios:
 cold (default: each question's trie holds only its prompt and its own output), --accumulate
 (outputs stay), --warm Q2.jsonl (answer Q2 first and insert the outputs), --repeat (two passes,
-the second reported). ``jacobi`` drafts from the Jacobi lookahead branch's n-gram pool alone, and
+the second reported). ``jacobi`` drafts from the Jacobi lookahead window's n-gram pool alone, and
 ``hierarchical+jacobi`` merges that pool with the trie's drafts (``--jacobi W,N,G`` sets the window,
 n-gram size and guesses of both). ``draft-model`` merges the trie's tree with a self-draft's token tree
 (the model's first quarter of layers, its norm and LM head); ``assisted`` is transformers'

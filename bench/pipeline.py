@@ -20,6 +20,8 @@ from bench.serve_client import generation_params
 from services.app import Pipeline
 from services.common.grpcutil import open_channel
 from services.config import AllSettings
+from services.generator.convert import answer_query
+from services.generator.domain import FinalInfo
 
 TENANT = "bench"
 PERCENT = 100.0
@@ -42,9 +44,9 @@ def _request(question: str, k: int, params: Any) -> Any:
 async def _answer_local(p: Pipeline, question: str, k: int, params: Any) -> tuple[float, list[int]]:
     t0 = time.perf_counter()
     out: list[int] = []
-    async for chunk in p.engine.answer(_request(question, k, params)):
-        if chunk.HasField("final"):
-            out = list(chunk.final.output_ids)
+    async for chunk in p.engine.answer(answer_query(_request(question, k, params))):  # the engine's domain types
+        if isinstance(chunk, FinalInfo):
+            out = list(chunk.output_ids)
     return time.perf_counter() - t0, out
 
 

@@ -14,7 +14,7 @@ class DraftMode(StrEnum):
     HIERARCHICAL = "hierarchical"  # trie-merged tree of branches (Lookahead)
     PARALLEL = "parallel"  # separate chains, no shared prefixes
     LLMA = "llma"  # the single best-matching span (LLMA)
-    JACOBI = "jacobi"  # only the n-gram pool of the Jacobi lookahead branch (LMSYS lookahead decoding)
+    JACOBI = "jacobi"  # only the n-gram pool of the Jacobi lookahead window (LMSYS lookahead decoding)
     DRAFT_MODEL = "draft-model"  # the hierarchical trie tree merged with a draft model's token tree (SpecInfer)
     MJSD = "mjsd"  # LOSSY, opt-in by name: a draft model's beams accepted by joint likelihood (MJSD)
     NONE = "none"  # plain greedy: one token per forward
@@ -34,7 +34,7 @@ def parse_mode(name: str) -> DraftMode:
 class TrieConfig:
     """How the token trie is filled and bounded."""
 
-    branch_length: int = 32  # tokens per inserted window (max trie depth; long copies need depth)
+    branch_length: int = 32  # tokens per inserted branch (max trie depth; long copies need depth)
     prompt_weight: float = 100.0  # weight of one prompt/reference occurrence vs one output occurrence
     # Max output-only nodes kept (least-frequent pruned past it). The paper's 16 x decoding length
     # (~128 nodes here) cut repeat-question acceptance from 4.2 to 2.2 tokens/step in our
@@ -69,9 +69,9 @@ class DecodingConfig:
     min_p: float = 0.0  # drop tokens under min_p x the most likely token's probability (0: off)
     repetition_penalty: float | None = None  # CTRL penalty on tokens already seen (None: the model's, else 1.0)
     seed: int | None = None  # sampling key: the draw for output position t is a function of (seed, t) only
-    # The Jacobi lookahead branch (jacobi.py): its tokens ride in the verification forward.
+    # The Jacobi lookahead window (jacobi.py): its tokens ride in the verification forward.
     # W: positions guessed per row; None = what the measured forward cost allows (jacobi.choose_window,
-    # 0 on a 2-core CPU), 0 = no branch (mode jacobi: at least 1)
+    # 0 on a 2-core CPU), 0 = no window (mode jacobi: at least 1)
     jacobi_window: int | None = None
     jacobi_ngram: int = 3  # N: tokens per n-gram (N - 1 rows in the window)
     jacobi_guesses: int = 2  # G: pool n-grams drafted per step at most (and kept per first token)

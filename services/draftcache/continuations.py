@@ -14,7 +14,7 @@ import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lookahead_core.trie import Node, TokenTrie
+from lookahead_core.drafting.trie import Node, TokenTrie
 
 from services.draftcache.references import distinct_ngrams
 

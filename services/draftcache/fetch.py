@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from lookahead_core.trie import TokenTrie
+from lookahead_core.drafting.trie import TokenTrie
 
 from services.draftcache.continuations import Coverage, WalkLimits, trie_continuations
 from services.draftcache.references import ReferenceStore, distinct_ngrams

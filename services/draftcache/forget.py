@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from lookahead_core.config import TrieConfig
-from lookahead_core.trie import TokenTrie
+from lookahead_core.drafting.trie import TokenTrie
 
 from services.draftcache.references import ReferenceStore
 from services.events.forget import grounded_on

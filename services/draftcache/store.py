@@ -44,7 +44,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lookahead_core.trie import TokenTrie
+from lookahead_core.drafting.trie import TokenTrie
 from lookahead_rag.v1 import events_pb2
 
 from services.common.errors import InvalidArgument, ResourceExhausted

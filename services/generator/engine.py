@@ -4,7 +4,7 @@ One request: the retriever gives the grounded prompt (if it is down or late, the
 templated and the stats say documents were unavailable); the draft cache gives the tenant's
 continuations once (how its past outputs went on; if down or late, the request drafts from its own
 prompt only); decoding
-runs on the engine's step scheduler (lookahead_core.scheduler: one thread owns the model and
+runs on the engine's step scheduler (lookahead_core.engine.scheduler: one thread owns the model and
 verifies every in-flight request in one batched forward per step; a bounded queue with fair share
 by tenant holds the rest) and each verified step is streamed; the finished answer is published as
 a ``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
@@ -23,11 +23,11 @@ from collections.abc import AsyncIterator, Sequence
 
 import torch
 from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
-from lookahead_core.admission import QueueFull
 from lookahead_core.defaults import DEFAULT_MODEL
-from lookahead_core.detok import TextStreamer
-from lookahead_core.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
-from lookahead_core.serve_request import RequestExpired, ServeRequest, ServeStats
+from lookahead_core.engine.admission import QueueFull
+from lookahead_core.engine.detok import TextStreamer
+from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
+from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (

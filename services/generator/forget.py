@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 
 class TenantForgettable(Protocol):
-    """What a forget reaches: ``lookahead_core.prefix_cache.PrefixKVCache`` (torch-free here)."""
+    """What a forget reaches: ``lookahead_core.kv.prefix_cache.PrefixKVCache`` (torch-free here)."""
 
     def forget_tenant(self, tenant: str) -> int: ...
 

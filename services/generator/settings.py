@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from lookahead_core.config import LOSSY_MODES, parse_mode
-from lookahead_core.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
+from lookahead_core.drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 

@@ -348,6 +348,25 @@ def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client
         assert client.done.wait(WAIT_S)
 
 
+def serve_at_once(sched: StepScheduler, prompts: Sequence[Sequence[int]], configs: Sequence[DecodingConfig],
+                  timeout: float = 600.0) -> list[ServeRequest]:
+    """Submit every (prompt, config) to a started ``sched`` at once, wait for all, close it; each request
+    ended without an error."""
+    from lookahead_core.engine.request import ServeRequest  # torch: imported only by the tests that serve
+    done = threading.Semaphore(0)
+    reqs = [ServeRequest(p, cfg, tenant="t", on_done=lambda _r, _e: done.release())
+            for p, cfg in zip(prompts, configs, strict=True)]
+    try:
+        for req in reqs:
+            sched.submit(req)
+        for _ in reqs:
+            assert done.acquire(timeout=timeout)
+    finally:
+        sched.close()
+    assert [r.error for r in reqs] == [None] * len(reqs)
+    return reqs
+
+
 def serve_all_greedy(sched: StepScheduler, model: PreTrainedModel, prompts: Sequence[Sequence[int]],
                      configs: Sequence[DecodingConfig]) -> list[ServeRequest]:
     """Serve every (prompt, config) at once and check each streamed output is plain greedy's."""

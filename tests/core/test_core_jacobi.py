@@ -1,4 +1,4 @@
-"""The Jacobi lookahead branch's pure parts (lookahead_core.drafting.jacobi) on hand-made token lists."""
+"""The Jacobi lookahead window's pure parts (lookahead_core.drafting.jacobi) on hand-made token lists."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from lookahead_core.drafting.jacobi import (
     JacobiConfig,
     NgramPool,
     advance,
-    branch_mask,
     choose_window,
     initial_window,
     positions,
+    window_mask,
 )
 
 W2N3 = JacobiConfig(window=2, ngram=3, guesses=2)
@@ -71,9 +71,9 @@ def test_positions_shift_each_row_one_to_the_right() -> None:
     assert positions(((5, 6, 7), (8, 9, 10))) == [1, 2, 3, 2, 3, 4]
 
 
-def test_branch_mask_sees_row_0_up_to_its_column_and_its_own_column_above() -> None:
+def test_window_mask_sees_row_0_up_to_its_column_and_its_own_column_above() -> None:
     # W=2, 2 rows; flat order (0,0) (0,1) (1,0) (1,1)
-    mask = branch_mask(((5, 6), (7, 8)))
+    mask = window_mask(((5, 6), (7, 8)))
     assert mask == [
         [True, False, False, False],  # (0,0): itself
         [True, True, False, False],  # (0,1): row 0 up to column 1
@@ -82,9 +82,9 @@ def test_branch_mask_sees_row_0_up_to_its_column_and_its_own_column_above() -> N
     ]
 
 
-def test_branch_mask_positions_form_a_contiguous_sequence_for_every_token() -> None:
+def test_window_mask_positions_form_a_contiguous_sequence_for_every_token() -> None:
     window = ((1, 2, 3), (4, 5, 6), (7, 8, 9))
-    pos, mask = positions(window), branch_mask(window)
+    pos, mask = positions(window), window_mask(window)
     for i, row in enumerate(mask):
         seen = sorted(pos[k] for k, visible in enumerate(row) if visible)
         assert seen == list(range(1, pos[i] + 1))  # positions 1..own, each once: a causal sequence

@@ -1,4 +1,4 @@
-"""The Jacobi lookahead branch in the decoding loop and the batched scheduler: exactly plain greedy.
+"""The Jacobi lookahead window in the decoding loop and the batched scheduler: exactly plain greedy.
 
 Mode ``jacobi`` drafts from the branch's n-gram pool only; ``hierarchical`` with ``jacobi_window > 0``
 merges the pool's n-grams with the trie's drafts. Either way every output must be token-for-token

@@ -22,18 +22,16 @@ import re
 import shutil
 import statistics
 import textwrap
-import threading
 from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.detok import REPLACEMENT
-from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core.helpers import MODES, greedy
+from tests.core.helpers import MODES, greedy, serve_at_once
 
 pytestmark = pytest.mark.slow
 
@@ -143,7 +141,7 @@ def test_real_model_equals_greedy(
 
 # the issue-13 draft sources on the real model: (mode, DecodingConfig overrides)
 DRAFT_SOURCES = [
-    ("jacobi", {}),  # the Jacobi branch's n-gram pool alone (window from the measured cost, at least 1)
+    ("jacobi", {}),  # the Jacobi window's n-gram pool alone (window from the measured cost, at least 1)
     ("hierarchical", {"jacobi_window": 4}),  # the trie's drafts and the pool, one forward
     ("draft-model", {}),  # the trie's tree merged with the self-draft's top-k tree
 ]
@@ -218,20 +216,11 @@ def test_real_model_batched_scheduler_equals_greedy(
     model, tok = smollm
     sched = StepScheduler(model, tok, SchedulerConfig(max_running=8, prefill_chunk=96,
                                                       calibration_counts=(1, 8, 64), calibration_repeats=1))
-    sched.start()
     order = [*range(len(prompts)), 3, 7]  # two repeats: prefix-cache hits
-    done = threading.Semaphore(0)
-    reqs = [ServeRequest(prompts[i], DecodingConfig(mode=DraftMode(MODES[j % len(MODES)]), max_new_tokens=MAX_NEW),
-                         tenant="t", on_done=lambda _r, _e: done.release()) for j, i in enumerate(order)]
-    try:
-        for req in reqs:
-            sched.submit(req)
-        for _ in reqs:
-            assert done.acquire(timeout=600)
-    finally:
-        sched.close()
+    configs = [DecodingConfig(mode=DraftMode(MODES[j % len(MODES)]), max_new_tokens=MAX_NEW)
+               for j in range(len(order))]
+    reqs = serve_at_once(sched.start(), [prompts[i] for i in order], configs)
     for i, req in zip(order, reqs, strict=True):
-        assert req.error is None
         assert req.output == reference(i), f"prompt {i} in mode {req.config.mode}"
     assert max(max(r.stats.batch_sizes) for r in reqs) > 1
     assert reqs[-1].stats.prefix_hit_tokens == len(prompts[7]) - 1

@@ -8,18 +8,16 @@ StepScheduler. Short outputs keep it to a couple of minutes on 2 cores.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.sampling import generate_sampled
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core.helpers import MODES
+from tests.core.helpers import MODES, serve_at_once
 from tests.core.test_core_real_model import grounded_prompts
 
 pytestmark = pytest.mark.slow
@@ -78,18 +76,7 @@ def test_real_model_sampled_scheduler_equals_reference(
     # all 20 at once through the engine (8 running, chunked prefill): each is its own reference
     model, tok = smollm
     sched = StepScheduler(model, tok, SchedulerConfig(max_running=8, prefill_chunk=96, calibrate=False))
-    sched.start()
-    done = threading.Semaphore(0)
-    reqs = [ServeRequest(p, config(i), tenant="t", on_done=lambda _r, _e: done.release())
-            for i, p in enumerate(prompts)]
-    try:
-        for req in reqs:
-            sched.submit(req)
-        for _ in reqs:
-            assert done.acquire(timeout=600)
-    finally:
-        sched.close()
+    reqs = serve_at_once(sched.start(), prompts, [config(i) for i in range(len(prompts))])
     for i, req in enumerate(reqs):
-        assert req.error is None
         assert req.output == reference(i), f"prompt {i}, mode {req.config.mode}"
     assert max(max(r.stats.batch_sizes) for r in reqs) > 1

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from lookahead_rag.v1 import events_pb2
 
-from services.draftcache.fetch import Branch
+from services.draftcache.fetch import Continuation
 from services.draftcache.store import DraftCacheStore
 from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
 from services.events.kafka.broker import LocalBroker
@@ -62,14 +62,14 @@ def test_an_answer_reaches_the_trie_and_the_past_sessions_and_survives_a_restart
     async def scenario() -> None:
         store, sessions, applied = await serve_once(answer_event("e1"))
         assert applied == 2
-        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Branch(OUTPUT, 1.0)]
+        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Continuation(OUTPUT, 1.0)]
         assert answers_seen(sessions, embedder) == ["Use sorted(xs)."]
 
         # A new process: acme's answer is not read from the log again (only globex's new one is),
         # so it can only be there because both appliers were restored from their snapshots.
         store, sessions, applied = await serve_once(answer_event("e2", tenant="globex"))
         assert applied == 2
-        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Branch(OUTPUT, 1.0)]
+        assert store.fetch(TENANT, TOKENIZER, [11, 12], [], 20) == [Continuation(OUTPUT, 1.0)]
         assert answers_seen(sessions, embedder) == ["Use sorted(xs)."]
         assert sessions.count(TENANT) == 1 and sessions.count("globex") == 1
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from lookahead_core.kernels import KernelSet
-from lookahead_core.serve_request import Phase, ServeRequest
+from lookahead_core.engine.request import Phase, ServeRequest
+from lookahead_core.forward.kernels import KernelSet
 
 from tests.pipeline.helpers import CALL_TIMEOUT_S, Answered, RunningPipeline, collect, greedy, wait_until
 

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from lookahead_core.detok import TextStreamer
+from lookahead_core.engine.detok import TextStreamer
 from lookahead_rag.v1 import generator_pb2
 
 from services.common.errors import InvalidArgument

@@ -1,6 +1,6 @@
-"""The Jacobi lookahead branch and its n-gram pool (LMSYS lookahead decoding, paper 001).
+"""The Jacobi lookahead window and its n-gram pool (LMSYS lookahead decoding, paper 001).
 
-The branch keeps a 2D window of guesses: ``levels`` rows of ``W`` tokens, row ``l`` shifted one
+The window keeps a 2D grid of guesses: ``levels`` rows of ``W`` tokens, row ``l`` shifted one
 position right of row ``l-1``. Token ``(l, j)`` sits at position ``l + j + 1`` after the current
 input token and attends to the committed context, to row 0 up to its column (``(0, 0..j)``) and to
 its own column above it (``(1..l-1, j)``): a contiguous sequence of guesses ending at itself. One
@@ -14,7 +14,7 @@ predictions ``[9, 4]`` give the N-grams ``(5, 7, 9)`` and ``(6, 8, 4)`` and the 
 ``[[7, 8], [9, 4]]``. Until the window has ``N - 1`` rows (the first ``N - 2`` steps) the new row is
 appended and nothing is harvested.
 
-The branch only guesses: its tokens' KV is never kept and every drafted N-gram is verified by the
+The window only guesses: its tokens' KV is never kept and every drafted N-gram is verified by the
 target like any other draft, so decoding stays exactly plain greedy.
 """
 
@@ -27,16 +27,16 @@ from dataclasses import dataclass
 Window = tuple[tuple[int, ...], ...]  # rows of W tokens, oldest first
 
 MAX_JACOBI_WINDOW = 8  # the widest window choose_window considers (LMSYS's widest for 7B models on a GPU: 15)
-# What a wider forward may cost, as a fraction of the forward without the branch: about the pool's measured
+# What a wider forward may cost, as a fraction of the forward without the window: about the pool's measured
 # gain in tokens per step over the trie's alone, 0.9% on squad-dev (bench/README.md, "More draft
-# sources"), rounded up to 2% so the branch opens where extra tokens are free (a GPU) but not on a CPU.
+# sources"), rounded up to 2% so the window opens where extra tokens are free (a GPU) but not on a CPU.
 JACOBI_MAX_OVERHEAD = 0.02
 
 
 def choose_window(cost: Callable[[int], float], base_tokens: int, ngram: int,
                   max_window: int = MAX_JACOBI_WINDOW, max_overhead: float = JACOBI_MAX_OVERHEAD) -> int:
-    """The widest window W (0..max_window) whose ``W * (N - 1)`` branch tokens keep a forward of
-    ``base_tokens`` (the root and the tree) within ``(1 + max_overhead)`` times its cost; 0: no branch.
+    """The widest window W (0..max_window) whose ``W * (N - 1)`` window tokens keep a forward of
+    ``base_tokens`` (the root and the tree) within ``(1 + max_overhead)`` times its cost; 0: no window.
 
     ``cost(n)``: seconds of a forward of n tokens on this machine (the calibrated kernels' curve).
     Example (N=3, base 9, overhead 0.1): with cost(n) = 1 + n / 100 (extra tokens nearly free, as on a
@@ -55,9 +55,9 @@ def choose_window(cost: Callable[[int], float], base_tokens: int, ngram: int,
 
 @dataclass(frozen=True)
 class JacobiConfig:
-    """The lookahead branch's shape."""
+    """The lookahead window's shape."""
 
-    window: int  # W: future positions guessed per row (0: no branch)
+    window: int  # W: future positions guessed per row (0: no window)
     ngram: int  # N: tokens per harvested n-gram (rows = N - 1)
     guesses: int  # G: pool n-grams drafted per step at most, and kept per first token
 
@@ -77,7 +77,7 @@ def initial_window(context: Sequence[int], config: JacobiConfig) -> Window:
     ((2, 3),)
     """
     if not context:
-        raise ValueError("the lookahead branch needs a non-empty context to seed its window")
+        raise ValueError("the lookahead window needs a non-empty context to seed its window")
     w = config.window
     seed = list(context[-w:])
     while len(seed) < w:
@@ -90,7 +90,7 @@ def positions(window: Window) -> list[int]:
     return [level + j + 1 for level, row in enumerate(window) for j in range(len(row))]
 
 
-def branch_mask(window: Window) -> list[list[bool]]:
+def window_mask(window: Window) -> list[list[bool]]:
     """Which window tokens each window token sees (row-major, ``[L, L]``, L = rows x W).
 
     ``(l, j)`` sees ``(0, 0..j)`` and ``(1..l, j)``, itself included; the committed context (and the

@@ -160,10 +160,6 @@ class DecodeRun:
         return self.req.stats
 
     @property
-    def output(self) -> list[int]:
-        return self.req.output
-
-    @property
     def done(self) -> bool:
         return self.req.phase is Phase.DONE
 

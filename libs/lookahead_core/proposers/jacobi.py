@@ -5,7 +5,7 @@ Per step (``JacobiProposer``, asked by the step like every proposer):
 1. ``draft(tree, ask)`` adds the pool's n-grams that start with the root (the last emitted token)
    below the root of this step's tree (merged with what the trie drafted);
 2. ``extra(parents, past)`` gives the window's tokens to ride after the tree's: positions
-   ``past + l + j + 1``, each sees the cache, the root and the window tokens ``branch_mask`` lets it
+   ``past + l + j + 1``, each sees the cache, the root and the window tokens ``window_mask`` lets it
    see, never a tree node (and no tree node sees them);
 3. after the forward, ``observe(guesses)`` takes the target's greedy next token after each token of
    the window's last row, advances the window and puts the new n-grams in the pool.
@@ -26,10 +26,10 @@ from ..drafting.jacobi import (
     NgramPool,
     Window,
     advance,
-    branch_mask,
     choose_window,
     initial_window,
     positions,
+    window_mask,
 )
 from .base import Ask, ExtraRows, Proposer
 
@@ -40,7 +40,7 @@ def visible_with_window(parents: Sequence[int], window: Window) -> np.ndarray:
     """What each token of a step sees among the step's own tokens: [q+L, q+L] bool.
 
     The q tree tokens (root first) see their ancestors (``ancestor_matrix``) and no window token; each
-    of the L window tokens sees the root (the current input token), the window tokens ``branch_mask``
+    of the L window tokens sees the root (the current input token), the window tokens ``window_mask``
     lets it see, and no draft node.
     """
     anc = ancestor_matrix(list(parents))  # [q, q]
@@ -48,7 +48,7 @@ def visible_with_window(parents: Sequence[int], window: Window) -> np.ndarray:
     out = np.zeros((q + n, q + n), dtype=bool)  # [q+L, q+L]
     out[:q, :q] = anc
     out[q:, 0] = True  # the root
-    out[q:, q:] = np.array(branch_mask(window), dtype=bool).reshape(n, n)  # [L, L]
+    out[q:, q:] = np.array(window_mask(window), dtype=bool).reshape(n, n)  # [L, L]
     return out
 
 
