@@ -16,7 +16,7 @@ import lookahead_core.forward.kernels as kernels_module
 import pytest
 import torch
 from lookahead_core import DecodingConfig
-from lookahead_core.engine.decoder import LookaheadDecoder, engine_kernels
+from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.scheduler import SchedulerConfig, shared_kernels
 from lookahead_core.forward.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
 from lookahead_core.forward.packed import PackedLinear, packable
@@ -299,24 +299,24 @@ def test_decoder_runs_each_forward_on_the_twin_chosen_for_its_size(counted: tupl
     assert sizes["stock"] == [1] * 7 and sizes["packed"] == [len(prompt), 5, 2]
 
 
-def test_engine_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.MonkeyPatch) -> None:
     timed: list[tuple[int, ...]] = []
     real = kernels_module.measure
     monkeypatch.setattr(kernels_module, "measure", lambda *a, **kw: timed.append(tuple(a[1])) or real(*a, **kw))
     model = fresh_model()
     engine = SchedulerConfig(max_running=1, calibration_counts=(1, 4), calibration_repeats=1, calibration_past=8)
-    ks = engine_kernels(model, "auto")
-    assert ks is shared_kernels(model) and engine_kernels(model, "auto") is ks  # the engine's one set
+    ks = shared_kernels(model, "auto")
+    assert ks is shared_kernels(model)  # the engine's one set
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
     assert set(ks.names) <= {"stock", "packed"}
     # forcing one kernel builds one twin and times nothing; another model gets its own set
-    stock = engine_kernels(model, "stock")
+    stock = shared_kernels(model, "stock")
     assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", engine=engine).kernels is stock
     assert stock.names == ["stock"] and stock is not ks and stock.curve is None
     assert len(timed) == 1
-    assert engine_kernels(fresh_model(), "stock") is not stock
+    assert shared_kernels(fresh_model(), "stock") is not stock
     assert stock.attn_implementation == RAGGED_ATTENTION
 
 

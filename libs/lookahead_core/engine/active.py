@@ -55,29 +55,17 @@ class Active:
         return self.req.prompt_ids
 
     @property
-    def output(self) -> list[int]:
-        return self.req.output
-
-    @property
-    def phase(self) -> Phase:
-        return self.req.phase
-
-    @property
-    def finished(self) -> bool:
-        return self.req.finished
-
-    @property
     def room(self) -> int:
         """Draft depth left: a step emits at most depth + 1 tokens, never past max_new_tokens."""
-        return self.config.max_new_tokens - len(self.output) - 1
+        return self.config.max_new_tokens - len(self.req.output) - 1
 
     def context(self) -> list[int]:
         """Prompt and output so far: what the chooser's processors see before this step's tree."""
-        return self.prompt_ids + self.output
+        return self.prompt_ids + self.req.output
 
     def root(self) -> int:
         """The last emitted token: verified, not yet in the cache; every tree hangs below it."""
-        return self.output[-1]
+        return self.req.output[-1]
 
     def max_budget(self) -> int:
         """Most draft tokens worth asking for now (none once a step could not emit past the root; the

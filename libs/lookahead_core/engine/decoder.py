@@ -12,46 +12,23 @@ time and queues the rest).
 
 from __future__ import annotations
 
-import threading
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from torch import nn
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..config import DecodingConfig
 from ..drafting.draft import Drafter
 from ..drafting.trie import TokenTrie
-from ..forward.kernels import KERNELS, KernelSet
-from ..forward.ragged import RAGGED_ATTENTION
+from ..forward.kernels import KernelSet
 from ..observer import StepObserver
 from ..stats import GenerationStats
 from .detok import TextStreamer
 from .request import Phase, ServeRequest
-from .scheduler import SchedulerConfig, StepScheduler, shared_kernels
+from .scheduler import AUTO, SchedulerConfig, StepScheduler, shared_kernels
 
-AUTO = "auto"  # every kernel, the faster one per forward size by measurement (the engine's shared set)
-CHOICES = (AUTO, *KERNELS)  # what LookaheadDecoder(kernels=...) accepts as a string
 ONE_REQUEST = SchedulerConfig(max_running=1)  # the batch-1 engine: one request runs, others queue
-
-_FORCED: weakref.WeakKeyDictionary[nn.Module, dict[str, KernelSet]] = weakref.WeakKeyDictionary()
-_FORCED_LOCK = threading.Lock()
-
-
-def engine_kernels(model: nn.Module, choice: str = AUTO) -> KernelSet:
-    """The engine's kernels for ``choice``: "auto" is the process's shared set (measured at start-up); a
-    named kernel is a set of that twin alone, built once per model and not measured."""
-    if choice not in CHOICES:
-        raise ValueError(f"kernels must be one of {CHOICES} or a KernelSet, not {choice!r}")
-    if choice == AUTO:
-        return shared_kernels(model)
-    with _FORCED_LOCK:
-        sets = _FORCED.setdefault(model, {})
-        if choice not in sets:
-            sets[choice] = KernelSet(model, RAGGED_ATTENTION, (choice,))
-        return sets[choice]
 
 
 @dataclass
@@ -82,7 +59,7 @@ class LookaheadDecoder:
         draft_model: PreTrainedModel | None = None,
         engine: SchedulerConfig = ONE_REQUEST,
     ) -> None:
-        self.kernels = kernels if isinstance(kernels, KernelSet) else engine_kernels(model, kernels)
+        self.kernels = kernels if isinstance(kernels, KernelSet) else shared_kernels(model, kernels)
         measured = kernels == AUTO or isinstance(kernels, KernelSet)
         config_ = engine if measured else SchedulerConfig(**{**engine.__dict__, "calibrate": False})
         self.engine = StepScheduler(model, tokenizer, config_, kernels=self.kernels, draft_model=draft_model)
@@ -93,28 +70,24 @@ class LookaheadDecoder:
         self.trie = trie  # shared trie (outputs accumulate); None = a fresh trie per request
 
     def generate(self, prompt_ids: Sequence[int], **kwargs: object) -> GenerationResult:
-        """Decode to the end; see ``steps`` for the arguments."""
-        run = self.steps(prompt_ids, **kwargs)  # type: ignore[arg-type]
-        ids: list[int] = []
-        for new in run:
-            ids.extend(new)
-        streamer = TextStreamer(self.tokenizer, run.config.stop_strings)
+        """Decode to the end; see ``request`` for the arguments."""
+        req, should_stop = self.request(prompt_ids, **kwargs)  # type: ignore[arg-type]
+        ids = [t for new in self.steps(req, should_stop) for t in new]
+        streamer = TextStreamer(self.tokenizer, req.config.stop_strings)
         text = streamer.push(ids) + streamer.finish()  # cut before a stop string
-        return GenerationResult(ids, text, run.stats)
+        return GenerationResult(ids, text, req.stats)
 
     def stream(self, prompt_ids: Sequence[int], **kwargs: object) -> Iterator[str]:
         """Yield text as tokens are verified: whole characters, never past a stop string."""
-        run = self.steps(prompt_ids, **kwargs)  # type: ignore[arg-type]
-        streamer = TextStreamer(self.tokenizer, run.config.stop_strings)
-        for new in run:
-            text = streamer.push(new)
-            if text:
+        req, should_stop = self.request(prompt_ids, **kwargs)  # type: ignore[arg-type]
+        streamer = TextStreamer(self.tokenizer, req.config.stop_strings)
+        for new in self.steps(req, should_stop):
+            if text := streamer.push(new):
                 yield text
-        tail = streamer.finish()
-        if tail:
+        if tail := streamer.finish():
             yield tail
 
-    def steps(
+    def request(
         self,
         prompt_ids: Sequence[int],
         config: DecodingConfig | None = None,
@@ -123,59 +96,30 @@ class LookaheadDecoder:
         should_stop: Callable[[], bool] | None = None,
         drafter: Drafter | None = None,
         observer: StepObserver | None = None,
-    ) -> DecodeRun:
-        """A run that yields the token ids verified by each step.
-
-        ``references`` (token id lists: retrieved documents, past answers) are inserted like the
-        prompt; ``should_stop`` is polled once per decoding step (client cancel, deadline); ``drafter``
-        replaces every proposer (tests feed adversarial trees through it); ``observer`` sees every
-        verified tree and its accepted path (benchmarks).
-        """
+    ) -> tuple[ServeRequest, Callable[[], bool] | None]:
+        """A request for ``steps`` (and its ``should_stop``, polled once per decoding step: client cancel,
+        deadline). ``references`` (token id lists: retrieved documents, past answers) are inserted like the
+        prompt; ``drafter`` replaces every proposer (tests feed adversarial trees through it); ``observer``
+        sees every verified tree and its accepted path (benchmarks)."""
         req = ServeRequest(prompt_ids, config or self.config, trie=trie or self.trie, references=references,
                            drafter=drafter, observer=observer)
-        return DecodeRun(self.engine, req, should_stop)
+        return req, should_stop
 
-
-class DecodeRun:
-    """One request on the engine, as an iterator of per-step token lists (see ``LookaheadDecoder.steps``)."""
-
-    def __init__(self, engine: StepScheduler, req: ServeRequest, should_stop: Callable[[], bool] | None) -> None:
-        self.engine = engine
-        self.req = req
-        self.should_stop = should_stop
-        self._new: deque[list[int]] = deque()  # verified steps not yet yielded
-        req.on_tokens = lambda _req, ids: self._new.append(ids)
-        self._submitted = False
-
-    def __del__(self) -> None:  # abandoned mid-stream: free the engine's one running place
-        if self._submitted and not self.done:
-            self.engine.cancel(self.req)
-
-    @property
-    def config(self) -> DecodingConfig:
-        return self.req.config
-
-    @property
-    def stats(self) -> GenerationStats:
-        return self.req.stats
-
-    @property
-    def done(self) -> bool:
-        return self.req.phase is Phase.DONE
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return self
-
-    def __next__(self) -> list[int]:
-        if not self._submitted:
-            self.engine.submit(self.req)
-            self._submitted = True
-        while not self._new:
-            if self.done:
-                if self.req.error is not None:
-                    raise self.req.error
-                raise StopIteration
-            if self.should_stop is not None and self.req.phase is Phase.DECODE and self.should_stop():
-                self.engine.cancel(self.req)
-            self.engine.step()
-        return self._new.popleft()
+    def steps(self, req: ServeRequest, should_stop: Callable[[], bool] | None = None) -> Iterator[list[int]]:
+        """Run ``req`` on the engine from this thread: the token ids verified by each step."""
+        new: deque[list[int]] = deque()  # verified steps not yet yielded
+        req.on_tokens = lambda _req, ids: new.append(ids)
+        self.engine.submit(req)
+        try:
+            while new or req.phase is not Phase.DONE:
+                if new:
+                    yield new.popleft()
+                    continue
+                if should_stop is not None and req.phase is Phase.DECODE and should_stop():
+                    self.engine.cancel(req)
+                self.engine.step()
+        finally:
+            if req.phase is not Phase.DONE:  # abandoned mid-stream: free the engine's one running place
+                self.engine.cancel(req)
+        if req.error is not None:
+            raise req.error

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..drafting.draft import ancestor_matrix
 from ..forward.ragged import RaggedPlan, Segment, causal_visible
-from ..proposers.base import ExtraRows, tree_visible
+from ..proposers.base import ExtraRows
 from .plan import StepPlan
 
 
@@ -51,7 +52,7 @@ def pack_step(plan: StepPlan) -> PackedStep:
         extra: ExtraRows | None = req.drafting.extra(tree.parents, past)
         tree_rows = slice(kept, len(step.keep))
         if extra is None:
-            visible = tree_visible(tree.parents)  # [q, q]
+            visible = ancestor_matrix(tree.parents)  # [q, q]: each row sees its ancestors and itself
             extra_rows = slice(len(step.keep), len(step.keep))
         else:
             visible = extra.visible  # [q+L, q+L]

@@ -68,7 +68,7 @@ def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) ->
     (each of the ``decoding`` requests keeps at least its root's place)."""
     chunks: list[Chunk] = []
     room = min(limits.prefill_chunk, limits.max_tokens - decoding)
-    for req in (r for r in live if r.phase is Phase.PREFILL):
+    for req in (r for r in live if r.req.phase is Phase.PREFILL):
         if room <= 0:
             break
         end = min(len(req.prompt_ids), req.prefilled + room)
@@ -85,7 +85,7 @@ def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | No
     then the forward's spare tokens are split by expected gain against measured ``cost``
     (``split_budget``; ``gains`` None or no curve: every tree as drafted).
     """
-    decoding = [r for r in live if r.phase is Phase.DECODE]
+    decoding = [r for r in live if r.req.phase is Phase.DECODE]
     chunks = prefill_chunks(live, limits, len(decoding))
     if not decoding:
         return StepPlan([], chunks)

@@ -37,7 +37,7 @@ def choose(logits: torch.Tensor, plan: StepPlan, step: PackedStep) -> list[int]:
     for d, rows in zip(plan.decodes, step.decodes, strict=True):
         req, tree = d.req, d.tree
         out[rows.tree] = req.chooser.choose(logits[rows.tree], req.context(), tree.parents, tree.tokens,
-                                            len(req.output))
+                                            len(req.req.output))
     for c, row in zip(plan.chunks, step.first_rows, strict=True):
         if row is not None:
             out[row] = c.req.chooser.choose(logits[row : row + 1], c.req.prompt_ids, position=0)[0]

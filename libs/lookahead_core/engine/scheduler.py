@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..forward.kernels import KernelSet
+from ..forward.kernels import KERNELS, KernelSet
 from ..forward.probe import RaggedProbe
 from ..forward.ragged import RAGGED_ATTENTION
 from ..forward.support import check_supported
@@ -91,18 +91,23 @@ class SchedulerClosed(RuntimeError):
     """The engine is shutting down and takes no new requests."""
 
 
-_SHARED: weakref.WeakKeyDictionary[torch.nn.Module, KernelSet] = weakref.WeakKeyDictionary()
+AUTO = "auto"  # every kernel, the one measured faster at each forward size runs it
+CHOICES = (AUTO, *KERNELS)  # what shared_kernels (and LookaheadDecoder's kernels=) accept
+_SHARED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, KernelSet]] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
-def shared_kernels(model: torch.nn.Module) -> KernelSet:
-    """The process's one ragged-attention KernelSet of ``model``: engines on one model share its twins
-    (and the packed weights) and its calibration, which the first engine to start measures."""
+def shared_kernels(model: torch.nn.Module, choice: str = AUTO) -> KernelSet:
+    """The process's ragged-attention KernelSet of ``model`` for ``choice``: engines on one model share its
+    twins (and the packed weights) and the calibration the first engine to start measures. "auto" holds
+    every kernel; a kernel's name forces that twin alone (engines then skip the measurement)."""
+    if choice not in CHOICES:
+        raise ValueError(f"kernels must be one of {CHOICES} or a KernelSet, not {choice!r}")
     with _SHARED_LOCK:
-        kernels = _SHARED.get(model)
-        if kernels is None:
-            kernels = _SHARED[model] = KernelSet(model, RAGGED_ATTENTION)
-        return kernels
+        sets = _SHARED.setdefault(model, {})
+        if choice not in sets:
+            sets[choice] = KernelSet(model, RAGGED_ATTENTION, KERNELS if choice == AUTO else (choice,))
+        return sets[choice]
 
 
 # Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
@@ -374,7 +379,7 @@ class StepScheduler:
             if row is not None:
                 self._prefilled(c.req, predicted[row])
         for active in plan.requests:
-            if active.finished:
+            if active.req.finished:
                 self._end(active.req, active)
 
     def _prefilled(self, active: Active, first: int) -> None:

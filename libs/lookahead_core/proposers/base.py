@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from ..drafting.draft import Drafter, DraftTree, ancestor_matrix
+from ..drafting.draft import Drafter, DraftTree
 from ..drafting.verify import accept_longest
 
 if TYPE_CHECKING:
@@ -123,8 +123,3 @@ class Drafting:
         for proposer in self.proposers:
             if proposer.extra_tokens():
                 proposer.observe(guesses)
-
-
-def tree_visible(parents: Sequence[int]) -> np.ndarray:
-    """[q, q] bool: a tree's rows (root first) see their ancestors and themselves."""
-    return ancestor_matrix(list(parents))
