@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a type only: importing transformers would make every --help slow
     from transformers import PreTrainedTokenizerBase
 
-from bench.dataset import Source, add_dataset_args
+from bench.dataset import Source, add_dataset_args, dataset_from_args
+from bench.sampling_args import add_sampling_args, sampling_from_args
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question using the documents below. "
@@ -27,6 +28,18 @@ def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dataset_args(p)
     return p
+
+
+def parse_workload(p: argparse.ArgumentParser, argv: Sequence[str], seed_help: str) -> argparse.Namespace:
+    """Add the outputs (--json, --png) and sampling arguments every decoding benchmark takes, parse
+    ``argv``, and resolve the workload (``args.dataset``) and the sampling (``args.sampling``)."""
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    add_sampling_args(p, seed_help)
+    args = p.parse_args(argv)
+    args.dataset = dataset_from_args(p, args).name
+    args.sampling = sampling_from_args(p, args)
+    return args
 
 
 def cpu_name() -> str:

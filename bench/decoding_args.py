@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import workload_parser
-from bench.dataset import dataset_from_args
-from bench.sampling_args import add_sampling_args, sampling_from_args
+from bench.common import parse_workload, workload_parser
 
 DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
 DEFAULT_LIMIT = 40  # benchmarked questions: the bundled set holds 40 + 4 for --calibrate
@@ -88,12 +86,7 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                         "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
     p.add_argument("--jacobi", type=jacobi_shape, default=jacobi_shape(DEFAULT_JACOBI), metavar="W,N,G",
                    help=f"Jacobi window, n-gram size and guesses of jacobi / hierarchical+jacobi ({DEFAULT_JACOBI})")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    add_sampling_args(p, "sampling seed, the same for every question (with --temperature > 0)")
-    args = p.parse_args(argv)
-    args.dataset = dataset_from_args(p, args).name
-    args.sampling = sampling_from_args(p, args)
+    args = parse_workload(p, argv, "sampling seed, the same for every question (with --temperature > 0)")
     return args
 
 

@@ -39,9 +39,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import workload_parser
-from bench.dataset import dataset_from_args
-from bench.sampling_args import add_sampling_args, sampling_from_args
+from bench.common import parse_workload, workload_parser
 
 WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
 DEFAULT_WAYS = ("on", "off", "serial_hf")  # on_tls / on_safe: the cost of TLS / the safe stream, beside on
@@ -70,12 +68,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                    "(lossy: its exact match says how often it differs), ... ('' = the server's default)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    add_sampling_args(p, "fixes the request sequence and, with --temperature > 0, is every request's sampling seed")
-    args = p.parse_args(argv)
-    args.dataset = dataset_from_args(p, args).name
-    args.sampling = sampling_from_args(p, args)
+    seed_help = "fixes the request sequence and, with --temperature > 0, is every request's sampling seed"
+    args = parse_workload(p, argv, seed_help)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if not ways or any(w not in WAYS for w in ways):
         p.error(f"--ways must name some of {','.join(WAYS)}")

@@ -27,6 +27,8 @@ from services.draftcache.client import GrpcDraftCacheClient
 from services.retriever.client import GrpcRetrieverClient
 from tests.http.helpers import raw_client
 from tests.pipeline.helpers import QUESTION, RunningPipeline, collect, module_loop, params, running_pipeline
+from tests.services.auth_cases import Cases, md
+from tests.services.auth_cases import bad_credentials as shared_bad_credentials
 
 pytestmark = module_loop
 
@@ -64,10 +66,6 @@ async def secured(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sec
         finally:
             for channel in channels.values():
                 await channel.close()
-
-
-def md(token: str | None, scheme: str = "Bearer") -> tuple[tuple[str, str], ...]:
-    return () if token is None else (("authorization", f"{scheme} {token}"),)
 
 
 Rpc = Callable[[Secured, str, Any], Awaitable[Any]]  # (pipeline, tenant, metadata) -> the reply
@@ -114,22 +112,9 @@ RPCS: dict[str, Rpc] = {
 NO_TENANT = {"Retriever.Stats(all)", "DraftCache.Stats(all)", "DraftCache.Snapshot"}
 
 
-def bad_credentials(s: Secured, rpc: str) -> dict[str, tuple[tuple[tuple[str, str], ...], grpc.StatusCode]]:
+def bad_credentials(s: Secured, rpc: str) -> Cases:
     """Credential class -> (metadata, the code it must get) on a call for the victim's data."""
-    victim = s.tokens[VICTIM]
-    cases = {
-        "missing": (md(None), UNAUTH),
-        "wrong scheme": (md(victim, "Basic"), UNAUTH),
-        "empty key": ((("authorization", "Bearer "),), UNAUTH),
-        "unknown key": (md("lar_" + "x" * 43), UNAUTH),
-        "tampered key": (md(victim[:-2]), UNAUTH),
-        "revoked key": (md(s.tokens["revoked"]), UNAUTH),
-        "key in another header": ((("x-api-key", victim),), UNAUTH),
-        "other tenant's key": (md(s.tokens[WORKER]), DENIED),
-    }
-    if rpc in NO_TENANT:  # a call across every tenant needs *: the victim's own key is not enough
-        cases["one-tenant key on an all-tenant call"] = (md(victim), DENIED)
-    return cases
+    return shared_bad_credentials(s.tokens[VICTIM], s.tokens[WORKER], s.tokens["revoked"], rpc in NO_TENANT)
 
 
 def victim_state(s: Secured) -> tuple[Any, ...]:
