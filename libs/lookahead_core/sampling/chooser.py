@@ -15,43 +15,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 
 import torch
-from transformers import (
-    EpsilonLogitsWarper,
-    EtaLogitsWarper,
-    GenerationConfig,
-    InfNanRemoveLogitsProcessor,
-    LogitNormalization,
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    SuppressTokensLogitsProcessor,
-    TemperatureLogitsWarper,
-    TopHLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    TypicalLogitsWarper,
-)
+from transformers import GenerationConfig, LogitsProcessorList
 
 from ..config import DecodingConfig
 from .gumbel import GumbelCache
-from .processors import build_processors
+from .processors import CONTEXT_FREE, build_processors
 
 RANDOM_SEED_BITS = 63  # a request without a seed gets one of these (fits a signed int64 too)
-
-# Processors whose output row depends on that row's scores alone, never on the context
-# (input_ids): they run over all of a step's nodes at once.
-CONTEXT_FREE = (
-    TemperatureLogitsWarper,
-    TopHLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-    MinPLogitsWarper,
-    TypicalLogitsWarper,
-    EpsilonLogitsWarper,
-    EtaLogitsWarper,
-    SuppressTokensLogitsProcessor,
-    InfNanRemoveLogitsProcessor,
-    LogitNormalization,
-)
 
 
 def resolve_seed(config: DecodingConfig) -> int | None:

@@ -51,6 +51,22 @@ from transformers import (
 
 from ..config import DecodingConfig
 
+# Processors whose output row depends on that row's scores alone, never on the context
+# (input_ids): they run over all of a step's nodes at once.
+CONTEXT_FREE = (
+    TemperatureLogitsWarper,
+    TopHLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+    MinPLogitsWarper,
+    TypicalLogitsWarper,
+    EpsilonLogitsWarper,
+    EtaLogitsWarper,
+    SuppressTokensLogitsProcessor,
+    InfNanRemoveLogitsProcessor,
+    LogitNormalization,
+)
+
 
 class UnsupportedGenerationConfig(ValueError):
     """The model's generation_config asks for processing a lookahead tree step cannot reproduce."""
