@@ -180,6 +180,7 @@ def test_cancel_running_and_waiting(scheduler_of) -> None:
         for r in reqs:
             sched.submit(r)
         assert wait_for(lambda: reqs[2].phase is Phase.WAITING and reqs[0].output)  # step held at request 0
+        assert [sched.holds(r) for r in reqs] == [True, True, False]  # running: their KV; waiting: none yet
         sched.cancel(reqs[2])
         assert clients[2].done.is_set()  # a waiting request is freed at once
         assert reqs[2].stats.finish_reason == "cancelled" and reqs[2].stats.forward_steps == 0
@@ -190,6 +191,7 @@ def test_cancel_running_and_waiting(scheduler_of) -> None:
         assert reqs[0].stats.finish_reason == "cancelled"
         assert len(reqs[0].output) < 16
         assert reqs[1].output == greedy(model, prompts[1], 16)
+    assert not any(sched.holds(r) for r in reqs)  # every running state (and its KV) went with its request
     assert_idle(sched)
 
 

@@ -181,7 +181,7 @@ async def test_waiting_request_past_its_deadline_and_request_past_the_queue(smal
         assert scheduler.state().waiting == 1
         assert_status(await rpc_error(lambda: collect(late)), grpc.StatusCode.DEADLINE_EXCEEDED)
         assert await wait_until(lambda: ended(late_req) and scheduler.state().waiting == 0)  # freed while still held
-        assert late_req.output == [] and late_req.stats.forward_steps == 0 and late_req.kv is None
+        assert late_req.output == [] and late_req.stats.forward_steps == 0 and not scheduler.holds(late_req)
 
         queued = p.stub.Generate(generate_request(tenant, "Name three colours:", N), timeout=CALL_TIMEOUT_S)
         assert await wait_until(lambda: scheduler.state().waiting == 1)

@@ -203,6 +203,11 @@ class StepScheduler:
         """What a forget of cached prompt KV reaches (the generator's forget consumer attaches it)."""
         return self.prefix_cache
 
+    def holds(self, req: ServeRequest) -> bool:
+        """Whether the engine still holds ``req``'s running state (its KV cache, proposers, trie branches)."""
+        with self._cv:
+            return any(active.req is req for active in self.running)
+
     def state(self) -> SchedulerState:
         with self._cv:
             running = list(self.running)
