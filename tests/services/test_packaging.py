@@ -69,3 +69,17 @@ def test_protobuf_bounds_admit_only_versions_the_stubs_accept() -> None:
     req = requirements()["protobuf"]
     assert lowest_allowed(req) >= Version(f"{major}.{minor}.{patch}")  # the runtime must not be older
     assert Version(f"{major + 1}") not in req.specifier  # nor a major version the stubs were not made for
+
+
+def test_every_package_directory_is_installed() -> None:
+    # `pip install .` installs only the listed packages: a subpackage left out (the engine's
+    # lookahead_core.engine, say) would import in an editable checkout and fail in a container
+    listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
+    roots = PYPROJECT["tool"]["setuptools"]["package-dir"]
+    found = {
+        ".".join((name, *init.parent.relative_to(REPO / folder).parts))
+        for name, folder in roots.items()
+        for init in (REPO / folder).rglob("__init__.py")
+        if "tests" not in init.parts
+    }
+    assert found <= listed, sorted(found - listed)
