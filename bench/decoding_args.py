@@ -82,8 +82,8 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--via-grpc", action="store_true",
                    help="also answer the questions through the three services, in-process and over loopback gRPC")
     p.add_argument("--engine", choices=("scheduler", "decoder"), default="scheduler",
-                   help="lookahead modes through the serving engine's step scheduler (prefix-KV reuse, kernels "
-                        "and draft budgets chosen by measurement) or the batch-1 LookaheadDecoder")
+                   help="the one engine, driven by its own thread (scheduler: as the service runs it) or from "
+                        "the caller's thread at one request (decoder: LookaheadDecoder)")
     p.add_argument("--jacobi", type=jacobi_shape, default=jacobi_shape(DEFAULT_JACOBI), metavar="W,N,G",
                    help=f"Jacobi window, n-gram size and guesses of jacobi / hierarchical+jacobi ({DEFAULT_JACOBI})")
     args = parse_workload(p, argv, "sampling seed, the same for every question (with --temperature > 0)")
