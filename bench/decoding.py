@@ -16,7 +16,8 @@ import torch
 from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.config import LOSSY_MODES, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.scheduler import shared_kernels
+from lookahead_core.engine.profile import StepProfile
+from lookahead_core.engine.scheduler import StepScheduler, shared_kernels
 from lookahead_core.forward.kernels import CostCurve, KernelSet
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.models import load_model
@@ -40,6 +41,7 @@ from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
 from bench.plot import plot_result
+from bench.profile_table import flatten, print_profile
 from bench.quality import answer_logprob
 from bench.sampling_args import Sampling, speedup
 from services.retriever.core import RetrieverCore
@@ -214,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     tries: dict[str, TokenTrie | None] = {}
     accumulate = args.accumulate or bool(args.warm) or args.repeat
     runners: dict[str, Callable] = {}
+    engines: dict[str, StepScheduler] = {}  # each lookahead mode's engine (its steps are profiled)
     for m in modes:
         if m in HF_MODES:
             assistant = DraftModels(model).get(base.draft_layers) if m == "assisted" else None
@@ -228,8 +231,10 @@ def run(args: argparse.Namespace) -> int:
         tries[m] = TokenTrie(cfg.trie) if accumulate else None
         if args.engine == "scheduler":
             runners[m] = SchedulerRunner(model, tok, cfg, tries[m])
+            engines[m] = runners[m].scheduler
             continue
         dec = LookaheadDecoder(model, tok, cfg, kernels=kernels)
+        engines[m] = dec.engine
 
         def run(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
             res = dec.generate(ids, trie=tries[m])
@@ -251,8 +256,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"energy per token: {energy}")
     passes = 2 if args.repeat else 1
     totals: dict[str, ModeTotals] = {}
+    profiles: dict[str, StepProfile] = {}
     for p in range(passes):
         report = p == passes - 1
+        if report and args.profile:  # only the reported pass's steps
+            profiles = {m: engine.start_profile() for m, engine in engines.items()}
         totals = {m: ModeTotals() for m in modes}
         desc = "benchmark" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
         for ids in tqdm(prompts, desc=desc):
@@ -337,7 +345,10 @@ def run(args: argparse.Namespace) -> int:
             "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)}}),
         "calibration": calibration,
         "modes": rows,
+        **({"profile": flatten(profiles)} if profiles else {}),
     }
+    if profiles:
+        print_profile(data["profile"])
     if args.via_grpc:
         docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
         print("answering through the pipeline: in-process vs three gRPC services on loopback...")
@@ -353,6 +364,10 @@ def run(args: argparse.Namespace) -> int:
         png = args.png or str(args.json).removesuffix(".json") + ".png"
         plot_result(data, png)
         print(f"wrote {args.json} and {png}")
+        if profiles:
+            profile_png = png.removesuffix(".png") + "_profile.png"
+            plot_result(data, profile_png, kind="profile")
+            print(f"wrote {profile_png}")
     return 0
 
 

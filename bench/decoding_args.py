@@ -77,6 +77,9 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--warm-skip", type=int, default=0,
                    help="skip the first N answerable --warm questions (e.g. the benchmarked ones)")
     p.add_argument("--repeat", action="store_true", help="ask every question twice, report the second pass")
+    p.add_argument("--profile", action="store_true",
+                   help="time every engine step's phases per lookahead mode (reported pass): a table, the JSON's "
+                        "'profile' and a stacked-bar PNG next to it (*_profile.png)")
     p.add_argument("--retrieve", type=int, default=0,
                    help="K: prompts hold the top-K retrieved chunks of the corpus instead of doc_id's paragraph")
     p.add_argument("--via-grpc", action="store_true",

@@ -1,7 +1,7 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
-        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement]
+        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
@@ -27,6 +27,7 @@ PLOTTERS = {
     "retrieval": "bench.retrieval_plot",
     "events": "bench.events_plot",
     "draft_agreement": "bench.draft_agreement_plot",
+    "profile": "bench.profile_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

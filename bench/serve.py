@@ -15,6 +15,8 @@ import torch
 from lookahead_core.models import load_model
 
 from bench.common import cpu_name, machine, print_table, write_json
+from bench.plot import plot_result
+from bench.profile_table import flatten, print_profile
 from bench.sampling_args import Sampling
 from bench.serve_args import parse_args
 from bench.serve_client import closed_loop
@@ -29,6 +31,7 @@ MODE_OF = {"on": "", "on_tls": "", "on_safe": "", "off": "none"}
 TLS_WAYS = frozenset({"on_tls"})  # every channel of the stack (the bench's and the generator's) over TLS
 SAFE_WAYS = frozenset({"on_safe"})  # every request asks for the side-channel-safe stream
 Raw = tuple[list[RequestRecord], float, float]  # (records, wall seconds, peak RSS MB) of one way
+Profiles = dict[str, Any]  # "way@c" -> the engine's StepProfile of that way and level (--profile)
 
 
 @dataclass
@@ -42,14 +45,19 @@ class RunConfig:
     threads: int  # torch threads for the serial baseline's worker thread (0 = default)
     sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
     mode: str = ""  # GenerationParams.mode of the on ways (--mode; "" = the server's default)
+    profile: Profiles | None = None  # --profile: each engine way's step profile is put here
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
                       seq: list[Question], c: int, way: str) -> Raw:
-    async with serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as stub, RssSampler() as rss:
+    async with (serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as (stub, pipeline),
+                RssSampler() as rss):
         mode = MODE_OF[way] or run.mode
+        profile = pipeline.engine.scheduler.start_profile() if run.profile is not None else None
         records, wall = await closed_loop(stub, seq, c, mode, run.max_new_tokens, run.deadline_s,
                                           f"c={c} {way}", run.sampling, way in SAFE_WAYS)
+        if run.profile is not None and profile is not None:
+            run.profile[f"{way}@{c}"] = profile
     return records, wall, rss.peak_mb
 
 
@@ -155,7 +163,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
-                    args.mode)
+                    args.mode, {} if args.profile else None)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -183,6 +191,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
         "ratios": _ratios(levels),
         "rss_mb": rss,
+        **({"profile": flatten(run.profile)} if run.profile else {}),
     }
 
 
@@ -214,6 +223,12 @@ def run(args: argparse.Namespace) -> int:
     if png:
         plot(data, png)
         print(f"wrote {png}")
+    if "profile" in data:
+        print_profile(data["profile"])
+        if png:
+            profile_png = png.removesuffix(".png") + "_profile.png"
+            plot_result(data, profile_png, kind="profile")
+            print(f"wrote {profile_png}")
     return 0
 
 

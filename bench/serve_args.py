@@ -66,6 +66,9 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")
     p.add_argument("--mode", default="", help="GenerationParams.mode of the on ways: jacobi, draft-model, mjsd "
                    "(lossy: its exact match says how often it differs), ... ('' = the server's default)")
+    p.add_argument("--profile", action="store_true",
+                   help="time every engine step's phases for each engine way and level: a table, the JSON's "
+                        "'profile' and a stacked-bar PNG next to it (*_profile.png)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
     seed_help = "fixes the request sequence and, with --temperature > 0, is every request's sampling seed"

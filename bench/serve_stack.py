@@ -129,9 +129,9 @@ async def _start(settings: AllSettings, model: Any, tokenizer: Any) -> Pipeline:
 
 @asynccontextmanager
 async def serving(cfg: StackConfig, name: str, model: Any, tokenizer: Any,
-                  docs: dict[str, list[Document]], tls: bool = False) -> AsyncIterator[Any]:
-    """A GeneratorStub to a fresh stack with the corpus ingested (over TLS with ``tls``); the servers stop
-    on exit (or Ctrl-C)."""
+                  docs: dict[str, list[Document]], tls: bool = False) -> AsyncIterator[tuple[Any, Pipeline]]:
+    """A GeneratorStub to a fresh stack with the corpus ingested (over TLS with ``tls``), and the stack
+    itself (its engine's steps can be profiled); the servers stop on exit (or Ctrl-C)."""
     settings = cfg.settings(name, tls)
     pipeline = await _start(settings, model, tokenizer)
     channel = None
@@ -141,7 +141,7 @@ async def serving(cfg: StackConfig, name: str, model: Any, tokenizer: Any,
         gs = settings.generator
         channel = open_channel(local_target(gs.host, pipeline.ports["generator"]), gs.max_message_bytes,
                                settings.tls if tls else None)
-        yield generator_pb2_grpc.GeneratorStub(channel)
+        yield generator_pb2_grpc.GeneratorStub(channel), pipeline
     finally:
         if channel is not None:
             await channel.close()

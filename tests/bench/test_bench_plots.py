@@ -89,12 +89,25 @@ def _draft_agreement() -> dict[str, Any]:
                       {"layers": 28, "agreement": 0.45, "draft_ms": 47.0, "cost_vs_target": 0.94}]}
 
 
+def _profile() -> dict[str, Any]:
+    """A step profile as bench decoding / serve --profile write it (the decoding file's kind says 'profile'
+    only when the profile PNG is drawn: ``plot_result(data, png, kind="profile")``)."""
+    def report(layers: float, tokens: float) -> dict[str, Any]:
+        ms = {"draft": 1.0, "pack": 0.5, "layers": layers, "attention": 6.0, "lm_head": 5.0, "choose": 0.4,
+              "accept": 0.8, "emit": 0.3, "other": 1.2, "between": 12.0}
+        return {"steps": 10, "ms_per_step": ms, "tokens_per_forward": tokens, "emitted_per_step": 2.5, "wall_s": 1.0}
+    return {"kind": "profile", "model": "tiny", "cpu": "Test CPU", "machine": "Linux, 2 cores", "threads": 2,
+            "profile": {"none decode": report(40.0, 1.0), "hierarchical decode": report(55.0, 9.0),
+                        "hierarchical prefill": report(300.0, 250.0)}}
+
+
 RESULTS = {
+    "profile": _profile,
     "draft agreement": _draft_agreement,
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
 }
-KINDS = {"draft agreement": "draft_agreement",
+KINDS = {"profile": "profile", "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events"}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
@@ -26,7 +27,8 @@ class Active:
     """A running request: ``req`` (the caller's ticket) plus everything the engine needs to step it."""
 
     def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV,
-                 chooser: TokenChooser, eos: frozenset[int], decode: Callable[[list[int]], str]) -> None:
+                 chooser: TokenChooser, eos: frozenset[int], decode: Callable[[list[int]], str],
+                 timed: Callable[[str], AbstractContextManager[None]] = lambda _phase: nullcontext()) -> None:
         self.req = req
         self.config = spec.config  # the config it runs with (its Jacobi window resolved)
         self.drafting = drafting
@@ -34,6 +36,7 @@ class Active:
         self.chooser = chooser
         self.eos = eos
         self.decode = decode  # token ids -> text (stop strings are searched in it)
+        self.timed = timed  # the engine's step profile, by phase (a no-op unless it profiles)
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.owner = f"req-{req.id}"
@@ -97,6 +100,10 @@ class Active:
 
     def emit(self, new: list[int]) -> list[int]:
         """Trim a step's verified tokens (EOS, length, stop strings), append and announce them."""
+        with self.timed("emit"):
+            return self._emit(new)
+
+    def _emit(self, new: list[int]) -> list[int]:
         req = self.req
         kept, reason = trim_step(req.output, new, self.eos, self.config.max_new_tokens, self.config.stop_strings,
                                  self.decode)

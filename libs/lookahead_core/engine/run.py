@@ -11,8 +11,10 @@ from .plan import StepPlan
 
 
 def forward(runner: nn.Module, step: PackedStep, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab]."""
-    step.attention.finalize(dtype, device)
+    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab] (the attention plan
+    is finalized first when the caller has not done it)."""
+    if len(step.attention.masks) != len(step.attention.segments):
+        step.attention.finalize(dtype, device)
     with torch.inference_mode():
         input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
         position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]

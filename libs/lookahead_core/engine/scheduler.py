@@ -22,6 +22,7 @@ import time
 import weakref
 from collections import Counter
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -42,6 +43,7 @@ from .finish import eos_ids
 from .gains import GainsModel
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
+from .profile import StepProfile, running, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose, forward
 
@@ -149,6 +151,7 @@ class StepScheduler:
         self.prefix_hit_tokens = 0
         self.forward_sizes: Counter[int] = Counter()  # tokens per forward -> forwards
         self.on_forward = on_forward
+        self.profile: StepProfile | None = None  # time every step's phases (``start_profile``)
         self._cv = threading.Condition()
         self._stepping = threading.Lock()  # one step at a time, whoever drives it
         self._admitting = 0  # requests popped from the queue, not yet running
@@ -202,6 +205,12 @@ class StepScheduler:
     def forgets_to(self) -> PrefixKVCache:
         """What a forget of cached prompt KV reaches (the generator's forget consumer attaches it)."""
         return self.prefix_cache
+
+    def start_profile(self) -> StepProfile:
+        """Time every following step's phases into a new ``StepProfile`` (returned; ``report()`` reads it)."""
+        watch_heads(self.kernels.twins.values())
+        self.profile = StepProfile()
+        return self.profile
 
     def holds(self, req: ServeRequest) -> bool:
         """Whether the engine still holds ``req``'s running state (its KV cache, proposers, trie branches)."""
@@ -306,7 +315,7 @@ class StepScheduler:
             )
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = RequestKV(self.shape, Active.capacity(req, spec))
-            active = Active(req, spec, drafting, kv, chooser, self.eos, self._decode)
+            active = Active(req, spec, drafting, kv, chooser, self.eos, self._decode, self._timed)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error = exc
             with self._cv:
@@ -344,6 +353,7 @@ class StepScheduler:
 
     # ---- one step: plan -> pack -> run -> apply ---------------------------------------------------
     def _step(self) -> None:
+        started = time.perf_counter()
         now = time.monotonic()
         live: list[Active] = []
         for active in list(self.running):
@@ -352,17 +362,35 @@ class StepScheduler:
                 self._end(active.req, active)
             else:
                 live.append(active)
-        curve = self.kernels.curve
+        curve, prof = self.kernels.curve, self.profile
         adaptive = self.config.adaptive and curve is not None
-        plan = plan_step(live, self.limits, self.gains if adaptive else None,
-                         curve.cost if adaptive and curve is not None else None)
+        with self._timed("draft"):
+            plan = plan_step(live, self.limits, self.gains if adaptive else None,
+                             curve.cost if adaptive and curve is not None else None)
         if plan.empty:
             return
-        packed = pack_step(plan)
-        total = len(packed)
-        logits = forward(self.kernels.runner(total), packed, self.device, self.shape.dtype)  # [K, vocab]
-        predicted = choose(logits, plan, packed)  # [K]
+        with self._timed("pack"):
+            packed = pack_step(plan)
+            packed.attention.timed = prof is not None
+            packed.attention.finalize(self.shape.dtype, self.device)
+        t0 = time.perf_counter()
+        with running(prof) if prof is not None else nullcontext():
+            logits = forward(self.kernels.runner(len(packed)), packed, self.device, self.shape.dtype)  # [K, vocab]
+        if prof is not None:
+            prof.forward(time.perf_counter() - t0, packed.attention.attention_s)
+        with self._timed("choose"):
+            predicted = choose(logits, plan, packed)  # [K]
+        before = sum(len(r.req.output) for r in plan.requests)
+        t0, emitting = time.perf_counter(), prof.current["emit"] if prof is not None else 0.0
         self._apply(plan, packed, logits, predicted)
+        if prof is not None:  # emit is timed inside apply (Active.emit): the rest is accept
+            prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)
+            emitted = sum(len(r.req.output) for r in plan.requests) - before
+            prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
+
+    def _timed(self, phase: str) -> AbstractContextManager[None]:
+        """Time a block as ``phase`` of the step profile (nothing when not profiling)."""
+        return self.profile.phase(phase) if self.profile is not None else nullcontext()
 
     def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int]) -> None:
         """Accept every decode's path (KV compacted, tokens emitted), feed the windows, finish prefills."""

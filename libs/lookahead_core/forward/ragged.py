@@ -14,6 +14,7 @@ at the segment's offset and runs sdpa over the request's entries with the segmen
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,6 +48,8 @@ class RaggedPlan:
 
     segments: list[Segment] = field(default_factory=list)
     masks: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [1, 1, q, past+q] or None
+    timed: bool = False  # add every attention call's seconds to ``attention_s`` (a step profile reads it)
+    attention_s: float = 0.0  # seconds spent in attention over this plan's forward (when ``timed``)
 
     def finalize(self, dtype: torch.dtype, device: torch.device) -> None:
         """Additive float masks (0 attend / dtype min) for every segment that needs one."""
@@ -85,6 +88,7 @@ def ragged_attention(
     plan = kwargs.get(PLAN_KWARG)
     if not isinstance(plan, RaggedPlan):
         raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
+    started = time.perf_counter() if plan.timed else 0.0
     layer = int(module.layer_idx)  # type: ignore[arg-type]
     gqa = query.shape[1] != key.shape[1]
     out = torch.empty_like(query)  # [1, heads, T, head_dim]
@@ -95,6 +99,8 @@ def ragged_attention(
         out[:, :, seg.start : end] = F.scaled_dot_product_attention(
             query[:, :, seg.start : end], k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa
         )  # [1, heads, q, head_dim]
+    if plan.timed:
+        plan.attention_s += time.perf_counter() - started
     return out.transpose(1, 2).contiguous(), None
 
 

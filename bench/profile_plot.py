@@ -1,0 +1,40 @@
+"""The step profile as stacked bars: milliseconds per step by phase, one bar per mode or load level.
+
+    plot(data, path)   # data["profile"]: {label: StepProfile.report()} (bench decoding / serve --profile)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.plot_common import LABEL_FONT, figure, fmt_value, save, title
+
+MIN_LABELLED_MS = 2.0  # segments thinner than this carry no label of their own (the total still shows)
+
+
+def stacked(ax: Any, labels: list[str], phases: list[str], ms: dict[str, list[float]]) -> None:
+    """One bar per label, one segment per phase (legend), each segment's ms inside it, the total on top."""
+    bottoms = [0.0] * len(labels)
+    for phase in phases:
+        values = ms[phase]
+        bars = ax.bar(labels, values, bottom=bottoms, label=phase)
+        ax.bar_label(bars, labels=[fmt_value(v) if v >= MIN_LABELLED_MS else "" for v in values],
+                     label_type="center", fontsize=LABEL_FONT)
+        bottoms = [b + v for b, v in zip(bottoms, values, strict=True)]
+    for x, total in enumerate(bottoms):
+        ax.annotate(f"{fmt_value(total)} ms", (x, total), textcoords="offset points", xytext=(0, 4),
+                    ha="center", fontsize=LABEL_FONT)
+    ax.set_ylabel("ms per step")
+    ax.margins(y=0.12)
+    ax.legend(fontsize=LABEL_FONT, ncol=2)
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    reports: dict[str, dict[str, Any]] = data["profile"]
+    labels = list(reports)
+    phases = list(next(iter(reports.values()))["ms_per_step"]) if reports else []
+    ms = {p: [float(reports[label]["ms_per_step"][p]) for label in labels] for p in phases}
+    fig, (ax,) = figure(1)
+    stacked(ax, [f"{label}\n{reports[label]['tokens_per_forward']:.0f} tok/fwd" for label in labels], phases, ms)
+    save(fig, path, title(data, "Where a step's time goes (engine step profile)",
+                          "phases of the same engine's steps; 'other' is engine time outside any step phase"))

@@ -1,0 +1,25 @@
+"""The step profile as a printed table: one row per mode or load level, ms per step by phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.common import print_table
+
+
+def print_profile(reports: dict[str, dict[str, Any]]) -> None:
+    """``reports``: {label: PhaseTimes.report()} (``flatten`` of the engines' StepProfiles)."""
+    if not reports:
+        return
+    phases = list(next(iter(reports.values()))["ms_per_step"])
+    rows = [{"label": label, "steps": r["steps"], "tok_fwd": r["tokens_per_forward"], "tok_step": r["emitted_per_step"],
+             **{p: r["ms_per_step"][p] for p in phases}, "total": sum(r["ms_per_step"].values())}
+            for label, r in reports.items()]
+    print("\nstep profile (ms per step):")
+    print_table(rows, [("label", "run", "s"), ("steps", "steps", "d"), ("tok_fwd", "tok/fwd", ".1f"),
+                       ("tok_step", "tok/step", ".2f"), *[(p, p, ".2f") for p in phases], ("total", "total", ".2f")])
+
+
+def flatten(profiles: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{label: StepProfile} -> {"label decode" / "label prefill": its report} (the JSON's "profile")."""
+    return {f"{label} {kind}": rep for label, prof in profiles.items() for kind, rep in prof.report().items()}

@@ -1,0 +1,142 @@
+"""Where a step's time goes (opt-in: ``StepScheduler.profile``; ``bench ... --profile`` reads it).
+
+Phases, in a step's order (seconds summed over the profiled steps):
+
+- ``draft``: plan the step (every decode's proposers build its tree; budgets are split);
+- ``pack``: lay the plan out in one row and build the attention masks;
+- ``layers``: the forward minus attention and the LM head (Linear layers, norms, rotary, embedding);
+- ``attention``: ragged attention (each request's KV write, view and sdpa, layer by layer);
+- ``lm_head``: the output projection of the kept rows;
+- ``choose``: the token after every kept row (argmax, or each request's processors and draws);
+- ``accept``: each path's acceptance and KV compaction, the Jacobi windows' guesses, prefix-cache puts;
+- ``emit``: trim at EOS / length / stop strings (detokenizing) and hand the tokens to the caller.
+
+``report`` adds ``other`` (a step's time outside those phases: expiry, admission, locks) and ``between``
+(the engine's time between two steps while it had requests running: its loop, and waiting for the
+cores and the GIL that the service's other threads hold: streaming, retrieval, feedback). Decode-only
+steps and steps that also prefill a prompt chunk are reported apart.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+PHASES = ("draft", "pack", "layers", "attention", "lm_head", "choose", "accept", "emit")
+DECODE, PREFILL = "decode", "prefill"  # steps of decode trees only; steps that also prefill a prompt chunk
+KINDS = (DECODE, PREFILL)
+
+
+@dataclass
+class PhaseTimes:
+    """Seconds by phase over the steps of one kind."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    steps: int = 0  # steps of this kind
+    tokens: int = 0  # tokens in their forwards
+    emitted: int = 0  # tokens they emitted
+    busy: float = 0.0  # seconds from each step's start to its end (phases + the step's own overhead)
+    between: float = 0.0  # seconds between a step and the one before it while requests were running
+
+    def report(self) -> dict[str, Any]:
+        """Milliseconds per step by phase, ``other`` (the step's time outside its phases) and ``between``
+        (the engine's time between steps while it had work), tokens per forward and emitted per step."""
+        n = max(self.steps, 1)
+        ms = {k: 1000.0 * v / n for k, v in self.seconds.items()}
+        ms["other"] = max(0.0, 1000.0 * self.busy / n - sum(ms.values()))
+        ms["between"] = 1000.0 * self.between / n
+        return {"steps": self.steps, "ms_per_step": ms, "tokens_per_forward": self.tokens / n,
+                "emitted_per_step": self.emitted / n}
+
+
+@dataclass
+class StepProfile:
+    """Per-phase seconds of the steps an engine ran while it was attached: decode-only steps apart from
+    steps that also carry a prompt chunk (``KINDS``)."""
+
+    kinds: dict[str, PhaseTimes] = field(default_factory=lambda: {k: PhaseTimes() for k in KINDS})
+    current: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # this step's
+    _last_end: float | None = None  # when the previous step ended, if it left requests running
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Time the block as ``name`` of the step under way."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.current[name] += time.perf_counter() - t0
+
+    def forward(self, seconds: float, attention: float) -> None:
+        """The step's forward took ``seconds``, ``attention`` of them in attention (the LM head is hooked)."""
+        self.current["layers"] += seconds - attention
+        self.current["attention"] += attention
+
+    def step(self, started: float, prefill: bool, tokens: int, emitted: int, running: bool) -> None:
+        """The step under way (begun at ``started``, perf_counter; ``prefill``: it carried a prompt chunk)
+        ended now; ``running``: requests are still running after it."""
+        now = time.perf_counter()
+        kind = self.kinds[PREFILL if prefill else DECODE]
+        for name, spent in self.current.items():
+            kind.seconds[name] += spent
+        self.current = dict.fromkeys(PHASES, 0.0)
+        kind.steps += 1
+        kind.tokens += tokens
+        kind.emitted += emitted
+        kind.busy += now - started
+        if self._last_end is not None:
+            kind.between += max(0.0, started - self._last_end)
+        self._last_end = now if running else None
+
+    def report(self) -> dict[str, dict[str, Any]]:
+        """``PhaseTimes.report()`` of each kind that ran."""
+        return {name: kind.report() for name, kind in self.kinds.items() if kind.steps}
+
+
+# The LM head's time goes to the profile of the forward running on this thread (twins are shared by
+# every engine on a model, so the hooks are registered once and look the profile up).
+_RUNNING = threading.local()
+_WATCHED: weakref.WeakSet[nn.Module] = weakref.WeakSet()
+_WATCH_LOCK = threading.Lock()
+
+
+def watch_heads(twins: Iterable[nn.Module]) -> None:
+    """Hook every twin's LM head once, so a profiled forward (``running``) books its time as ``lm_head``."""
+    with _WATCH_LOCK:
+        for twin in twins:
+            head = twin.get_output_embeddings()
+            if head is None or head in _WATCHED:
+                continue
+            head.register_forward_pre_hook(lambda *_: _head(start=True))
+            head.register_forward_hook(lambda *_: _head(start=False))
+            _WATCHED.add(head)
+
+
+def _head(start: bool) -> None:
+    profile: StepProfile | None = getattr(_RUNNING, "profile", None)
+    if profile is None:
+        return
+    now = time.perf_counter()
+    if start:
+        _RUNNING.head_started = now
+        return
+    spent = now - _RUNNING.head_started
+    profile.current["lm_head"] += spent
+    profile.current["layers"] -= spent  # the whole forward is booked to layers (and attention) first
+
+
+@contextmanager
+def running(profile: StepProfile) -> Iterator[None]:
+    """The forward in this block is ``profile``'s (its LM head's time is booked there)."""
+    _RUNNING.profile = profile
+    try:
+        yield
+    finally:
+        _RUNNING.profile = None
