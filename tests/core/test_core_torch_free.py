@@ -31,6 +31,7 @@ TORCH_FREE = [
     "lookahead_core.engine.budget",  # expected_tokens, split_budget
     "lookahead_core.engine.gains",  # GainsModel
     "lookahead_core.engine.admission",  # FairQueue
+    "lookahead_core.proposers.build",  # drafting_spec: the one reader of mode (the draft cache may ask it)
 ]
 
 
