@@ -17,9 +17,10 @@ from lookahead_core import DecodingConfig, PathRecorder, TokenTrie
 from lookahead_core.config import LOSSY_MODES, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.profile import StepProfile
-from lookahead_core.engine.scheduler import StepScheduler, shared_kernels
+from lookahead_core.engine.scheduler import StepScheduler
 from lookahead_core.forward.kernels import CostCurve, KernelSet
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
+from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.models import load_model
 from lookahead_core.proposers.draft_model import DraftModels
 from tqdm import tqdm
@@ -41,7 +42,7 @@ from bench.engine_runner import SchedulerRunner
 from bench.forward_cost import choose_decoding_length, measure_forward_cost
 from bench.pipeline import measure_pipeline
 from bench.plot import plot_result
-from bench.profile_table import flatten, print_profile
+from bench.profile_report import flatten, report_profile
 from bench.quality import answer_logprob
 from bench.sampling_args import Sampling, speedup
 from services.retriever.core import RetrieverCore
@@ -347,8 +348,6 @@ def run(args: argparse.Namespace) -> int:
         "modes": rows,
         **({"profile": flatten(profiles)} if profiles else {}),
     }
-    if profiles:
-        print_profile(data["profile"])
     if args.via_grpc:
         docs = [Document(r["id"], r.get("title", ""), r["text"]) for r in corpus.values()]
         print("answering through the pipeline: in-process vs three gRPC services on loopback...")
@@ -359,15 +358,12 @@ def run(args: argparse.Namespace) -> int:
             ("in_process_wall_s", "in-process s", ".2f"), ("grpc_wall_s", "gRPC s", ".2f"),
             ("overhead_frac", "overhead", ".3f"), ("same_outputs", "same out", ".2f"),
             ("chunks", "chunks", "d"), ("p50_ms", "retrieve p50 ms", ".1f"), ("p99_ms", "p99 ms", ".1f")])
-    if args.json:
+    png = (args.png or str(args.json).removesuffix(".json") + ".png") if args.json else None
+    if args.json and png:
         write_json(args.json, data)
-        png = args.png or str(args.json).removesuffix(".json") + ".png"
         plot_result(data, png)
         print(f"wrote {args.json} and {png}")
-        if profiles:
-            profile_png = png.removesuffix(".png") + "_profile.png"
-            plot_result(data, profile_png, kind="profile")
-            print(f"wrote {profile_png}")
+    report_profile(data, png)
     return 0
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from lookahead_core import DecodingConfig, TokenTrie
 from lookahead_core.engine.request import ServeRequest, ServeStats
-from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler, shared_kernels
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
+from lookahead_core.forward.shared import shared_kernels
 
 TENANT = "bench"  # every bench prompt belongs to one tenant (its prefix cache is per tenant)
 

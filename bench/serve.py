@@ -15,8 +15,7 @@ import torch
 from lookahead_core.models import load_model
 
 from bench.common import cpu_name, machine, print_table, write_json
-from bench.plot import plot_result
-from bench.profile_table import flatten, print_profile
+from bench.profile_report import flatten, report_profile
 from bench.sampling_args import Sampling
 from bench.serve_args import parse_args
 from bench.serve_client import closed_loop
@@ -53,11 +52,10 @@ async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, 
     async with (serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as (stub, pipeline),
                 RssSampler() as rss):
         mode = MODE_OF[way] or run.mode
-        profile = pipeline.engine.scheduler.start_profile() if run.profile is not None else None
+        if run.profile is not None:
+            run.profile[f"{way}@{c}"] = pipeline.engine.scheduler.start_profile()
         records, wall = await closed_loop(stub, seq, c, mode, run.max_new_tokens, run.deadline_s,
                                           f"c={c} {way}", run.sampling, way in SAFE_WAYS)
-        if run.profile is not None and profile is not None:
-            run.profile[f"{way}@{c}"] = profile
     return records, wall, rss.peak_mb
 
 
@@ -223,12 +221,7 @@ def run(args: argparse.Namespace) -> int:
     if png:
         plot(data, png)
         print(f"wrote {png}")
-    if "profile" in data:
-        print_profile(data["profile"])
-        if png:
-            profile_png = png.removesuffix(".png") + "_profile.png"
-            plot_result(data, profile_png, kind="profile")
-            print(f"wrote {profile_png}")
+    report_profile(data, png)
     return 0
 
 

@@ -27,7 +27,8 @@ from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.engine.admission import QueueFull
 from lookahead_core.engine.detok import TextStreamer
 from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
-from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler, shared_kernels
+from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
+from lookahead_core.forward.shared import shared_kernels
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (

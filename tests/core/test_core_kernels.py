@@ -17,11 +17,12 @@ import pytest
 import torch
 from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.scheduler import SchedulerConfig, shared_kernels
+from lookahead_core.engine.scheduler import SchedulerConfig
 from lookahead_core.forward.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
 from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
+from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.kv.kvstore import KVShape
 from torch import nn
 

@@ -22,11 +22,12 @@ from ..config import DecodingConfig
 from ..drafting.draft import Drafter
 from ..drafting.trie import TokenTrie
 from ..forward.kernels import KernelSet
+from ..forward.shared import AUTO, shared_kernels
 from ..observer import StepObserver
 from ..stats import GenerationStats
 from .detok import TextStreamer
 from .request import Phase, ServeRequest
-from .scheduler import AUTO, SchedulerConfig, StepScheduler, shared_kernels
+from .scheduler import SchedulerConfig, StepScheduler
 
 ONE_REQUEST = SchedulerConfig(max_running=1)  # the batch-1 engine: one request runs, others queue
 

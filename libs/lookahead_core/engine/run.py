@@ -10,11 +10,9 @@ from .pack import PackedStep
 from .plan import StepPlan
 
 
-def forward(runner: nn.Module, step: PackedStep, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab] (the attention plan
-    is finalized first when the caller has not done it)."""
-    if len(step.attention.masks) != len(step.attention.segments):
-        step.attention.finalize(dtype, device)
+def forward(runner: nn.Module, step: PackedStep, device: torch.device) -> torch.Tensor:
+    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab]. The attention plan
+    is finalized (its masks built) by the caller: that is part of packing."""
     with torch.inference_mode():
         input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
         position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]

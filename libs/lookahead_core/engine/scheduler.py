@@ -3,7 +3,7 @@
     plan = plan_step(...)          # plan.py: who runs, each tree and budget, the prefill chunks (a value)
     packed = pack_step(plan)       # pack.py: the one packed row and where each request's rows are
     logits = forward(...)          # run.py: ONE forward for every request; choose() the token after each row
-    self._apply(plan, packed, ...) # accept each path, compact its KV, emit; finish prefills; end requests
+    apply_step(plan, packed, ...)  # apply.py: accept each path, compact its KV, emit; finish prefills
 
 Continuous batching: requests join and leave between steps; waiting requests sit in a bounded queue
 with fair share by tenant. Draft budgets adapt to load: each request's expected tokens per step for
@@ -19,7 +19,6 @@ import copy
 import logging
 import threading
 import time
-import weakref
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -28,17 +27,19 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..forward.kernels import KERNELS, KernelSet
+from ..forward.kernels import KernelSet
 from ..forward.probe import RaggedProbe
 from ..forward.ragged import RAGGED_ATTENTION
+from ..forward.shared import calibrate_once
 from ..forward.support import check_supported
-from ..kv.kvstore import KVShape, RequestKV, export_prefix, load_prefix
+from ..kv.kvstore import KVShape, RequestKV, load_prefix
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
 from .active import Active
 from .admission import FairQueue, QueueFull
+from .apply import Forward, apply_step
 from .finish import eos_ids
 from .gains import GainsModel
 from .pack import PackedStep, pack_step
@@ -93,25 +94,6 @@ class SchedulerClosed(RuntimeError):
     """The engine is shutting down and takes no new requests."""
 
 
-AUTO = "auto"  # every kernel, the one measured faster at each forward size runs it
-CHOICES = (AUTO, *KERNELS)  # what shared_kernels (and LookaheadDecoder's kernels=) accept
-_SHARED: weakref.WeakKeyDictionary[torch.nn.Module, dict[str, KernelSet]] = weakref.WeakKeyDictionary()
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_kernels(model: torch.nn.Module, choice: str = AUTO) -> KernelSet:
-    """The process's ragged-attention KernelSet of ``model`` for ``choice``: engines on one model share its
-    twins (and the packed weights) and the calibration the first engine to start measures. "auto" holds
-    every kernel; a kernel's name forces that twin alone (engines then skip the measurement)."""
-    if choice not in CHOICES:
-        raise ValueError(f"kernels must be one of {CHOICES} or a KernelSet, not {choice!r}")
-    with _SHARED_LOCK:
-        sets = _SHARED.setdefault(model, {})
-        if choice not in sets:
-            sets[choice] = KernelSet(model, RAGGED_ATTENTION, KERNELS if choice == AUTO else (choice,))
-        return sets[choice]
-
-
 # Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
 OnForward = Callable[[int, int], None]
 
@@ -161,11 +143,11 @@ class StepScheduler:
     # ---- public (any thread) --------------------------------------------------------------------
     def start(self, thread: bool = True) -> StepScheduler:
         """Measure kernels (once) and, with ``thread``, run the steps on the engine's own thread."""
-        with _SHARED_LOCK:  # engines sharing a KernelSet calibrate it once
-            if self.config.calibrate and self.kernels.curve is None:
-                counts = [n for n in self.config.calibration_counts if n <= self.config.max_tokens_per_forward]
-                probe = RaggedProbe(self.shape, self.config.calibration_past)
-                self.kernels.calibrate(probe, counts, self.config.calibration_repeats)
+        cfg = self.config
+        if cfg.calibrate:
+            counts = [n for n in cfg.calibration_counts if n <= cfg.max_tokens_per_forward]
+            probe = RaggedProbe(self.shape, cfg.calibration_past)
+            if calibrate_once(self.kernels, probe, counts, cfg.calibration_repeats):
                 log.info("kernels by forward size: %s", self.kernels.describe())
         if thread:
             self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
@@ -375,56 +357,36 @@ class StepScheduler:
             packed.attention.finalize(self.shape.dtype, self.device)
         t0 = time.perf_counter()
         with running(prof) if prof is not None else nullcontext():
-            logits = forward(self.kernels.runner(len(packed)), packed, self.device, self.shape.dtype)  # [K, vocab]
+            logits = forward(self.kernels.runner(len(packed)), packed, self.device)  # [K, vocab]
         if prof is not None:
             prof.forward(time.perf_counter() - t0, packed.attention.attention_s)
         with self._timed("choose"):
             predicted = choose(logits, plan, packed)  # [K]
+        if prof is None:
+            self._apply(plan, packed, logits, predicted)
+            return
         before = sum(len(r.req.output) for r in plan.requests)
-        t0, emitting = time.perf_counter(), prof.current["emit"] if prof is not None else 0.0
+        t0, emitting = time.perf_counter(), prof.current["emit"]
         self._apply(plan, packed, logits, predicted)
-        if prof is not None:  # emit is timed inside apply (Active.emit): the rest is accept
-            prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)
-            emitted = sum(len(r.req.output) for r in plan.requests) - before
-            prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
+        prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)  # emit: Active.emit
+        emitted = sum(len(r.req.output) for r in plan.requests) - before
+        prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
 
     def _timed(self, phase: str) -> AbstractContextManager[None]:
         """Time a block as ``phase`` of the step profile (nothing when not profiling)."""
         return self.profile.phase(phase) if self.profile is not None else nullcontext()
 
     def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int]) -> None:
-        """Accept every decode's path (KV compacted, tokens emitted), feed the windows, finish prefills."""
-        total, batch, kernel = len(packed), len(plan.requests), self._kernel_name(len(packed))
+        """Count the forward, apply its results (apply.py), end the requests that finished."""
+        ran = Forward(len(packed), len(plan.requests), self._kernel_name(len(packed)))
         self.forwards += 1
-        self.forward_sizes[total] += 1
+        self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
-            self.on_forward(total, batch)
-        for d, rows in zip(plan.decodes, packed.decodes, strict=True):
-            rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
-            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
-            self.gains.observe(accepted, len(d.tree))
-            d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
-            d.req.rode(batch, total, kernel)
-        for c, row in zip(plan.chunks, packed.first_rows, strict=True):
-            c.req.prefilled = c.end
-            c.req.kv.length = c.end
-            c.req.rode(batch, total, kernel)
-            if row is not None:
-                self._prefilled(c.req, predicted[row])
+            self.on_forward(ran.tokens, ran.batch)
+        apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache)
         for active in plan.requests:
             if active.req.finished:
                 self._end(active.req, active)
-
-    def _prefilled(self, active: Active, first: int) -> None:
-        """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
-        req = active.req
-        n = len(req.prompt_ids)
-        if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
-            # a prompt built before a forget of its tenant (stale epoch) is not kept
-            self.prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
-        req.phase = Phase.DECODE
-        req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
-        active.emit([first])
 
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names

@@ -1,10 +1,12 @@
-"""The step profile as a printed table: one row per mode or load level, ms per step by phase."""
+"""The step profile (``--profile``) in a result: a printed table (one row per mode or load level, ms per step
+by phase) and a stacked-bar PNG beside the result's own."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from bench.common import print_table
+from bench.plot import plot_result
 
 
 def print_profile(reports: dict[str, dict[str, Any]]) -> None:
@@ -23,3 +25,14 @@ def print_profile(reports: dict[str, dict[str, Any]]) -> None:
 def flatten(profiles: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{label: StepProfile} -> {"label decode" / "label prefill": its report} (the JSON's "profile")."""
     return {f"{label} {kind}": rep for label, prof in profiles.items() for kind, rep in prof.report().items()}
+
+
+def report_profile(data: dict[str, Any], png: str | None) -> None:
+    """Print ``data``'s profile (if it has one) and draw it next to ``png`` as ``*_profile.png``."""
+    if "profile" not in data:
+        return
+    print_profile(data["profile"])
+    if png:
+        profile_png = png.removesuffix(".png") + "_profile.png"
+        plot_result(data, profile_png, kind="profile")
+        print(f"wrote {profile_png}")

@@ -1,0 +1,55 @@
+"""Apply a step's results: each decode's accepted path (KV compacted, tokens emitted, the window fed) and
+each prefill chunk's progress (a finished prompt's KV kept for later prompts, its first token emitted)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..kv.kvstore import export_prefix
+from ..kv.prefix_cache import PrefixKVCache
+from .active import Active
+from .gains import GainsModel
+from .pack import PackedStep
+from .plan import StepPlan
+from .request import Phase
+
+
+@dataclass(frozen=True)
+class Forward:
+    """What ran the step (each request's stats record it)."""
+
+    tokens: int  # tokens in the forward
+    batch: int  # requests in it
+    kernel: str  # the kernel twin that ran it
+
+
+def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int], ran: Forward,
+               gains: GainsModel, prefix_cache: PrefixKVCache) -> None:
+    """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices."""
+    for d, rows in zip(plan.decodes, packed.decodes, strict=True):
+        rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
+        accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
+        gains.observe(accepted, len(d.tree))
+        d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
+        d.req.rode(ran.batch, ran.tokens, ran.kernel)
+    for c, row in zip(plan.chunks, packed.first_rows, strict=True):
+        c.req.prefilled = c.end
+        c.req.kv.length = c.end
+        c.req.rode(ran.batch, ran.tokens, ran.kernel)
+        if row is not None:
+            prefilled(c.req, predicted[row], prefix_cache)
+
+
+def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache) -> None:
+    """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
+    req = active.req
+    n = len(req.prompt_ids)
+    if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
+        # a prompt built before a forget of its tenant (stale epoch) is not kept
+        prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
+    req.phase = Phase.DECODE
+    req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
+    active.emit([first])
