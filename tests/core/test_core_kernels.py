@@ -23,6 +23,7 @@ from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
 from lookahead_core.forward.shared import shared_kernels
+from lookahead_core.forward.split import splittable
 from lookahead_core.kv.kvstore import KVShape
 from torch import nn
 
@@ -177,7 +178,7 @@ def logits(module: nn.Module, ids: list[int]) -> torch.Tensor:
 @needs_onednn
 def test_packed_twin_shares_weights_and_leaves_the_model_alone() -> None:
     model = tiny_model("llama")
-    twin = make_twin(model, packed=True, attn_implementation="eager")
+    twin = make_twin(model, "packed", attn_implementation="eager")
     # every parameter is the model's own tensor (no copy)
     assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}
     assert any(isinstance(m, PackedLinear) for m in twin.modules())
@@ -191,7 +192,7 @@ def test_packed_twin_shares_weights_and_leaves_the_model_alone() -> None:
 
 def test_stock_twin_keeps_linear_and_may_keep_the_attention() -> None:
     model = tiny_model("qwen2", "eager")
-    twin = make_twin(model, packed=False, attn_implementation=None)
+    twin = make_twin(model, "stock", attn_implementation=None)
     assert twin is not model
     assert not any(isinstance(m, PackedLinear) for m in twin.modules())
     assert twin.config._attn_implementation == "eager"  # None keeps the model's attention
@@ -200,21 +201,22 @@ def test_stock_twin_keeps_linear_and_may_keep_the_attention() -> None:
 
 def test_packed_twin_of_a_half_precision_model_is_refused() -> None:
     with pytest.raises(ValueError):
-        make_twin(fresh_model().to(torch.bfloat16), packed=True, attn_implementation=None)
+        make_twin(fresh_model().to(torch.bfloat16), "packed", attn_implementation=None)
 
 
 # ---- KernelSet --------------------------------------------------------------------------------------
 @needs_onednn
 def test_kernel_set_runs_stock_until_calibrated() -> None:
     ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
-    assert ks.names == ["stock", "packed"]
-    assert ks.curve is None and ks.describe() == "stock|packed"
+    split = ["split"] if splittable(tiny_model("llama")) else []  # fp32 CPU with 2+ threads
+    assert ks.names == ["stock", *split, "packed"]
+    assert ks.curve is None and ks.describe() == "|".join(["stock", *split, "packed"])
     assert ks.runner(1) is ks.twins["stock"] and ks.runner(64) is ks.twins["stock"]
 
 
 @needs_onednn
 def test_calibrate_picks_the_cheaper_twin_per_size() -> None:
-    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION, kernels=("stock", "packed"))
     stock, packed = ks.twins["stock"], ks.twins["packed"]
     clock = FakeClock()
     # stock cheaper at 1 token, packed from 4 on (the crossing is at 3.3 tokens)
@@ -228,7 +230,7 @@ def test_calibrate_picks_the_cheaper_twin_per_size() -> None:
 
 @needs_onednn
 def test_calibrate_drops_twins_that_win_nowhere() -> None:
-    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION, kernels=("stock", "packed"))
     gone = weakref.ref(ks.twins["stock"])
     clock = FakeClock()
     # packed cheaper at every size measured
@@ -264,7 +266,7 @@ def counted() -> Iterator[tuple[KernelSet, dict[str, list[int]]]]:
     """A calibrated KernelSet on a tiny llama (stock at 1 token, packed from 2) and each twin's forward sizes."""
     if not packable(tiny_model("llama")):
         pytest.skip("torch build without oneDNN")
-    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION, kernels=("stock", "packed"))
     clock = FakeClock()
     ks.calibrate(fake_probe(clock, ks, {"stock": {1: 1.0, 2: 5.0, 16: 20.0}, "packed": {1: 2.0, 2: 2.5, 16: 3.0}}),
                  (1, 2, 16), repeats=1, clock=clock)
@@ -311,7 +313,7 @@ def test_shared_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.M
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
-    assert set(ks.names) <= {"stock", "packed"}
+    assert set(ks.names) <= {"stock", "split", "packed"}
     # forcing one kernel builds one twin and times nothing; another model gets its own set
     stock = shared_kernels(model, "stock")
     assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", engine=engine).kernels is stock

@@ -1,13 +1,14 @@
 """Which kernels run a forward of n tokens, chosen by measurement on the machine at hand.
 
 A kernel is a *twin* of the model: the same parameters (shared, not copied) under other module
-objects, so its Linear layers may be oneDNN-packed and its attention implementation swapped while
-the original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
+objects, so its Linear layers may be split into per-thread row blocks (``split``: the stock result
+bit for bit) or oneDNN-packed (``packed``) and its attention implementation swapped while the
+original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
 from ~8 on one 2-core CPU, the other way round elsewhere), so ``KernelSet.calibrate`` times every
 twin at a few sizes, keeps the curve and drops the twins that win nowhere (their packed weights go).
 
-    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock" and, on fp32 CPU, "packed"
+    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock", on CPU "split", "packed"
     kernels.calibrate(probe, token_counts=(1, 2, 4, 8, 16, 32, 64), repeats=3)
     kernels.runner(1)(input_ids=...)                            # the twin that wins at 1 token
     kernels.curve.cost(9), kernels.curve.marginal(9)            # seconds: for draft budgets
@@ -27,24 +28,37 @@ from typing import Any
 from torch import nn
 
 from .packed import pack_linears, packable
+from .split import split_linears, splittable
 
 STOCK = "stock"  # the model's own Linear kernels
+SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only)
-KERNELS = (STOCK, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+KERNELS = (STOCK, SPLIT, PACKED)  # every kernel a KernelSet may hold, in tie-break order
 
 
-def make_twin(model: nn.Module, packed: bool, attn_implementation: str | None) -> nn.Module:
+def available(model: nn.Module, kernel: str) -> bool:
+    """Whether ``kernel`` can run ``model`` here (stock always; split on fp32 CPU with 2+ threads; packed on
+    fp32 CPU with oneDNN)."""
+    return {STOCK: True, SPLIT: splittable(model), PACKED: packable(model)}[kernel]
+
+
+def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
     """A copy of ``model``'s modules sharing every parameter and buffer with it (``model`` is untouched).
 
-    ``packed``: Linear layers use oneDNN pre-packed weights (fp32 CPU models only, else ValueError);
+    ``kernel``: which Linear kernels the twin runs (``KERNELS``; ValueError where it cannot run);
     ``attn_implementation``: the twin's attention (e.g. ``ragged.RAGGED_ATTENTION``); None keeps the model's.
     """
-    if packed and not packable(model):
-        raise ValueError("packed kernels need an fp32 CPU model and a torch build with oneDNN")
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel {kernel!r}; known: {KERNELS}")
+    if not available(model, kernel):
+        raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
+                         "split: fp32 CPU with 2+ intra-op threads)")
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
-    if packed:
+    if kernel == PACKED:
         pack_linears(twin)
+    elif kernel == SPLIT:
+        split_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
     return twin.eval()
@@ -174,9 +188,10 @@ def describe(curve: CostCurve) -> str:
 class KernelSet:
     """Twins of one model by kernel name, and the measured choice between them.
 
-    "stock" is always there; "packed" too on an fp32 CPU model with oneDNN (GPU and half-precision
-    models: "stock" only). Before ``calibrate`` (or with one twin) ``runner`` gives "stock" (the only
-    twin when there is one). Build and calibrate before sharing across threads; ``runner`` only reads.
+    "stock" is always there; "split" too on an fp32 CPU model with 2+ threads, "packed" on an fp32 CPU
+    model with oneDNN (GPU and half-precision models: "stock" only). Before ``calibrate`` (or with one
+    twin) ``runner`` gives "stock" (the only twin when there is one). Build and calibrate before sharing
+    across threads; ``runner`` only reads.
     """
 
     def __init__(
@@ -185,9 +200,9 @@ class KernelSet:
         unknown = set(kernels) - set(KERNELS)
         if unknown:
             raise ValueError(f"unknown kernels {sorted(unknown)}; known: {KERNELS}")
-        wanted = [k for k in KERNELS if k in kernels and (k != PACKED or packable(model))] or [STOCK]
+        wanted = [k for k in KERNELS if k in kernels and available(model, k)] or [STOCK]
         self.attn_implementation = attn_implementation
-        self._twins = {k: make_twin(model, k == PACKED, attn_implementation) for k in wanted}
+        self._twins = {k: make_twin(model, k, attn_implementation) for k in wanted}
         self.measured: CostCurve | None = None  # every kernel's measurement (None until calibrated)
         self.curve: CostCurve | None = None  # the kept kernels' curve: what ``runner`` and budgets use
 

@@ -1,0 +1,80 @@
+"""The split kernel (``forward/split.py``): Linear rows in per-thread blocks, the stock result bit for bit."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lookahead_core import DecodingConfig
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.forward.kernels import KernelSet, make_twin
+from lookahead_core.forward.split import SplitLinear, split_linears, splittable
+from torch import nn
+
+from tests.core.conftest import NO_CALIBRATION
+from tests.core.helpers import StubTokenizer, eos_as, greedy, random_prompt, tiny_model
+
+
+@pytest.mark.parametrize("out_in", [(576, 576), (1536, 576), (576, 1536), (4096, 64)])
+@pytest.mark.parametrize("rows", [1, 2, 5, 16, 64])
+def test_split_linear_is_stock_at_one_row_and_close_beyond(out_in: tuple[int, int], rows: int) -> None:
+    out_features, in_features = out_in
+    gen = torch.Generator().manual_seed(rows)
+    linear = nn.Linear(in_features, out_features, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(out_features, in_features, generator=gen))
+    x = torch.randn(1, rows, in_features, generator=gen)  # [1, M, in]: a packed row's hidden states
+    split = SplitLinear(linear, parts=2)
+    with torch.inference_mode():
+        got, want = split(x), F.linear(x, linear.weight)
+    assert got.shape == want.shape == (1, rows, out_features)
+    if rows == 1:
+        assert torch.equal(got, want)  # one row: the stock GEMV per block, bit for bit (plain decoding's path)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)  # a GEMM: summation order only
+
+
+def test_split_linears_swaps_only_bias_free_layers_that_divide() -> None:
+    block = nn.Sequential(nn.Linear(8, 6, bias=False), nn.Linear(6, 6, bias=True), nn.Linear(6, 5, bias=False))
+    assert split_linears(block, parts=2) == 1  # the biased layer and the 5-row one stay stock
+    assert isinstance(block[0], SplitLinear) and type(block[1]) is nn.Linear and type(block[2]) is nn.Linear
+    assert split_linears(nn.Sequential(nn.Linear(8, 6, bias=False)), parts=1) == 0  # one block is stock
+    with pytest.raises(ValueError):
+        SplitLinear(nn.Linear(8, 5, bias=False), parts=2)  # rows do not divide
+
+
+def test_split_twin_shares_weights_and_gives_the_models_logits(two_threads: None) -> None:
+    model = tiny_model("llama")
+    twin = make_twin(model, "split", attn_implementation=None)
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
+    assert any(isinstance(m, SplitLinear) for m in twin.modules())
+    assert not any(isinstance(m, SplitLinear) for m in model.modules())  # the model keeps stock
+    ids = torch.tensor([random_prompt(random.Random(4))])  # [1, T]
+    with torch.inference_mode():
+        one = ids[:, :1]  # [1, 1]: a one-token forward, bit for bit
+        assert torch.equal(twin(input_ids=one).logits, model(input_ids=one).logits)
+        torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
+
+
+def test_split_is_not_offered_for_half_precision_or_one_thread(two_threads: None) -> None:
+    half = copy.deepcopy(tiny_model("llama")).to(torch.bfloat16)  # its own copy: the tiny model is shared
+    assert not splittable(half) and KernelSet(half, None).names == ["stock"]
+    with pytest.raises(ValueError):
+        make_twin(half, "split", attn_implementation=None)
+    torch.set_num_threads(1)
+    assert not splittable(tiny_model("llama"))  # one thread: nothing to spread the blocks over
+
+
+def test_decoder_on_the_split_kernel_is_greedy(two_threads: None) -> None:
+    model = tiny_model("llama")
+    prompt = random_prompt(random.Random(9))
+    with eos_as(model, None):
+        want = greedy(model, prompt, 24)
+        for mode in ("none", "hierarchical"):
+            config = DecodingConfig(mode=mode, max_new_tokens=24)
+            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="split", engine=NO_CALIBRATION)
+            assert decoder.kernels.names == ["split"]
+            assert decoder.generate(prompt).output_ids == want
