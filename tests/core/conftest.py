@@ -16,18 +16,26 @@ from tests.core.helpers import StubTokenizer
 NO_CALIBRATION = SchedulerConfig(calibrate=False)  # schedulers of the tests skip start-up measurement
 
 
+def _intra_op(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    yield  # pytest resumes a fixture after its test whatever the outcome
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def one_thread() -> Iterator[None]:
     """Tiny models run several times faster on one intra-op thread (no OpenMP hand-offs on a busy box).
 
     List it in a module's ``pytestmark = pytest.mark.usefixtures("one_thread")`` (or on one test).
     """
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
+    yield from _intra_op(1)
+
+
+@pytest.fixture
+def two_threads() -> Iterator[None]:
+    """Two intra-op threads (the split kernel is offered with 2+: one row block per thread)."""
+    yield from _intra_op(2)
 
 
 @pytest.fixture
