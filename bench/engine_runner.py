@@ -1,18 +1,19 @@
 """Run single requests through the serving engine's step scheduler (the product path) for `bench`.
 
 One scheduler per mode, each with its own prefix cache, sharing the process's one calibrated
-ragged KernelSet: a question is submitted alone and awaited, so this is the engine at
-concurrency 1 (prefix-KV reuse included: a repeated prompt, or one sharing a document with an
+ragged KernelSet: a question is submitted alone and the caller's thread drives the engine's steps
+until it is done, so this is the engine at concurrency 1, and every mode and the HF baselines run
+their forwards on the bench's one thread (several threads with OpenMP pools would slow every one of
+them: ``lookahead_core.threads``) (prefix-KV reuse included: a repeated prompt, or one sharing a document with an
 earlier prompt, skips that part of its prefill, for every mode alike, ``none`` included).
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from lookahead_core import DecodingConfig, TokenTrie
-from lookahead_core.engine.request import ServeRequest, ServeStats
+from lookahead_core.engine.request import Phase, ServeRequest, ServeStats
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.shared import shared_kernels
 
@@ -26,13 +27,13 @@ class SchedulerRunner:
                  scheduler: SchedulerConfig | None = None) -> None:
         self.config = config
         self.trie = trie  # shared across questions (accumulate / warm / repeat); None = fresh per question
-        self.scheduler = StepScheduler(model, tokenizer, scheduler, kernels=shared_kernels(model)).start()
+        self.scheduler = StepScheduler(model, tokenizer, scheduler, kernels=shared_kernels(model)).start(thread=False)
 
     def __call__(self, ids: list[int]) -> tuple[list[int], int, ServeStats]:
-        done = threading.Event()
-        req = ServeRequest(ids, self.config, tenant=TENANT, trie=self.trie, on_done=lambda _r, _e: done.set())
+        req = ServeRequest(ids, self.config, tenant=TENANT, trie=self.trie)
         self.scheduler.submit(req)
-        done.wait()
+        while req.phase is not Phase.DONE:
+            self.scheduler.step()
         if req.error is not None:
             raise req.error
         return req.output, req.stats.forward_steps, req.stats

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import sys
 import tempfile
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import torch
 from lookahead_core.models import load_model
+from lookahead_core.threads import on_own_thread, serve_single_threaded, usable_cores
 
 from bench.common import cpu_name, machine, print_table, write_json
 from bench.profile_report import flatten, report_profile
@@ -61,9 +63,9 @@ async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, 
 
 def _serial(baseline: SerialBaseline, prompts: list[tuple[int, list[int]]], run: RunConfig,
             stop: threading.Event, desc: str) -> list[RequestRecord]:
-    if run.threads:
-        torch.set_num_threads(run.threads)  # this worker thread's intra-op threads
-    return run_serial(baseline, prompts, stop, desc)
+    # its own thread, with as many intra-op threads as the engine's, which exits and frees its OpenMP
+    # pool: a pool left on asyncio's worker would slow every later way (lookahead_core.threads)
+    return on_own_thread(lambda: run_serial(baseline, prompts, stop, desc), run.threads or usable_cores())
 
 
 async def _serial_way(baseline: SerialBaseline, raw: dict[str, Raw], run: RunConfig, c: int,
@@ -97,7 +99,8 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
                     raw[way] = await _engine_way(stack, run, model, tok, wl, seq, c, way)
             # on_safe answers carry no prompt ids (the safe final hides them): nothing to compare them with
             keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed and r.prompt_ids]
-            await asyncio.to_thread(fill_references, baseline, keys, references, stop)
+            fill = functools.partial(fill_references, baseline, keys, references, stop)
+            await asyncio.to_thread(on_own_thread, fill, run.threads or usable_cores())
             levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
                               for w, (recs, wall, mb) in raw.items()}
             rss[str(c)] = round(max(mb for _, _, mb in raw.values()), 1)
@@ -152,8 +155,7 @@ def _device(name: str) -> str:
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args.device)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    serve_single_threaded()  # the engines' step threads take --threads; every other thread runs torch on one
     wl = load_workload(args.corpus, args.questions, args.pool, args.tenants_by_title)
     drawn = draw_sequence(len(wl.pool), args.requests, args.zipf, args.seed)
     seq = [wl.pool[i] for i in drawn]
@@ -172,7 +174,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "kind": "serve",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
-        "threads": torch.get_num_threads(),
+        "threads": args.threads or usable_cores(),
         "requests": args.requests,
         "zipf": args.zipf,
         "levels": levels,

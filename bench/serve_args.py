@@ -60,7 +60,7 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--kafka", default="", help="HOST:PORT of a Kafka broker (default: the in-process bus)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads of the engine and serial HF (0: every core)")
     p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
     p.add_argument("--dependency-timeout-s", type=float, default=60.0,
                    help="generator's retrieve / draft-fetch deadlines (generous: load must not degrade prompts)")

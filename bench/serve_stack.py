@@ -39,7 +39,7 @@ class StackConfig:
     model: str  # served model name (generator + retriever tokenizer)
     max_new_tokens: int  # tokens each request asks for
     max_concurrency: int  # the highest concurrency level of the run
-    threads: int  # torch CPU threads (0 = torch default)
+    threads: int  # torch CPU threads of the engine (0 = every core this process may use)
     timeout_s: float  # retrieve and fetch deadlines inside the generator (generous: never degrade)
     kafka: str = ""  # bootstrap HOST:PORT; empty = the in-process bus
     generator: dict[str, Any] = field(default_factory=dict)  # extra generator settings (--gen KEY=VALUE)

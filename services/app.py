@@ -125,8 +125,12 @@ class Pipeline:
         bus = make_bus(settings.kafka, _bus_dir(settings, names))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
         pipeline.server_credentials = credentials
+        if "generator" in names:  # first: only the engine's thread may hold an OpenMP pool (lookahead_core.threads)
+            from lookahead_core.threads import serve_single_threaded  # torch: only where the generator runs
+
+            serve_single_threaded()
         if "generator" in names and (model is None or tokenizer is None):
-            from lookahead_core.models import load_model  # torch: only where the generator runs
+            from lookahead_core.models import load_model
 
             served = settings.model
             model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)

@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
-import torch
 from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
 from lookahead_core.defaults import DEFAULT_MODEL
 from lookahead_core.engine.admission import QueueFull
@@ -29,6 +28,7 @@ from lookahead_core.engine.detok import TextStreamer
 from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
 from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
 from lookahead_core.forward.shared import shared_kernels
+from lookahead_core.threads import usable_cores
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (
@@ -89,8 +89,6 @@ class GeneratorEngine:
         self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/quota.py)
         self.tokenizer = tokenizer
         self.config = server_config(settings, self.limits)
-        if settings.threads:  # once, process-wide, before the scheduler thread starts (never per request)
-            torch.set_num_threads(settings.threads)
         on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
         self.scheduler = StepScheduler(
             model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward,
@@ -110,7 +108,7 @@ class GeneratorEngine:
         return SchedulerConfig(
             max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
             prefill_chunk=s.prefill_chunk, prefix_cache_bytes=s.prefix_cache_mb * MIB, adaptive=s.adaptive_speculation,
-            calibrate=s.calibrate_kernels,
+            calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
         )
 
     @property

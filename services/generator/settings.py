@@ -66,7 +66,8 @@ class GeneratorSettings(ServerSettings):
     )
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache continuations fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
-    threads: int = Field(0, ge=0, description="torch CPU threads, set once at start-up (0 = torch's default)")
+    threads: int = Field(0, ge=0, description="torch CPU threads of the engine's step thread (0 = every core "
+                         "this process may use); the process's other threads run torch on one")
     # side-channel-safe streams (services/generator/safe_stream.py, docs/SECURITY.md)
     safe_stream_tenants: list[str] = Field(
         default=[], description="tenants whose answers always stream in the side-channel-safe mode"

@@ -37,6 +37,7 @@ from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
+from ..threads import start_compute_thread
 from .active import Active
 from .admission import FairQueue, QueueFull
 from .apply import Forward, apply_step
@@ -69,6 +70,7 @@ class SchedulerConfig:
     calibration_past: int = 256  # cache entries behind the timed forwards (a typical RAG prompt)
     calibration_repeats: int = 3  # timings per size and kernel (the median is kept)
     idle_poll_s: float = 0.05  # an idle loop wakes this often to expire waiting deadlines
+    threads: int = 0  # intra-op threads of the engine's own thread (0: the constructing thread's count)
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_waiting < 0:
@@ -139,20 +141,25 @@ class StepScheduler:
         self._admitting = 0  # requests popped from the queue, not yet running
         self._closed = False
         self._thread: threading.Thread | None = None
+        self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
 
     # ---- public (any thread) --------------------------------------------------------------------
     def start(self, thread: bool = True) -> StepScheduler:
-        """Measure kernels (once) and, with ``thread``, run the steps on the engine's own thread."""
-        cfg = self.config
-        if cfg.calibrate:
-            counts = [n for n in cfg.calibration_counts if n <= cfg.max_tokens_per_forward]
-            probe = RaggedProbe(self.shape, cfg.calibration_past)
-            if calibrate_once(self.kernels, probe, counts, cfg.calibration_repeats):
-                log.info("kernels by forward size: %s", self.kernels.describe())
+        """Measure kernels (once) and, with ``thread``, run the steps on the engine's own thread (which
+        measures there, with ``threads`` intra-op threads: see ``lookahead_core.threads``); without,
+        the caller's thread measures now and drives ``step()``."""
         if thread:
-            self._thread = threading.Thread(target=self._loop, name="step-scheduler", daemon=True)
-            self._thread.start()
+            self._thread = start_compute_thread(self._calibrate, self._loop, self.threads, "step-scheduler")
+        else:
+            self._calibrate()
         return self
+
+    def _calibrate(self) -> None:
+        cfg = self.config
+        counts = [n for n in cfg.calibration_counts if n <= cfg.max_tokens_per_forward]
+        if cfg.calibrate and calibrate_once(self.kernels, RaggedProbe(self.shape, cfg.calibration_past), counts,
+                                            cfg.calibration_repeats):
+            log.info("kernels by forward size: %s", self.kernels.describe())
 
     def submit(self, req: ServeRequest) -> None:
         """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing."""
