@@ -9,10 +9,14 @@ ask for m explicitly.
 
 from __future__ import annotations
 
+import threading
+
 import grpc
 import pytest
+import torch
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from lookahead_core.threads import new_thread_default, usable_cores
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2, retriever_pb2, retriever_pb2_grpc
 
 from services.draftcache.servicer import SERVICE_NAME as DRAFTCACHE_SERVICE
@@ -215,3 +219,22 @@ async def test_health_serving_and_reflection_lists_the_generator(pipe: RunningPi
     names = {s.name for s in reply.list_services_response.service}
     assert GENERATOR_SERVICE == "lookahead_rag.v1.Generator"
     assert {GENERATOR_SERVICE, "grpc.health.v1.Health"} <= names
+
+
+async def test_only_the_engine_thread_runs_torch_on_several_threads(pipe: RunningPipeline, tenant: str) -> None:
+    # A serving process puts every thread but the engine's on one intra-op thread, or their OpenMP
+    # pools would throttle each other (lookahead_core.threads); the engine's thread claims its own count.
+    engine = pipe.engine.scheduler
+    assert new_thread_default() == 1
+    assert engine.threads == (pipe.pipeline.settings.generator.threads or usable_cores())
+    seen: set[tuple[str, int]] = set()  # (thread, intra-op threads) of every forward of the engine's twins
+    hooks = [twin.register_forward_pre_hook(lambda *_: seen.add((threading.current_thread().name,
+                                                                  torch.get_num_threads())))
+             for twin in engine.kernels.twins.values()]
+    try:
+        answer = await pipe.answer(tenant, max_new_tokens=4, mode="none")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert answer.final is not None
+    assert seen == {("step-scheduler", engine.threads)}
