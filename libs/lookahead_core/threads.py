@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import TypeVar
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import torch
 
@@ -116,3 +118,32 @@ def start_compute_thread(setup: Callable[[], None], loop: Callable[[], None], th
     if failed:
         raise failed[0]
     return thread
+
+
+class CallQueue:
+    """Callables handed to the compute thread by other threads, run there between its own work.
+
+    A baseline timed beside the engine must run where the engine's forwards run: on another thread
+    it would open a second OpenMP pool and both would be throttled.
+    """
+
+    def __init__(self) -> None:
+        self._pending: deque[tuple[Callable[[], Any], Future[Any]]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def push(self, fn: Callable[[], T]) -> Future[T]:
+        """Queue ``fn`` (the caller wakes the compute thread); its Future gets the result or exception."""
+        future: Future[T] = Future()
+        self._pending.append((fn, future))
+        return future
+
+    def run_pending(self) -> None:
+        """Run every queued callable on this thread, in order."""
+        while self._pending:
+            fn, future = self._pending.popleft()
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # the caller's future raises it
+                future.set_exception(exc)

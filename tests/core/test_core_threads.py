@@ -105,3 +105,23 @@ def test_engine_thread_calibrates_and_steps_with_its_own_threads(restore_threads
             for hook in hooks:
                 hook.remove()
     assert seen == {("step-scheduler", 2)}  # and so did every step
+
+
+def test_call_runs_on_the_engine_thread_and_returns_or_raises() -> None:
+    config = SchedulerConfig(max_running=1, calibrate=False, threads=1)
+    engine = StepScheduler(tiny_model("llama"), StubTokenizer(), config).start()
+    try:
+        # a baseline handed to the engine runs on its thread (its one OpenMP pool), between steps
+        assert engine.call(lambda: threading.current_thread().name) == "step-scheduler"
+
+        def boom() -> None:
+            raise ValueError("baseline failed")
+
+        with pytest.raises(ValueError, match="baseline failed"):
+            engine.call(boom)
+        assert engine.call(lambda: 7) == 7  # the engine goes on after a failed call
+    finally:
+        engine.close()
+    # an engine driven by its callers (no thread of its own) runs it on the caller's thread
+    driven = StepScheduler(tiny_model("llama"), StubTokenizer(), config).start(thread=False)
+    assert driven.call(lambda: threading.current_thread().name) == threading.current_thread().name

@@ -117,3 +117,18 @@ class FairQueue(Generic[T]):
     def _drop_if_empty(self, name: str) -> None:
         if not self._tenants[name].entries:
             del self._tenants[name]  # rejoins at the rotation's tail when it next pushes
+
+
+@dataclass
+class SchedulerState:
+    """A snapshot of the engine for metrics and tests."""
+
+    waiting: int  # requests in the queue
+    running: int  # requests admitted (prefilling or decoding)
+    kv_bytes: int  # bytes of KV buffers held by running requests
+    forwards: int  # forwards run since start
+    prefix_hit_tokens: int  # prompt tokens served from the prefix cache since start
+
+
+class SchedulerClosed(RuntimeError):
+    """The engine is shutting down and takes no new requests."""

@@ -37,9 +37,9 @@ from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
-from ..threads import start_compute_thread
+from ..threads import CallQueue, T, start_compute_thread
 from .active import Active
-from .admission import FairQueue, QueueFull
+from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
 from .finish import eos_ids
 from .gains import GainsModel
@@ -79,21 +79,6 @@ class SchedulerConfig:
             raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
         if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward:
             raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward")
-
-
-@dataclass
-class SchedulerState:
-    """A snapshot for metrics and tests."""
-
-    waiting: int  # requests in the queue
-    running: int  # requests admitted (prefilling or decoding)
-    kv_bytes: int  # bytes of KV buffers held by running requests
-    forwards: int  # forwards run since start
-    prefix_hit_tokens: int  # prompt tokens served from the prefix cache since start
-
-
-class SchedulerClosed(RuntimeError):
-    """The engine is shutting down and takes no new requests."""
 
 
 # Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
@@ -141,6 +126,7 @@ class StepScheduler:
         self._admitting = 0  # requests popped from the queue, not yet running
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._calls = CallQueue()  # other threads' callables for the engine's thread (``call``)
         self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
 
     # ---- public (any thread) --------------------------------------------------------------------
@@ -160,6 +146,16 @@ class StepScheduler:
         if cfg.calibrate and calibrate_once(self.kernels, RaggedProbe(self.shape, cfg.calibration_past), counts,
                                             cfg.calibration_repeats):
             log.info("kernels by forward size: %s", self.kernels.describe())
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """``fn()`` on the engine's thread between two steps (e.g. a baseline timed beside the engine:
+        lookahead_core.threads); blocks until it is done. Without a thread of its own, on the caller's."""
+        if self._thread is None:
+            return fn()
+        with self._cv:
+            future = self._calls.push(fn)
+            self._cv.notify()
+        return future.result()
 
     def submit(self, req: ServeRequest) -> None:
         """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing."""
@@ -253,11 +249,12 @@ class StepScheduler:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and not self.running and not len(self.queue):
+                while not self._closed and not self.running and not len(self.queue) and not len(self._calls):
                     self._cv.wait(self.config.idle_poll_s)
                     self._expire_waiting()
                 if self._closed:
                     break
+            self._calls.run_pending()
             self.step()
         with self._stepping:
             self._cancel_running()
