@@ -26,6 +26,7 @@ from bench.serve_load import Question, Workload, draw_sequence, load_workload
 from bench.serve_plot import plot
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
 from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
+from bench.thread_cpu import print_thread_cpu, since, thread_cpu
 
 # GenerationParams.mode of the engine ways ("" = server default)
 MODE_OF = {"on": "", "on_tls": "", "on_safe": "", "off": "none"}
@@ -47,6 +48,7 @@ class RunConfig:
     sampling: Sampling  # greedy unless --temperature > 0: sent with every request, used by the baseline
     mode: str = ""  # GenerationParams.mode of the on ways (--mode; "" = the server's default)
     profile: Profiles | None = None  # --profile: each engine way's step profile is put here
+    beside: dict[str, dict[str, float]] | None = None  # --profile: each engine way's CPU seconds by thread
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
@@ -56,8 +58,11 @@ async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, 
         mode = MODE_OF[way] or run.mode
         if run.profile is not None:
             run.profile[f"{way}@{c}"] = pipeline.engine.scheduler.start_profile()
+        before = thread_cpu()
         records, wall = await closed_loop(stub, seq, c, mode, run.max_new_tokens, run.deadline_s,
                                           f"c={c} {way}", run.sampling, way in SAFE_WAYS)
+        if run.beside is not None:
+            run.beside[f"{way}@{c}"] = since(before)
     return records, wall, rss.peak_mb
 
 
@@ -163,7 +168,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
           f"{len(wl.docs)} tenant(s)")
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
-                    args.mode, {} if args.profile else None)
+                    args.mode, {} if args.profile else None, {} if args.profile else None)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
@@ -192,6 +197,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "ratios": _ratios(levels),
         "rss_mb": rss,
         **({"profile": flatten(run.profile)} if run.profile else {}),
+        **({"thread_cpu_s": run.beside} if run.beside else {}),
     }
 
 
@@ -224,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
         plot(data, png)
         print(f"wrote {png}")
     report_profile(data, png)
+    if "thread_cpu_s" in data:
+        print_thread_cpu(data["thread_cpu_s"])
     return 0
 
 
