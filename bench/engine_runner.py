@@ -2,9 +2,9 @@
 
 One scheduler per mode, each with its own prefix cache, sharing the process's one calibrated
 ragged KernelSet: a question is submitted alone and the caller's thread drives the engine's steps
-until it is done, so this is the engine at concurrency 1, and every mode and the HF baselines run
-their forwards on the bench's one thread (several threads with OpenMP pools would slow every one of
-them: ``lookahead_core.threads``) (prefix-KV reuse included: a repeated prompt, or one sharing a document with an
+until it is done. Every mode and the HF baselines thus run their forwards on the bench's one thread
+(several threads with OpenMP pools would slow each other: ``lookahead_core.threads``). This is the
+engine at concurrency 1 (prefix-KV reuse included: a repeated prompt, or one sharing a document with an
 earlier prompt, skips that part of its prefill, for every mode alike, ``none`` included).
 """
 

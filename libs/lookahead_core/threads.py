@@ -48,11 +48,22 @@ def serve_single_threaded() -> None:
     torch.set_num_threads(BACKGROUND_THREADS)
 
 
-def _on_fresh_thread(fn: Callable[[], T]) -> T:
+def _on_fresh_thread(fn: Callable[[], T], name: str = "torch-threads") -> T:
+    """``fn()`` on a new thread, which then exits; blocks, and returns its result or raises its exception."""
     out: list[T] = []
-    thread = threading.Thread(target=lambda: out.append(fn()), name="torch-threads", daemon=True)
+    err: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as exc:  # re-raised on the caller's thread
+            err.append(exc)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
     thread.join()
+    if err:
+        raise err[0]
     return out[0]
 
 
@@ -75,22 +86,12 @@ def claim_threads(n: int) -> None:
 def on_own_thread(fn: Callable[[], T], threads: int, name: str = "torch-baseline") -> T:
     """``fn()`` on a new thread with ``threads`` intra-op threads, which then exits (and frees its
     OpenMP pool); blocks until it is done and returns its result or raises its exception."""
-    out: list[T] = []
-    err: list[BaseException] = []
 
-    def run() -> None:
+    def run() -> T:
         claim_threads(threads)
-        try:
-            out.append(fn())
-        except BaseException as exc:  # re-raised on the caller's thread
-            err.append(exc)
+        return fn()
 
-    thread = threading.Thread(target=run, name=name, daemon=True)
-    thread.start()
-    thread.join()
-    if err:
-        raise err[0]
-    return out[0]
+    return _on_fresh_thread(run, name)
 
 
 def start_compute_thread(setup: Callable[[], None], loop: Callable[[], None], threads: int,
