@@ -13,6 +13,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("bench.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
     "retrieval": ("bench.retrieval_args", "retrieval latency: p50/p99 of embedding a question + a flat-index search"),
     "draft-agreement": ("bench.draft_agreement_args", "early-exit self-draft: top-1 agreement and cost per exit layer"),
+    "prompt-order": ("bench.prompt_order_args",
+                     "passage order: prefix-cache hits and SQuAD EM/F1, canonical vs score order"),
     "plot": ("bench.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

@@ -1,13 +1,13 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
-        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile]
+        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
 ``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval, ``exits`` ->
-draft_agreement. The PNG goes next to the JSON unless ``--png`` says where. Fields a file lacks show
-as "unknown" in the title.
+draft_agreement (``prompt_order`` files always carry their kind). The PNG goes next to the JSON
+unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ PLOTTERS = {
     "events": "bench.events_plot",
     "draft_agreement": "bench.draft_agreement_plot",
     "profile": "bench.profile_plot",
+    "prompt_order": "bench.prompt_order_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

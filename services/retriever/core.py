@@ -63,8 +63,8 @@ class DeleteResult:
 
 @dataclass(frozen=True, slots=True)
 class RetrieveResult:
-    chunks: list[ScoredChunk]  # in the prompt, best first (the last may be cut: text/end shortened)
-    sessions: list[ScoredSession]  # in the prompt, best first
+    chunks: list[ScoredChunk]  # in the prompt's order ([n] is the nth; settings.passage_order); one may be cut
+    sessions: list[ScoredSession]  # in the prompt, best first (the lowest-scored item kept may be cut)
     prompt: str
     prompt_ids: list[int]
     tokenizer_id: str
@@ -228,11 +228,12 @@ class RetrieverCore:
             built = build_prompt(
                 self.tokenizer,
                 question,
-                [Passage(c.chunk.title, c.chunk.text, c.score) for c in found],
+                [Passage(c.chunk.title, c.chunk.text, c.score, c.chunk.doc_id, c.chunk.number()) for c in found],
                 [PastAnswer(p.session.question, p.session.answer, p.score) for p in past],
                 budget,
                 s.system_prompt,
                 s.min_truncated_tokens,
+                s.passage_order,
             )
         except PromptTooLong as exc:
             raise PromptTooLong(
@@ -244,7 +245,7 @@ class RetrieverCore:
         if dropped:
             notes.append(f"{dropped} retrieved item(s) left out to fit {budget} prompt tokens")
         if built.truncated:
-            notes.append("the last item in the prompt was cut to fit")
+            notes.append("the lowest-scored item in the prompt was cut to fit")
         return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes,
                               unknown_tenant)
 

@@ -34,6 +34,10 @@ class ChunkRecord:
     start: int
     end: int
 
+    def number(self) -> int:
+        """The chunk's position in its document: the n of ``<doc id>#<n>`` (doc ids may hold ``#`` too)."""
+        return int(self.chunk_id.rpartition(CHUNK_ID_SEP)[2])
+
     def embedding_text(self) -> str:
         """What gets embedded: the title gives short chunks their context."""
         return f"{self.title}\n{self.text}" if self.title else self.text

@@ -4,12 +4,19 @@ A pure function of its inputs (no FAISS, no embedder): ``build_prompt`` takes th
 order, adds them best score first while the templated prompt stays within ``budget`` tokens, cuts
 the first one that does not fit to what room is left (at a token boundary, so its text stays a
 prefix of the original) and drops the rest. With no candidates the prompt is the question alone.
+
+Which passages are kept depends on their scores; the order they are shown in does not (by default):
+the prompt's stable parts come first so that requests share them in the engine's prefix cache, the
+system prompt, then the kept passages by (document id, chunk number) (``PassageOrder.CANONICAL``),
+then the past answers best first, then the question. Two questions that retrieve the same passages
+share their whole documents block, whatever the scores. ``PassageOrder.SCORE`` shows them best first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from services.common.errors import InvalidArgument
@@ -22,6 +29,11 @@ BLOCK_SEP = "\n\n"
 _LOOKALIKES = str.maketrans({"|": "¦", "<": "‹", ">": "›"})
 
 
+class PassageOrder(StrEnum):
+    CANONICAL = "canonical"  # by document id, then chunk number: the same passages, the same documents block
+    SCORE = "score"  # best score first
+
+
 class PromptTooLong(InvalidArgument):
     """Even the question alone does not fit the token budget."""
 
@@ -31,6 +43,11 @@ class Passage:
     title: str
     text: str
     score: float
+    doc_id: str = ""  # canonical order: by document id ...
+    chunk: int = 0  # ... then by the chunk's number in its document (numeric: #2 before #10)
+
+    def canonical_key(self) -> tuple[str, int]:
+        return self.doc_id, self.chunk
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +73,9 @@ class BuiltPrompt:
     text: str
     ids: list[int]
     passages: list[tuple[int, int]]  # (index into passages, characters of its text kept), prompt order
-    answers: list[tuple[int, int]]  # (index into past answers, characters of its answer kept)
+    answers: list[tuple[int, int]]  # (index into past answers, characters of its answer kept), prompt order
     budget: int
-    truncated: bool  # the last item was cut to fit
+    truncated: bool  # the lowest-scored item kept was cut to fit (wherever the order shows it)
 
 
 def sanitize(text: str, special_tokens: Sequence[str]) -> str:
@@ -77,6 +94,7 @@ class _Renderer:
         passages: Sequence[Passage],
         answers: Sequence[PastAnswer],
         system_prompt: str,
+        order: PassageOrder,
     ) -> None:
         specials = [t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1]
         self.tokenizer = tokenizer
@@ -88,16 +106,25 @@ class _Renderer:
             replace(a, question=sanitize(a.question, specials), answer=sanitize(a.answer, specials)) for a in answers
         ]
         self.system_prompt = system_prompt
+        self.order = order
 
     def item_text(self, item: _Item) -> str:
         return self.passages[item.index].text if item.is_passage else self.answers[item.index].answer
+
+    def in_prompt_order(self, items: Sequence[_Item]) -> list[_Item]:
+        """Passages (canonical or score order), then past answers (score order); ``items`` are best first."""
+        docs = [i for i in items if i.is_passage]
+        if self.order is PassageOrder.CANONICAL:
+            docs.sort(key=lambda i: self.passages[i.index].canonical_key())  # stable: equal keys keep score order
+        return docs + [i for i in items if not i.is_passage]
 
     def messages(self, items: Sequence[_Item]) -> list[dict[str, str]]:
         if not items:
             return [{"role": "user", "content": self.question}]
         blocks: list[str] = []
-        docs = [i for i in items if i.is_passage]
-        past = [i for i in items if not i.is_passage]
+        ordered = self.in_prompt_order(items)
+        docs = [i for i in ordered if i.is_passage]
+        past = [i for i in ordered if not i.is_passage]
         if docs:
             blocks.append(DOCUMENTS_HEADER)
             for n, item in enumerate(docs, start=1):
@@ -128,7 +155,11 @@ class _Renderer:
 def _fit_truncated(
     r: _Renderer, kept: list[_Item], item: _Item, overflow: int, budget: int, min_tokens: int
 ) -> _Item | None:
-    """The item cut so that kept + [it] fits, or None if fewer than ``min_tokens`` of it would remain."""
+    """The item cut so that kept + [it] fits, or None if fewer than ``min_tokens`` of it would remain.
+
+    Every try renders the whole prompt (in its prompt order, wherever the cut item lands), so the
+    budget check is exact; ``overflow`` only sets where the search starts.
+    """
     ends = r.token_ends(item)
     keep = len(ends) - overflow
     while keep >= min_tokens:
@@ -148,9 +179,13 @@ def build_prompt(
     budget: int,
     system_prompt: str,
     min_truncated_tokens: int,
+    order: PassageOrder = PassageOrder.CANONICAL,
 ) -> BuiltPrompt:
-    """The chat-templated prompt (ending in the assistant turn) of at most ``budget`` tokens."""
-    r = _Renderer(tokenizer, question, passages, answers, system_prompt)
+    """The chat-templated prompt (ending in the assistant turn) of at most ``budget`` tokens.
+
+    What is kept is chosen best score first; ``order`` says how the kept passages are shown.
+    """
+    r = _Renderer(tokenizer, question, passages, answers, system_prompt, PassageOrder(order))
     text, ids = r.render([])
     if len(ids) > budget:
         raise PromptTooLong(f"the question alone needs {len(ids)} prompt tokens; the budget is {budget}")
@@ -171,11 +206,12 @@ def build_prompt(
             text, ids = r.render(kept)
             truncated = True
         break  # everything scored lower is dropped
+    shown = r.in_prompt_order(kept)
     return BuiltPrompt(
         text=text,
         ids=ids,
-        passages=[(k.index, k.kept_chars) for k in kept if k.is_passage],
-        answers=[(k.index, k.kept_chars) for k in kept if not k.is_passage],
+        passages=[(k.index, k.kept_chars) for k in shown if k.is_passage],
+        answers=[(k.index, k.kept_chars) for k in shown if not k.is_passage],
         budget=budget,
         truncated=truncated,
     )

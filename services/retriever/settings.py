@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
 from services.common.settings import ServerSettings, metrics_port_field, port_field
 from services.retriever.corpus import bundled_vectors_path
+from services.retriever.prompt import PassageOrder
 
 
 def default_data_dir() -> Path:
@@ -83,6 +84,11 @@ class RetrieverSettings(ServerSettings):
     )
     min_truncated_tokens: int = Field(
         32, ge=1, description="a document cut to fewer tokens than this is dropped instead"
+    )
+    passage_order: PassageOrder = Field(
+        PassageOrder.CANONICAL,
+        description="how kept passages are shown: canonical (by document and chunk: questions retrieving the "
+        "same passages share the prefix cache) or score (best first); which are kept is by score either way",
     )
     max_sessions_per_tenant: int = Field(10_000, ge=1, description="past sessions kept per tenant; the oldest go first")
     max_remembered_event_ids: int = Field(

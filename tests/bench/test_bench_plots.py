@@ -101,13 +101,23 @@ def _profile() -> dict[str, Any]:
                         "hierarchical prefill": report(300.0, 250.0)}}
 
 
+def _prompt_order() -> dict[str, Any]:
+    def order(hits: float, em: float) -> dict[str, Any]:
+        return {"prompts": 4, "prompt_tokens": 2000, "prefix_hit_tokens": int(2000 * hits), "mean_prompt_tokens": 500.0,
+                "mean_hit_tokens": 500.0 * hits, "hit_fraction": hits, "scored": 4, "exact_match": em, "f1": em + 20.0}
+    return {"kind": "prompt_order", "model": "tiny", "cpu": "Test CPU", "machine": "Linux, 2 cores", "threads": 2,
+            "dataset": "test", "questions": 4, "tenants": 1, "max_new_tokens": 8,
+            "orders": {"canonical": order(0.6, 25.0), "score": order(0.2, 25.0)}}
+
+
 RESULTS = {
+    "prompt order": _prompt_order,
     "profile": _profile,
     "draft agreement": _draft_agreement,
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
 }
-KINDS = {"profile": "profile", "draft agreement": "draft_agreement",
+KINDS = {"prompt order": "prompt_order", "profile": "profile", "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events"}
 

@@ -88,15 +88,15 @@ def test_ingest_retrieve_stats_roundtrip(core: RetrieverCore) -> None:
 
     ingested, reply, stats = run(core, call)
     assert ingested.documents + 0 <= 2 and ingested.total_chunks == 2
-    assert [c.doc_id for c in reply.chunks] == ["json.dumps", "csv.reader"]
-    top = reply.chunks[0]
+    assert [c.doc_id for c in reply.chunks] == ["csv.reader", "json.dumps"]  # the prompt's order: by doc id
+    top = reply.chunks[1]
     assert (top.chunk_id, top.text, top.start, top.end) == (
         "json.dumps#0",
         DOCS[0].text,
         0,
         len(DOCS[0].text),
     )
-    assert top.score > reply.chunks[1].score
+    assert top.score > reply.chunks[0].score  # the best match, shown second
     assert DOCS[0].text in reply.prompt and "How do I write JSON?" in reply.prompt
     assert list(reply.prompt_ids) == shared_tokenizer()(reply.prompt, add_special_tokens=False)["input_ids"]
     assert reply.tokenizer_id == core.tokenizer_id

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
+from services.retriever.prompt import Passage, PassageOrder, PastAnswer, PromptTooLong, build_prompt
 
 SYSTEM = "Answer from the documents."
 QUESTION = "How do I serialize an object to a JSON string?"
@@ -36,6 +36,7 @@ def answers() -> list[PastAnswer]:
 
 
 def build(tok: Any, budget: int, **kw: Any) -> Any:
+    """Shown best first: these cases are about what is kept (the canonical order: test_retriever_prompt_order.py)."""
     return build_prompt(
         tok,
         kw.pop("question", QUESTION),
@@ -44,6 +45,7 @@ def build(tok: Any, budget: int, **kw: Any) -> Any:
         budget,
         SYSTEM,
         MIN_TRUNC,
+        PassageOrder.SCORE,
     )
 
 

@@ -1,0 +1,52 @@
+"""Prompt order: what canonical passage order buys in prefix-cache hits, and what it does to answers.
+
+    lookahead-rag-bench prompt-order [--corpus C.jsonl --questions Q.jsonl] [--limit 40] \\
+        [--max-new-tokens 64] [--tenants-by-title] [--model NAME] [--threads N] [--json out.json] [--png out.png]
+
+For the first ``--limit`` answerable questions, in the file's order, the retriever (set up as bench
+serve sets it up: one tenant, or one per article title with --tenants-by-title) builds each prompt
+twice in one process: kept passages shown in canonical order (by document and chunk, the default) and
+by score (``[retriever] passage_order = "score"``). Which passages are kept is the same both ways.
+
+- Prefix sharing: each prompt's longest common prefix with any earlier prompt of its tenant (what a
+  prefix cache that never evicts would reuse; at most the prompt's length minus one), summed, per
+  prompt, and as a fraction of all prompt tokens.
+- Answer quality: each prompt's plain greedy answer (transformers' generate(do_sample=False), up to
+  --max-new-tokens; a prompt identical in both orders is answered once), scored with SQuAD's exact
+  match and F1 against the question's "answers" (bench/squad_eval.py). Questions without answers
+  are not scored.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench.common import workload_parser
+from bench.dataset import dataset_from_args
+
+DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
+DEFAULT_MAX_NEW_TOKENS = 64  # SQuAD answers are short; a grounded reply rarely needs more
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = workload_parser("lookahead-rag-bench prompt-order", __doc__)
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="the first N answerable questions")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="greedy answer length cap")
+    p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title (as bench serve)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    args = p.parse_args(argv)
+    if args.limit < 1 or args.max_new_tokens < 1:
+        p.error("--limit and --max-new-tokens must be positive")
+    args.dataset = dataset_from_args(p, args).name
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv or [])
+    from bench.prompt_order import report  # torch: loaded once the arguments are parsed
+
+    return report(args)
