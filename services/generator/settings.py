@@ -37,6 +37,8 @@ class GeneratorSettings(ServerSettings):
     max_waiting: int = Field(64, ge=0, description="requests queued past max_running; more get RESOURCE_EXHAUSTED")
     max_tokens_per_forward: int = Field(512, gt=1, description="tokens in one batched forward (drafts + prefill)")
     prefill_chunk: int = Field(256, gt=0, description="prompt tokens prefilled per forward while others decode")
+    ttft_target_s: float = Field(2.0, gt=0, description="time to first token the step budget keeps waiting "
+                                 "prompts within: while they wait, draft trees shrink")
     prefix_cache_mb: int = Field(256, ge=0, description="MiB of per-tenant prompt-prefix KV kept for reuse")
     adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
     calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")

@@ -149,6 +149,39 @@ def test_extension_needs_confident_nodes() -> None:
     assert len(retrieve(trie, [1, 2, 3, 4, 5], config, budget=3, max_depth=64)) == 3
 
 
+# (outputs, prompts, chain_to, expected chain after context [1..5]): 6-token trie windows, so a branch
+# under a 5-token match is one token deep; past outputs carry the chain further
+CHAIN_CASES: list[tuple[list[list[int]], list[list[int]], int, list[int]]] = [
+    # a past answer 1..30: the chain follows it to chain_to nodes (6..25), far past the trie's depth
+    ([list(range(1, 31))], [], 20, list(range(6, 26))),
+    # chain_to 0: the config's max_decoding_length (8) caps the copy
+    ([list(range(1, 31))], [], 0, list(range(6, 14))),
+    # the answer ends: the chain ends with it
+    ([list(range(1, 12))], [], 20, list(range(6, 12))),
+    # two past answers fork after 8 (50/50, under extend_min_prob): the chain stops at the fork
+    ([[*range(1, 9), 50, 51, 52], [*range(1, 9), 60, 61, 62]], [], 20, [6, 7, 8]),
+    # the same text only in a prompt: no output evidence, no chain past the trie's depth
+    ([], [list(range(1, 31))], 20, [6]),
+]
+
+
+@pytest.mark.parametrize(("outputs", "prompts", "chain_to", "chain"), CHAIN_CASES)
+def test_a_past_answer_continues_as_one_chain(outputs: list[list[int]], prompts: list[list[int]], chain_to: int,
+                                              chain: list[int]) -> None:
+    config = DecodingConfig(trie=TrieConfig(branch_length=6), max_decoding_length=8, extend_min_match=4, min_fill=0)
+    tree = retrieve_draft(trie_of(prompts, outputs), [1, 2, 3, 4, 5], config, budget=1, max_depth=64,
+                          chain_to=chain_to)
+    assert tree.paths() == [chain]
+
+
+def test_a_chain_stops_at_max_depth() -> None:
+    # a step never emits past max_new_tokens: the chain is as deep as the room allows
+    config = DecodingConfig(trie=TrieConfig(branch_length=6), max_decoding_length=8, min_fill=0)
+    tree = retrieve_draft(trie_of([], [list(range(1, 31))]), [1, 2, 3, 4, 5], config, budget=1, max_depth=12,
+                          chain_to=40)
+    assert tree.paths() == [list(range(6, 18))]
+
+
 # ---- banned tokens -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("mode", DRAFTING_MODES)
 def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
@@ -259,8 +292,12 @@ def test_every_drafted_branch_is_in_the_trie(
         assert len(pairs) == len(set(pairs))
     longest = min(max_match, len(context), length - 1)
     suffixes = [context[len(context) - n :] for n in range(1, longest + 1)]
-    for path in node_paths(tree):  # each node: suffix + branch is a path of the trie
-        assert any(trie.contains_path([*s, *path]) for s in suffixes), (path, suffixes)
+    for path in node_paths(tree):  # each node: suffix + branch is a path of the trie, or (a chain past the
+        # trie's depth, extend_chain) its token follows a re-matched suffix of context + branch
+        text = [*context, *path]
+        rematched = [text[len(text) - n :] for n in range(config.extend_min_match + 1, len(text) + 1)]
+        assert any(trie.contains_path([*s, *path]) for s in suffixes) or any(
+            len(w) <= length and trie.contains_path(w) for w in rematched), (path, suffixes)
     if len(tree) == 0 and mode in DRAFTING_MODES and budget > 0 and max_depth > 0 and min_fill > 0:
         # nothing drafted (and a thin draft would have tried shorter suffixes): no suffix has an
         # allowed continuation (min_fill 0 stops after the longest matching suffix, as documented)

@@ -152,6 +152,27 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
     assert_idle(sched)
 
 
+def test_a_prompt_admitted_beside_its_twin_takes_the_twin_prefix() -> None:
+    # the same prompt twice in one burst: both are admitted at once, but the second's first chunk runs
+    # after the first's prompt is cached (8-token chunks, FIFO), so it loads that prefix instead of
+    # prefilling again; both answers are greedy
+    model = tiny_model("llama")
+    prompt = random_prompt(random.Random(4))[:16]
+    assert len(prompt) == 16
+    sched = StepScheduler(model, StubTokenizer(), SchedulerConfig(calibrate=False, prefix_min_tokens=4,  # type: ignore[arg-type]
+                                                                  prefill_chunk=8)).start(thread=False)
+    clients = [Client(), Client()]
+    reqs = [request(prompt, c) for c in clients]
+    with eos_as(model, None):
+        for req in reqs:
+            sched.submit(req)
+        while sched.step():
+            pass
+    assert [r.output for r in reqs] == [greedy(model, prompt, 24)] * 2
+    assert [r.stats.prefix_hit_tokens for r in reqs] == [0, len(prompt) - 1]
+    sched.close()
+
+
 def test_other_tenant_never_hits(scheduler_of) -> None:
     # the identical prompt under another tenant is prefilled from scratch
     model = tiny_model("llama")

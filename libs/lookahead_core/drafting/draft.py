@@ -210,12 +210,14 @@ def retrieve_draft(
     max_depth: int,
     banned: frozenset[int] = frozenset(),
     shape: TrieShape = TrieShape.TREE,
+    chain_to: int = 0,
 ) -> DraftTree:
     """Build this step's draft below the last context token, in ``shape``.
 
     ``budget`` caps the number of draft tokens, ``max_depth`` the length of any branch (so a
     step never emits past max_new_tokens); ``banned`` tokens (EOS) never appear in a draft. A TREE
-    may grow confident nodes past ``budget`` up to ``config.max_decoding_length``.
+    may grow confident nodes past ``budget`` up to ``config.max_decoding_length``, and a confident
+    branch that past outputs continue up to ``chain_to`` nodes (``extend_chain``; 0: the same cap).
     """
     tree = DraftTree()
     if budget <= 0 or max_depth <= 0:
@@ -233,11 +235,13 @@ def retrieve_draft(
             return tree
         want = config.min_fill * budget
         seen_chains: set[tuple[int, ...]] = set()
+        copying = False  # a long match was seen: confident copies may grow past the budget
         for matched, node in stages:
             if shape is TrieShape.TREE:
                 # A long suffix match means the text is being copied: then confident nodes may
                 # extend the tree past the base budget (LLMA's match length as evidence).
                 extend = matched >= config.extend_min_match
+                copying = copying or extend
                 cap = max(budget, config.max_decoding_length) if extend else budget
                 _grow_tree(tree, node, cap, max_depth, weight, banned, budget, config.extend_min_prob)
             else:  # CHAINS: separate chains, shared prefixes are not merged
@@ -247,4 +251,71 @@ def retrieve_draft(
                         tree.add_chain(chain, merge=False)
             if len(tree) >= want:
                 break
+        if copying:
+            extend_chain(tree, trie, context, config, max(budget, chain_to or config.max_decoding_length), max_depth,
+                         banned)
     return tree
+
+
+def _deepest_confident(tree: DraftTree, min_prob: float) -> int:
+    """The deepest node whose path probability is at least ``min_prob`` (the first on a tie; 0: none)."""
+    best = 0
+    for node in range(1, len(tree) + 1):
+        if tree.probs[node - 1] >= min_prob and (not best or tree.depths[node - 1] > tree.depths[best - 1]):
+            best = node
+    return best
+
+
+def _branch(tree: DraftTree, node: int) -> list[int]:
+    """Tokens from below the root down to ``node``."""
+    out: list[int] = []
+    while node:
+        out.append(tree.tokens[node - 1])
+        node = tree.parents[node - 1]
+    return out[::-1]
+
+
+def _rematch(trie: TokenTrie, text: Sequence[int], config: DecodingConfig) -> Node | None:
+    """The trie node of ``text``'s longest suffix (extend_min_match..max_match tokens) with children."""
+    longest = min(config.max_match, len(text), trie.config.branch_length - 1)
+    for n in range(longest, config.extend_min_match - 1, -1):
+        node = trie.find(text[len(text) - n :])
+        if node is not None and node.children:
+            return node
+    return None
+
+
+def extend_chain(tree: DraftTree, trie: TokenTrie, context: Sequence[int], config: DecodingConfig, cap: int,
+                 max_depth: int, banned: frozenset[int] = frozenset()) -> None:
+    """Continue the tree's deepest confident branch past the trie's depth, as one chain of past output.
+
+    A branch's depth is bounded by the trie's (``branch_length`` minus the match), so a long copy -- an
+    answer the tenant was given before -- would need many steps. Here the context plus the branch is
+    matched again (its last extend_min_match..max_match tokens) and the most probable child followed,
+    again and again, while that child was seen in an output (a past answer or this one: prompt text
+    alone is no evidence the model will copy it that far) and the path probability stays at least
+    ``extend_min_prob`` (each child's share multiplies it), until ``cap`` nodes or ``max_depth``.
+    Example: a trie of 4-token windows of the output [1..20], context [1, 2, 3] -> the tree [4, 5, 6]
+    (depth 3) continues 7, 8, ... up to ``cap``; where the trie forks 50/50 the chain stops (the caller
+    holds ``trie.lock``).
+    """
+    node = _deepest_confident(tree, config.extend_min_prob)
+    if not node or len(tree) >= cap:
+        return
+    text = [*context[-config.max_match :], *_branch(tree, node)]
+    prob, depth = tree.probs[node - 1], tree.depths[node - 1]
+    weight = config.trie.prompt_weight
+    at: Node | None = None
+    while len(tree) < cap and depth < max_depth:
+        if at is None or not at.children:
+            at = _rematch(trie, text, config)
+        kids = _children(at, weight, banned) if at is not None else []
+        if not kids:
+            return
+        share, token, at = max(kids, key=lambda kid: kid[0])
+        prob *= share
+        if prob < config.extend_min_prob or not at.freq:
+            return
+        node = tree.add(node, token, prob=prob)
+        text = [*text, token][-config.max_match :]
+        depth += 1

@@ -14,7 +14,8 @@ import torch
 
 from ..drafting.draft import DraftTree
 from ..drafting.trie import OutputCursor
-from ..kv.kvstore import RequestKV, compact
+from ..kv.kvstore import RequestKV, compact, load_prefix
+from ..kv.prefix_cache import PrefixKVCache
 from ..proposers.base import Ask, Drafting
 from ..proposers.build import DraftingSpec
 from ..sampling.chooser import TokenChooser
@@ -38,6 +39,7 @@ class Active:
         self.decode = decode  # token ids -> text (stop strings are searched in it)
         self.timed = timed  # the engine's step profile, by phase (a no-op unless it profiles)
         self.prefilled = 0  # prompt tokens whose KV is in the cache
+        self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.owner = f"req-{req.id}"
         req.config, req.proposers, req.phase = spec.config, drafting.proposers, Phase.PREFILL
@@ -75,11 +77,35 @@ class Active:
         tree's depth is bounded by ``room`` separately, so a wide tree near the end keeps its forks)."""
         return self.drafting.budget if self.room > 0 else 0
 
+    def max_extend(self) -> int:
+        """Most nodes a tree may grow to with confident copies: the config's ``max_decoding_length``, or the
+        rest of the answer (``room``) along past outputs (a repeated answer verifies as one chain). The
+        cache holds it: capacity is prompt + max_new_tokens + max_step_tokens, and a step's tree beyond
+        ``max_decoding_length`` is at most ``room`` = max_new_tokens - output - 1 nodes."""
+        return max(self.config.max_decoding_length, self.room) if self.max_budget() else 0
+
     def draft(self, budget: int, extend_to: int) -> DraftTree:
         """This step's tree from every proposer: ``budget`` best nodes, confident copies up to ``extend_to``."""
         return self.drafting.draft(Ask(self.context(), budget, self.room, extend_to, self.eos))
 
     # ---- what a step writes ---------------------------------------------------------------------
+    def take_prefix(self, cache: PrefixKVCache) -> int:
+        """Before its first chunk runs: load the longest cached prefix of the prompt if it is longer than
+        what the cache already holds (a prompt prefilled since, e.g. the same question in the same burst);
+        returns the tokens gained. At least one prompt token is left to run (its logits give the first
+        output token). Looks again only when the cache has stored something since the last look."""
+        req = self.req
+        if self.prefilled != req.stats.prefix_hit_tokens or self.prefix_seen == cache.stores:
+            return 0  # a chunk already ran, or nothing new was stored
+        self.prefix_seen = cache.stores
+        hit, prefix = cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
+        if prefix is None or hit <= self.prefilled:
+            return 0
+        gained = hit - self.prefilled
+        load_prefix(self.kv, prefix, hit)
+        self.prefilled = req.stats.prefix_hit_tokens = hit
+        return gained
+
     def accept(self, tree: DraftTree, predicted: Sequence[int], rows: torch.Tensor | None,
                budget: int) -> tuple[int, ...]:
         """The forward verified ``tree`` (``predicted``: the choice after every node, root first; ``rows``

@@ -6,6 +6,7 @@ a plan has run yet.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -14,6 +15,7 @@ from .active import Active
 from .budget import split_budget
 from .gains import GainsModel
 from .request import Phase
+from .ttft import Pending, step_ceiling
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ class StepLimits:
 
     max_tokens: int  # tokens in one forward: drafts, roots, windows and prefill chunks together
     prefill_chunk: int  # prompt tokens prefilled per forward
+    ttft_target_s: float = math.inf  # while prompts wait, steps stay short enough to meet this (ttft.py)
 
 
 def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) -> list[Chunk]:
@@ -77,30 +80,50 @@ def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) ->
     return chunks
 
 
+def pending(live: Sequence[Active], target_s: float, now: float) -> list[Pending]:
+    """The prefilling requests, in prefill order: prompt tokens left and seconds until ``target_s`` after
+    their arrival (``now``: time.perf_counter(), the clock of ``ServeRequest.submitted``)."""
+    return [Pending(len(r.prompt_ids) - r.prefilled, target_s - (now - r.req.submitted))
+            for r in live if r.req.phase is Phase.PREFILL]
+
+
 def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | None,
-              cost: Callable[[int], float] | None) -> StepPlan:
+              cost: Callable[[int], float] | None, now: float = 0.0) -> StepPlan:
     """This step: every prefill chunk that fits, and every decoding request's tree within the forward.
 
-    Every request's full tree is drafted first (best-first, so a budget of q keeps its first q nodes),
-    then the forward's spare tokens are split by expected gain against measured ``cost``
-    (``split_budget``; ``gains`` None or no curve: every tree as drafted).
+    Prefill chunks come first and each decode keeps its root. With a measured ``cost``, the forward is
+    capped so that every prefilling request still meets ``limits.ttft_target_s`` (ttft.step_ceiling;
+    ``now``: time.perf_counter()). Trees are drafted best-first in what is left (a budget of q keeps a
+    tree's first q nodes; each request's base budget is reserved before an earlier one's confident copy
+    may extend past its own), then split by expected gain against ``cost``: the decodes' own tokens
+    per second, the prefill chunks left out, since their tokens are work that is due anyway and would
+    make every tree token look free (``split_budget``; ``gains`` None or no curve: every tree as drafted).
     """
     decoding = [r for r in live if r.req.phase is Phase.DECODE]
     chunks = prefill_chunks(live, limits, len(decoding))
     if not decoding:
         return StepPlan([], chunks)
     base = sum(c.end - c.first for c in chunks)
-    spare = limits.max_tokens - base - sum(1 + r.drafting.extra_tokens() for r in decoding)
+    extra = sum(r.drafting.extra_tokens() for r in decoding)
+    ceiling = limits.max_tokens
+    if cost is not None and chunks:
+        chunk = max(1, min(limits.prefill_chunk, limits.max_tokens - len(decoding)))
+        ceiling = step_ceiling(pending(live, limits.ttft_target_s, now), chunk, base + len(decoding) + extra,
+                               limits.max_tokens, cost)
+    spare = ceiling - base - len(decoding) - extra
+    reserved = sum(r.max_budget() for r in decoding)  # every request's base budget, before any extension
     trees = []
     for req in decoding:
-        cap = min(req.max_budget(), max(0, spare))
-        extend = min(req.config.max_decoding_length, max(cap, spare)) if cap == req.max_budget() else cap
+        full = req.max_budget()
+        reserved -= full
+        cap = min(full, max(0, spare))
+        extend = min(req.max_extend(), max(cap, spare - reserved)) if cap == full else cap
         tree = req.draft(cap, extend)
         spare -= len(tree)
         trees.append(tree)
     budgets = [len(t) for t in trees]
     if gains is not None and cost is not None:
         expected = [gains.expected(r.history, t.probs) for r, t in zip(decoding, trees, strict=True)]
-        budgets = split_budget(expected, cost, base, limits.max_tokens)
+        budgets = split_budget(expected, cost, extra, ceiling - base)
     decodes = [Decode(r, t.prefix(q), q) for r, t, q in zip(decoding, trees, budgets, strict=True)]
     return StepPlan(decodes, chunks)

@@ -32,7 +32,7 @@ from ..forward.probe import RaggedProbe
 from ..forward.ragged import RAGGED_ATTENTION
 from ..forward.shared import calibrate_once
 from ..forward.support import check_supported
-from ..kv.kvstore import KVShape, RequestKV, load_prefix
+from ..kv.kvstore import KVShape, RequestKV
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
@@ -62,6 +62,7 @@ class SchedulerConfig:
     max_waiting: int = 64  # requests queued beyond those; one more is refused at once (QueueFull)
     max_tokens_per_forward: int = 512  # tokens in one forward: drafts, roots and prefill chunks together
     prefill_chunk: int = 256  # prompt tokens prefilled per forward, so running streams keep streaming
+    ttft_target_s: float = 2.0  # while prompts wait, trees shrink so each first token comes within this
     prefix_cache_bytes: int = 256 * MIB  # KV of shared prompt prefixes kept per engine (LRU past it)
     prefix_min_tokens: int = 16  # shorter prefix matches are not worth copying
     adaptive: bool = True  # split each step's draft budget by measured acceptance and cost
@@ -77,8 +78,8 @@ class SchedulerConfig:
             raise ValueError("need max_running >= 1 and max_waiting >= 0")
         if self.max_tokens_per_forward < self.max_running + 1:
             raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
-        if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward:
-            raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward")
+        if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward or not self.ttft_target_s > 0:
+            raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
 
 
 # Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
@@ -112,7 +113,7 @@ class StepScheduler:
         )
         self.gains = GainsModel()
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
-        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk)
+        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s)
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[Active] = []
@@ -308,13 +309,7 @@ class StepScheduler:
                 self._admitting -= 1
             self._end(req)
             return
-        # Leave at least one prompt token to run: its logits give the first output token.
-        hit, prefix = self.prefix_cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
-        if prefix is not None and hit:
-            load_prefix(kv, prefix, hit)
-            active.prefilled = hit
-            req.stats.prefix_hit_tokens = hit
-            self.prefix_hit_tokens += hit
+        self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         with self._cv:
             self._admitting -= 1
             self.running.append(active)
@@ -348,11 +343,14 @@ class StepScheduler:
                 self._end(active.req, active)
             else:
                 live.append(active)
+        for active in live:  # prompts prefilled since a waiting one was admitted may cover more of it
+            if active.req.phase is Phase.PREFILL:
+                self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         curve, prof = self.kernels.curve, self.profile
         adaptive = self.config.adaptive and curve is not None
         with self._timed("draft"):
             plan = plan_step(live, self.limits, self.gains if adaptive else None,
-                             curve.cost if adaptive and curve is not None else None)
+                             curve.cost if adaptive and curve is not None else None, time.perf_counter())
         if plan.empty:
             return
         with self._timed("pack"):

@@ -155,6 +155,7 @@ class PrefixKVCache:
         self._index: dict[str, _Index] = {}  # lazily rebuilt match matrices per tenant
         self._epochs: dict[str, int] = {}  # forgets per tenant (absent: 0); a put with an older epoch stores nothing
         self._next_key = itertools.count()
+        self.stores = 0  # entries stored so far: a waiting prompt's best hit can only grow when this does
         self._bytes = 0
         self._lookups = 0
         self._hits = 0
@@ -210,6 +211,7 @@ class PrefixKVCache:
                 for row in np.flatnonzero(lcp == index.lengths):
                     self._remove(index.keys[int(row)])
             key = next(self._next_key)
+            self.stores += 1
             kept = [(keep_prefix(k, n), keep_prefix(v, n)) for k, v in kv]  # each [1, kv_heads, n, head_dim]
             self._entries[key] = _Entry(tenant, seq, kept, nbytes)
             self._tenants.setdefault(tenant, []).append(key)

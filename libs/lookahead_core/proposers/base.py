@@ -28,7 +28,8 @@ class Ask:
     context: Sequence[int]  # prompt + output so far; its last token is the root every tree hangs below
     budget: int  # nodes the tree may hold in all once the proposer is done
     room: int  # deepest a branch may reach (a step emits at most room + 1 tokens: never past max_new_tokens)
-    extend_to: int  # the trie may grow confident copies up to this many nodes (>= budget)
+    extend_to: int  # the trie may grow confident copies up to this many nodes (>= budget): to the config's
+    # max_decoding_length from any text, past it (to the rest of the answer) along past outputs
     banned: frozenset[int]  # tokens never drafted (EOS: a step past it would be thrown away)
 
 

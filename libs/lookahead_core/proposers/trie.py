@@ -20,8 +20,9 @@ class TrieProposer(Proposer):
 
     def draft(self, tree: DraftTree, ask: Ask) -> None:
         cfg = self.config
-        if ask.extend_to != cfg.max_decoding_length:  # the step's room for confident copies
-            cfg = replace(cfg, max_decoding_length=ask.extend_to)
+        grow = min(ask.extend_to, cfg.max_decoding_length)  # confident copies of any text
+        if grow != cfg.max_decoding_length:
+            cfg = replace(cfg, max_decoding_length=grow)
         own = retrieve_draft(self.trie, ask.context[-cfg.max_match :], cfg, budget=ask.budget, max_depth=ask.room,
-                             banned=ask.banned, shape=self.shape)
+                             banned=ask.banned, shape=self.shape, chain_to=ask.extend_to)
         tree.merge(own, merge=self.shape is not TrieShape.CHAINS)

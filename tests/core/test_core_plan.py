@@ -1,0 +1,112 @@
+"""plan_step (engine/plan.py) on stand-in requests: prefill first, roots always, trees from what is left."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from lookahead_core.drafting.draft import DraftTree
+from lookahead_core.engine.gains import GainsModel
+from lookahead_core.engine.plan import StepLimits, plan_step
+from lookahead_core.engine.request import Phase
+
+LIMITS = StepLimits(max_tokens=512, prefill_chunk=256, ttft_target_s=2.0)
+
+
+def linear(n: int) -> float:
+    """40 ms a forward plus 2.4 ms a token (a 2-core CPU's shape)."""
+    return 0.040 + 0.0024 * n
+
+
+@dataclass
+class FakeTicket:
+    phase: Phase
+    submitted: float = field(default_factory=time.perf_counter)
+
+
+class FakeDrafting:
+    def extra_tokens(self) -> int:
+        return 0
+
+
+class Fake:
+    """What plan_step reads of a running request; its trie offers a chain of ``offer`` nodes of ``prob``."""
+
+    def __init__(self, phase: Phase, offer: int = 0, prob: float = 1.0, budget: int = 8, extend: int = 32,
+                 prompt: int = 0, age_s: float = 0.0) -> None:
+        self.req = FakeTicket(phase, time.perf_counter() - age_s)
+        self.offer, self.prob, self.budget, self.extend = offer, prob, budget, extend
+        self.prompt_ids = list(range(prompt))
+        self.prefilled = 0
+        self.history: list[Any] = []
+        self.drafting = FakeDrafting()
+        self.asked: tuple[int, int] | None = None
+
+    def max_budget(self) -> int:
+        return self.budget
+
+    def max_extend(self) -> int:
+        return self.extend
+
+    def draft(self, budget: int, extend_to: int) -> DraftTree:
+        self.asked = (budget, extend_to)
+        tree = DraftTree()
+        parent = 0
+        for i in range(min(self.offer, max(budget, extend_to))):
+            parent = tree.add(parent, 100 + i, prob=self.prob ** (i + 1))
+        return tree
+
+
+def plan(live: list[Fake], limits: StepLimits = LIMITS) -> Any:
+    return plan_step(live, limits, GainsModel(), linear, time.perf_counter())  # type: ignore[arg-type]
+
+
+def tokens(p: Any) -> int:
+    """Tokens in the step's forward: roots, tree nodes and prefill chunks."""
+    return sum(1 + len(d.tree) for d in p.decodes) + sum(c.end - c.first for c in p.chunks)
+
+
+def test_a_prefill_chunk_does_not_make_trees_look_free() -> None:
+    # the same two decodes with and without a just-arrived prompt (plenty of slack): the chunk's tokens
+    # are due anyway, so the trees are priced as the decodes' own (they used to fill the forward)
+    alone = plan([Fake(Phase.DECODE, 32, 0.8), Fake(Phase.DECODE, 32, 0.8)])
+    beside = plan([Fake(Phase.DECODE, 32, 0.8), Fake(Phase.DECODE, 32, 0.8), Fake(Phase.PREFILL, prompt=300)])
+    assert [d.budget for d in beside.decodes] == [d.budget for d in alone.decodes]
+    assert beside.chunks and beside.chunks[0].end == 256
+
+
+def test_a_late_prompt_gets_the_step_without_trees() -> None:
+    # the prompt waited past its target: prefill and roots only, the decodes keep their one token
+    p = plan([Fake(Phase.DECODE, 32, 1.0), Fake(Phase.DECODE, 32, 1.0), Fake(Phase.PREFILL, prompt=300, age_s=3.0)])
+    assert [d.budget for d in p.decodes] == [0, 0]
+    assert tokens(p) == 256 + 2
+
+
+def test_a_tight_target_caps_the_forward() -> None:
+    # 1.5 s of slack for a 300-token prompt: two steps of at most 0.75 s -> 295 tokens (ttft.py's example)
+    decodes = [Fake(Phase.DECODE, 64, 1.0) for _ in range(15)]
+    p = plan([*decodes, Fake(Phase.PREFILL, prompt=300, age_s=0.5)])
+    assert tokens(p) <= 295
+    assert sum(d.budget for d in p.decodes) > 0  # some room for trees is left
+
+
+def test_nothing_waiting_trees_grow_back() -> None:
+    # the same decodes with no prompt waiting: trees take more than under the tight target
+    tight = plan([*(Fake(Phase.DECODE, 64, 1.0) for _ in range(15)), Fake(Phase.PREFILL, prompt=300, age_s=0.5)])
+    free = plan([Fake(Phase.DECODE, 64, 1.0) for _ in range(15)])
+    assert sum(d.budget for d in free.decodes) > sum(d.budget for d in tight.decodes)
+
+
+def test_a_repeated_answer_verifies_as_one_long_chain() -> None:
+    # one request whose past answer continues for 100 confident nodes: the whole chain in one step
+    p = plan([Fake(Phase.DECODE, 100, 1.0, extend=120)])
+    assert p.decodes[0].budget == 100
+
+
+def test_each_request_keeps_its_base_budget_before_another_extends() -> None:
+    # the first request could copy 600 nodes: it may take what the second's base budget leaves, no more
+    first, second = Fake(Phase.DECODE, 600, 1.0, extend=600), Fake(Phase.DECODE, 8, 1.0)
+    plan([first, second])
+    assert second.asked is not None and second.asked[0] == 8
+    assert first.asked is not None and first.asked[1] == 512 - 2 - 8
