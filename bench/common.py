@@ -95,10 +95,10 @@ def print_table(rows: list[dict[str, Any]], columns: list[tuple[str, str, str]])
     return text
 
 
-def write_json(path: str | Path, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file + rename)."""
+def write_json(path: str | Path, data: dict[str, Any], compact: bool = False) -> None:
+    """Write JSON atomically (temp file + rename); ``compact``: no indentation or spaces (large files)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False))
+    tmp.write_text(json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=2, sort_keys=False))
     os.replace(tmp, path)

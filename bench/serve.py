@@ -22,8 +22,9 @@ from bench.sampling_args import Sampling
 from bench.serve_args import parse_args
 from bench.serve_client import closed_loop
 from bench.serve_hf import SerialBaseline, fill_references, run_serial
-from bench.serve_load import Question, Workload, draw_sequence, load_workload
+from bench.serve_load import Question, ReplayPrompt, Workload, draw_sequence, load_workload
 from bench.serve_plot import plot
+from bench.serve_record import Recording, Replay, bench_args, record_data, sequence_json, write_record
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
 from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
 from bench.thread_cpu import print_thread_cpu, since, thread_cpu
@@ -34,6 +35,7 @@ TLS_WAYS = frozenset({"on_tls"})  # every channel of the stack (the bench's and 
 SAFE_WAYS = frozenset({"on_safe"})  # every request asks for the side-channel-safe stream
 Raw = tuple[list[RequestRecord], float, float]  # (records, wall seconds, peak RSS MB) of one way
 Profiles = dict[str, Any]  # "way@c" -> the engine's StepProfile of that way and level (--profile)
+Requests = list[Question] | list[ReplayPrompt]  # what the clients send: drawn questions, or replayed prompts
 
 
 @dataclass
@@ -49,10 +51,11 @@ class RunConfig:
     mode: str = ""  # GenerationParams.mode of the on ways (--mode; "" = the server's default)
     profile: Profiles | None = None  # --profile: each engine way's step profile is put here
     beside: dict[str, dict[str, float]] | None = None  # --profile: each engine way's CPU seconds by thread
+    recording: Recording | None = None  # --record: every (level, way)'s records are kept here
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
-                      seq: list[Question], c: int, way: str) -> Raw:
+                      seq: Requests, c: int, way: str) -> Raw:
     async with (serving(stack, f"c{c}-{way}", model, tok, wl.docs, way in TLS_WAYS) as (stub, pipeline),
                 RssSampler() as rss):
         mode = MODE_OF[way] or run.mode
@@ -73,12 +76,27 @@ def _serial(baseline: SerialBaseline, prompts: list[tuple[int, list[int]]], run:
     return on_own_thread(lambda: run_serial(baseline, prompts, stop, desc), run.threads or usable_cores())
 
 
-async def _serial_way(baseline: SerialBaseline, raw: dict[str, Raw], run: RunConfig, c: int,
-                      references: dict[PromptKey, list[int]], stop: threading.Event) -> Raw:
+def _serial_prompts(raw: dict[str, Raw], seq: Requests) -> list[tuple[int, list[int]]]:
+    """serial_hf's prompts: the replayed ones, else those the on (or off) way's answers were given."""
+    replayed = [(i, list(q.prompt_ids)) for i, q in enumerate(seq) if isinstance(q, ReplayPrompt)]
+    if replayed:
+        return replayed
     source = raw["on"][0] if "on" in raw else raw["off"][0]
-    prompts = [(r.index, r.prompt_ids) for r in source if r.completed]
+    return [(r.index, r.prompt_ids) for r in source if r.completed]
+
+
+SerialRuns = dict[tuple[tuple[int, PromptKey], ...], list[RequestRecord]]  # prompts -> their serial records
+
+
+async def _serial_way(baseline: SerialBaseline, prompts: list[tuple[int, list[int]]], run: RunConfig, c: int,
+                      references: dict[PromptKey, list[int]], stop: threading.Event, done: SerialRuns) -> Raw:
+    # one request at a time does not depend on the level: the same prompts (a replay) are timed once,
+    # then re-timed for each level's clients (serial_queue)
+    key = tuple((i, tuple(ids)) for i, ids in prompts)
     async with RssSampler() as rss:
-        records = await asyncio.to_thread(_serial, baseline, prompts, run, stop, f"c={c} serial_hf")
+        if key not in done:
+            done[key] = await asyncio.to_thread(_serial, baseline, prompts, run, stop, f"c={c} serial_hf")
+        records = done[key]
     for r in records:
         references.setdefault(tuple(r.prompt_ids), r.output_ids)
     timed = serial_queue(records, c)
@@ -87,11 +105,14 @@ async def _serial_way(baseline: SerialBaseline, raw: dict[str, Raw], run: RunCon
 
 
 async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
-                     seq: list[Question]) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
+                     seq: Requests) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     """{level: {way: W}} and {level: peak RSS MB}."""
     baseline = SerialBaseline(model, tok, run.max_new_tokens, run.sampling)
     references: dict[PromptKey, list[int]] = {}  # prompt ids -> the serial baseline's answer
+    if run.recording is not None:
+        run.recording.references = references
     stop = threading.Event()
+    serial_runs: SerialRuns = {}
     levels: dict[str, dict[str, Any]] = {}
     rss: dict[str, float] = {}
     try:
@@ -99,16 +120,21 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
             raw: dict[str, Raw] = {}
             for way in run.ways:
                 if way == "serial_hf":
-                    raw[way] = await _serial_way(baseline, raw, run, c, references, stop)
+                    raw[way] = await _serial_way(baseline, _serial_prompts(raw, seq), run, c, references, stop,
+                                                  serial_runs)
                 else:
                     raw[way] = await _engine_way(stack, run, model, tok, wl, seq, c, way)
-            # on_safe answers carry no prompt ids (the safe final hides them): nothing to compare them with
+            # on_safe answers carry no prompt ids (the safe final hides them): nothing to compare them with,
+            # unless replayed (the ids sent are the prompt)
             keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed and r.prompt_ids]
             fill = functools.partial(fill_references, baseline, keys, references, stop)
             await asyncio.to_thread(on_own_thread, fill, run.threads or usable_cores())
             levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
                               for w, (recs, wall, mb) in raw.items()}
             rss[str(c)] = round(max(mb for _, _, mb in raw.values()), 1)
+            if run.recording is not None:
+                for w, (recs, wall, _) in raw.items():
+                    run.recording.add(c, w, recs, wall)
             _print_level(c, levels[str(c)])
     finally:
         stop.set()  # a baseline thread still running (Ctrl-C) ends within one token
@@ -158,38 +184,56 @@ def _device(name: str) -> str:
     return name
 
 
+def _requests(args: argparse.Namespace, wl: Workload) -> tuple[Requests, list[dict[str, Any]], dict[str, Any]]:
+    """What the clients send (drawn questions, or --replay's prompts), its sequence as --record writes it,
+    and the JSON's fields that describe it."""
+    replay: Replay | None = args.replayed
+    if replay is None:
+        drawn = draw_sequence(len(wl.pool), args.requests, args.zipf, args.seed)
+        print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(drawn)} requests, "
+              f"{len(wl.docs)} tenant(s)")
+        about = {"requests": len(drawn), "zipf": args.zipf, "pool": len(wl.pool), "distinct_questions": len(set(drawn))}
+        return [wl.pool[i] for i in drawn], sequence_json(wl, drawn), about
+    about = replay.describe()
+    print(f"replaying {about['prompts']} prompts ({about['distinct_prompts']} distinct) of c={replay.level} "
+          f"{replay.way} from {replay.file} with Generate(prompt_ids) at every level and in every way")
+    if replay.skipped:
+        print(f"note: {len(replay.skipped)} recorded request(s) without prompt ids skipped (failed, or on_safe): "
+              f"indices {replay.skipped}")
+    recorded_model = replay.bench_args.get("model")
+    if recorded_model and recorded_model != args.model:
+        print(f"warning: the prompts were recorded with --model {recorded_model}, not {args.model}: their token "
+              "ids mean nothing to another tokenizer")
+    return replay.prompts, replay.sequence, {"requests": len(replay.prompts), **replay.drawn, "replay": about}
+
+
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
     device = _device(args.device)
     serve_single_threaded()  # the engines' step threads take --threads; every other thread runs torch on one
     wl = load_workload(args.corpus, args.questions, args.pool, args.tenants_by_title)
-    drawn = draw_sequence(len(wl.pool), args.requests, args.zipf, args.seed)
-    seq = [wl.pool[i] for i in drawn]
-    print(f"{len(wl.pool)} questions in the pool, {len(set(drawn))} distinct among {len(seq)} requests, "
-          f"{len(wl.docs)} tenant(s)")
+    seq, sequence, described = _requests(args, wl)
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
-                    args.mode, {} if args.profile else None, {} if args.profile else None)
+                    args.mode, {} if args.profile else None, {} if args.profile else None,
+                    Recording() if args.record else None)
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))
         chunks = await asyncio.to_thread(build_vector_cache, stack, wl.docs)
         print(f"corpus embedded once: {chunks} chunks")
         levels, rss = await run_levels(stack, run, model, tok, wl, seq)
-    return {
+    data = {
         "kind": "serve",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
         "threads": args.threads or usable_cores(),
-        "requests": args.requests,
-        "zipf": args.zipf,
+        **described,  # requests, zipf and the pool drawn from, or the replay (file, level, way, prompts)
         "levels": levels,
         "machine": machine(),
         "cpu": cpu_name(),
         **args.sampling.record(),  # seed: the request sequence's and (sampling) every request's
         "serial_baseline": "reference_sampler" if args.sampling.enabled else "hf_greedy",
         "dataset": args.dataset,
-        "pool": len(wl.pool),
-        "distinct_questions": len(set(drawn)),
         "max_new_tokens": args.max_new_tokens,
         "on_mode": args.mode or "server default",  # GenerationParams.mode of the on ways
         "tenants": len(wl.docs),
@@ -199,6 +243,11 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         **({"profile": flatten(run.profile)} if run.profile else {}),
         **({"thread_cpu_s": run.beside} if run.beside else {}),
     }
+    if run.recording is not None:
+        recorded = {**bench_args(args), "requests": data["requests"]}
+        n = write_record(args.record, record_data(recorded, sequence, run.recording, data, args.replayed))
+        print(f"wrote {args.record}: {n} requests over {len(run.recording.levels)} level(s)")
+    return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,8 +261,9 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("\ninterrupted: servers stopped", flush=True)
         return 130
+    replayed = f" (replayed: {r['file']}'s prompts of c={r['level']} {r['way']})" if (r := data.get("replay")) else ""
     print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, "
-          f"{data['requests']} requests, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens, "
+          f"{data['requests']} requests{replayed}, Zipf {data['zipf']}, {data['max_new_tokens']} new tokens, "
           f"{args.sampling.describe()}; serial baseline {data['serial_baseline']}")
     print_table([row for c, ways in data["levels"].items() for row in _rows(int(c), ways)], COLUMNS)
     print_table([{"c": int(c), **r} for c, r in data["ratios"].items()], [

@@ -3,7 +3,7 @@
     lookahead-rag-bench serve [--corpus C.jsonl --questions Q.jsonl] --pool 100 --requests 200 --zipf 1.1 \\
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
-        [--temperature T --top-p P --top-k K]
+        [--temperature T --top-p P --top-k K] [--record REQUESTS.json] [--replay REQUESTS.json [--replay-from C:WAY]]
 
 Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
 pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
@@ -18,11 +18,12 @@ fresh services (cold caches) sharing one loaded model:
 - ``on_safe``: ``on`` with GenerationParams.safe_stream (fixed cadence, fixed-size padded chunks:
   docs/SECURITY.md): what the mode costs in TTFT and tokens/s; set its cadence with
   ``--gen safe_stream_interval_ms=MS --gen safe_stream_chunk_tokens=N``. Its final messages carry no
-  prompt ids, so its exact match is not computed;
+  prompt ids, so its exact match is not computed (with ``--replay`` it is: the ids sent are its prompt);
 - ``off``: GenerationParams.mode="none": same engine, scheduler and batching, one token per step;
 - ``serial_hf``: transformers' generate(do_sample=False) on the stock model, one request at a time,
-  over the prompt ids the ``on`` way assembled (no retrieval); its TTFT is re-timed as if the c
-  clients queued for the one-at-a-time server (bench/serve_stats.py: serial_queue). With
+  over the prompt ids the ``on`` way assembled, or the replayed ones (no retrieval; timed once, as the same
+  prompts are every level's); its TTFT is re-timed as if the c clients queued for the one-at-a-time
+  server (bench/serve_stats.py: serial_queue). With
   ``--temperature T > 0`` it runs the reference sampler (lookahead_core.sampling.generate_sampled)
   instead, with the same temperature / top-p / top-k and seed.
 
@@ -30,6 +31,16 @@ Exact match compares every answer with the serial baseline's answer to its own p
 outputs, computed untimed for prompts it did not cover): batch-1 greedy, or the reference sampler's
 output for the same seed. Sampling: every request carries --temperature/--top-p/--top-k and the
 one seed --seed (which also fixes the request sequence). Metric definitions: bench/serve_stats.py.
+
+Like with like: each answer is fed back into later prompts (the retriever's past sessions), so the
+prompts, and so the answer lengths, differ between levels and ways. ``--record FILE`` writes every
+request of every (level, way): client and order, prompt ids, output ids, the serial reference, times
+and server stats (bench/serve_record.py; the llama.cpp peer's serve_replay.py reads it as it is).
+``--replay FILE`` sends one recorded (level, way)'s prompts (the first level's ``on``, or
+``--replay-from C:WAY``), in index order with their tenants, at every level and in every way, with
+``Generator.Generate(prompt_ids=...)`` instead of Answer; ``serial_hf`` and the exact-match
+references take the same prompt ids. Recorded requests without prompt ids (failed, or on_safe) are
+skipped; --pool, --requests and --zipf then do not apply. Both flags may be given together.
 
 ``lookahead-rag-bench serve``'s command line; the benchmark (bench/serve.py, torch) loads only
 once the arguments are parsed, so ``--help`` stays light.
@@ -40,6 +51,7 @@ from __future__ import annotations
 import argparse
 
 from bench.common import parse_workload, workload_parser
+from bench.serve_record import DEFAULT_WAY, ReplayError, load_replay, parse_source
 
 WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
 DEFAULT_WAYS = ("on", "off", "serial_hf")  # on_tls / on_safe: the cost of TLS / the safe stream, beside on
@@ -71,17 +83,32 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                         "'profile' and a stacked-bar PNG next to it (*_profile.png)")
     p.add_argument("--gen", action="append", default=[], metavar="KEY=VALUE",
                    help="extra generator setting (a GeneratorSettings field), repeatable")
+    p.add_argument("--record", default="", metavar="FILE",
+                   help="write every request of every level and way (prompt ids, output ids, times) here")
+    p.add_argument("--replay", default="", metavar="FILE",
+                   help="send a --record file's prompts (Generate with prompt ids) at every level and in every way")
+    p.add_argument("--replay-from", default="", metavar="C:WAY",
+                   help=f"the recorded level and way whose prompts --replay sends (default: the first level's "
+                        f"{DEFAULT_WAY})")
     seed_help = "fixes the request sequence and, with --temperature > 0, is every request's sampling seed"
     args = parse_workload(p, argv, seed_help)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
     if not ways or any(w not in WAYS for w in ways):
         p.error(f"--ways must name some of {','.join(WAYS)}")
-    if "serial_hf" in ways and not {"on", "off"} & set(ways):
-        p.error("serial_hf replays the prompts of on (or off): name one of them too")
+    if "serial_hf" in ways and not {"on", "off"} & set(ways) and not args.replay:
+        p.error("serial_hf replays the prompts of on (or off): name one of them too (or --replay a file)")
     args.ways = [w for w in WAYS if w in ways]
     args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
     if not args.levels or args.levels[0] < 1:
         p.error("--concurrency needs positive integers")
+    args.replayed = None  # bench.serve_record.Replay of --replay
+    if args.replay_from and not args.replay:
+        p.error("--replay-from needs --replay FILE")
+    if args.replay:
+        try:
+            args.replayed = load_replay(args.replay, parse_source(args.replay_from) if args.replay_from else None)
+        except ReplayError as exc:
+            p.error(f"--replay: {exc}")
     return args
 
 

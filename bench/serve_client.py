@@ -1,15 +1,18 @@
 """bench-serve's closed-loop clients: c coroutines share one request sequence over one gRPC channel.
 
 Each client takes the next request of the sequence as soon as its previous one ended (answered or
-failed: a failure is recorded by its gRPC status name and the client goes on). A sampling request
-whose final stats say greedy, or another seed, is recorded as the error ``NOT_SAMPLED``.
+failed: a failure is recorded by its gRPC status name and the client goes on); every record says
+which client sent it and in which order. A question is sent with ``Generator.Answer`` (the
+retriever builds its prompt); a replayed prompt (``--replay``) with ``Generator.Generate`` and its
+token ids as they are. A sampling request whose final stats say greedy, or another seed, is
+recorded as the error ``NOT_SAMPLED``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -17,8 +20,8 @@ from lookahead_rag.v1 import generator_pb2
 from tqdm import tqdm
 
 from bench.sampling_args import Sampling
-from bench.serve_load import Question
-from bench.serve_stats import EngineStats, RequestRecord
+from bench.serve_load import Question, ReplayPrompt
+from bench.serve_stats import SERVER_FIELDS, EngineStats, RequestRecord
 
 
 def engine_stats(stats: Any) -> EngineStats:
@@ -29,6 +32,7 @@ def engine_stats(stats: Any) -> EngineStats:
         prefix_hit_tokens=int(getattr(stats, "prefix_hit_tokens", 0)),
         queue_wait_s=float(getattr(stats, "queue_wait_s", 0.0)),
         mean_batch_size=float(getattr(stats, "mean_batch_size", 0.0)),
+        server={f: getattr(stats, f) for f in SERVER_FIELDS if hasattr(stats, f)},
     )
 
 
@@ -52,22 +56,33 @@ def sampling_mismatch(stats: Any, sampling: Sampling | None) -> str | None:
     return None
 
 
-async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: int,
+def _call(stub: Any, q: Question | ReplayPrompt, params: Any, deadline_s: float) -> Any:
+    """The request's stream: Answer for a question, Generate with the prompt's ids for a replayed prompt."""
+    if isinstance(q, ReplayPrompt):
+        ids = generator_pb2.TokenIds(ids=q.prompt_ids)
+        return stub.Generate(generator_pb2.GenerateRequest(tenant=q.tenant, prompt_ids=ids, params=params),
+                             timeout=deadline_s)
+    return stub.Answer(generator_pb2.AnswerRequest(tenant=q.tenant, question=q.question, params=params),
+                       timeout=deadline_s)
+
+
+async def one_request(stub: Any, index: int, q: Question | ReplayPrompt, mode: str, max_new: int,
                       deadline_s: float, sampling: Sampling | None = None, safe_stream: bool = False) -> RequestRecord:
-    """Send one Answer and time its stream (a safe stream's final has no ids: the streamed ones count)."""
+    """Send one request and time its stream (a safe stream's final has no ids: the streamed ones count,
+    and a replayed prompt's are the ones sent)."""
     params = generation_params(mode, max_new, sampling, safe_stream)
     streamed: list[int] = []
-    req = generator_pb2.AnswerRequest(tenant=q.tenant, question=q.question, params=params)
+    sent = list(q.prompt_ids) if isinstance(q, ReplayPrompt) else []
     rec = RequestRecord(index, time.perf_counter())
     try:
-        async for chunk in stub.Answer(req, timeout=deadline_s):
+        async for chunk in _call(stub, q, params, deadline_s):
             now = time.perf_counter()
             if chunk.HasField("delta") and chunk.delta.token_ids:
                 rec.deltas.append((now, len(chunk.delta.token_ids)))
                 streamed += chunk.delta.token_ids
             elif chunk.HasField("final"):
                 final = chunk.final
-                rec.prompt_ids, rec.output_ids = list(final.prompt_ids), list(final.output_ids or streamed)
+                rec.prompt_ids, rec.output_ids = list(final.prompt_ids or sent), list(final.output_ids or streamed)
                 rec.stats = engine_stats(final.stats)
                 rec.error = sampling_mismatch(final.stats, sampling)
     except grpc.aio.AioRpcError as exc:
@@ -80,22 +95,24 @@ async def one_request(stub: Any, index: int, q: Question, mode: str, max_new: in
     return rec
 
 
-async def closed_loop(stub: Any, sequence: list[Question], concurrency: int, mode: str, max_new: int,
-                      deadline_s: float, desc: str, sampling: Sampling | None = None,
+async def closed_loop(stub: Any, sequence: Sequence[Question | ReplayPrompt], concurrency: int, mode: str,
+                      max_new: int, deadline_s: float, desc: str, sampling: Sampling | None = None,
                       safe_stream: bool = False) -> tuple[list[RequestRecord], float]:
     """All requests of the sequence through ``concurrency`` clients; (records, wall seconds)."""
-    todo: Iterator[tuple[int, Question]] = iter(enumerate(sequence))  # shared: one event loop, no lock
+    todo: Iterator[tuple[int, Question | ReplayPrompt]] = iter(enumerate(sequence))  # shared: one loop, no lock
     records: list[RequestRecord] = []
     bar = tqdm(total=len(sequence), desc=desc, leave=False)
 
-    async def client() -> None:
-        for index, q in todo:
-            records.append(await one_request(stub, index, q, mode, max_new, deadline_s, sampling, safe_stream))
+    async def client(k: int) -> None:
+        for order, (index, q) in enumerate(todo):  # the shared iterator: this client's order-th request
+            rec = await one_request(stub, index, q, mode, max_new, deadline_s, sampling, safe_stream)
+            rec.client, rec.client_order = k, order
+            records.append(rec)
             bar.update(1)
 
     t0 = time.perf_counter()
     try:
-        await asyncio.gather(*(client() for _ in range(concurrency)))
+        await asyncio.gather(*(client(k) for k in range(concurrency)))
     finally:
         bar.close()
     return sorted(records, key=lambda r: r.index), time.perf_counter() - t0

@@ -3,7 +3,8 @@
 The pool is the first ``pool`` answerable questions. A seeded shuffle of the pool gives each
 question a popularity rank; rank r (1-based) is drawn with weight 1 / r**s, so a few questions
 come back often, as in production. The whole sequence depends only on (pool, requests, s, seed),
-and every way and concurrency level replays the same one.
+and every way and concurrency level replays the same one. With ``--replay`` the sequence is a
+recorded run's prompts instead (``ReplayPrompt``: tenant and prompt ids).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ class Question:
     qid: str  # the questions file's id
     tenant: str  # the tenant whose documents answer it
     question: str  # the text sent
+
+
+@dataclass(frozen=True)
+class ReplayPrompt:
+    """One recorded request replayed as it was served: its tenant and its prompt's token ids (bench/serve_record.py)."""
+
+    tenant: str  # the tenant that sent it (its drafts and quota)
+    prompt_ids: tuple[int, ...]  # the prompt as served, sent with Generator.Generate
 
 
 @dataclass

@@ -49,8 +49,10 @@ def plot(data: dict[str, Any], path: str) -> None:
         ax.legend()
     legend = "; on_tls = on over TLS, on_safe = on with the side-channel-safe stream" if (
         {"on_tls", "on_safe"} & set(ways)) else ""
+    r = data.get("replay")
+    replayed = f" (the same prompts: c={r['level']} {r['way']} of {r['file']})" if r else ""
     what = (f"Serving: {' vs '.join(ways)}{legend}\n"
-            f"{known(data.get('requests'))} requests a level, "
+            f"{known(data.get('requests'))} requests a level{replayed}, "
             f"Zipf {known(data.get('zipf'))}, pool {known(data.get('pool'))}, "
             f"{known(data.get('max_new_tokens'))} new tokens; data: {known(data.get('dataset'))}")
     save(fig, path, title(data, what, f"serial_hf = {_baseline(data)}, batch 1, one request at a time"))

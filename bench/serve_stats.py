@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PromptKey = tuple[int, ...]  # prompt ids, as a dict key
+SERVER_FIELDS = ("time_to_first_token_s", "prefill_s", "wall_s", "queue_wait_s", "finish_reason",
+                 "mean_batch_size", "max_batch_size", "mean_tokens_per_forward", "documents_available",
+                 "drafts_available", "kernel")  # GenerationStats fields kept per answer (--record)
 
 
 @dataclass
@@ -35,6 +38,7 @@ class EngineStats:
     prefix_hit_tokens: int = 0  # prompt tokens whose KV came from the prefix cache
     queue_wait_s: float = 0.0  # admitted -> first scheduled
     mean_batch_size: float = 0.0  # requests per forward this request rode in
+    server: dict[str, Any] = field(default_factory=dict)  # SERVER_FIELDS as the server sent them
 
 
 @dataclass
@@ -49,6 +53,8 @@ class RequestRecord:
     prompt_ids: list[int] = field(default_factory=list)  # FinalInfo.prompt_ids
     output_ids: list[int] = field(default_factory=list)  # FinalInfo.output_ids
     stats: EngineStats | None = None  # None: no FinalInfo
+    client: int | None = None  # which closed-loop client sent it (0-based)
+    client_order: int | None = None  # its place among that client's requests (0-based)
 
     @property
     def completed(self) -> bool:
@@ -81,7 +87,7 @@ def serial_queue(records: list[RequestRecord], concurrency: int) -> list[Request
 
     The serial runs went back to back in sequence order, so request i starts when i-1 ends. With c
     clients, request i is sent at the start (i < c) or when request i-c ended; its TTFT then
-    includes the time it waited behind the others.
+    includes the time it waited behind the others. Client i % c sent it, as its (i // c)-th request.
     """
     ordered = sorted(records, key=lambda r: r.index)
     if not ordered:
@@ -92,7 +98,7 @@ def serial_queue(records: list[RequestRecord], concurrency: int) -> list[Request
         earlier = ordered[i - concurrency] if i >= concurrency else None
         sent = start if earlier is None else (earlier.end_s if earlier.end_s is not None else earlier.sent_s)
         out.append(RequestRecord(r.index, sent, list(r.deltas), r.end_s, r.error, r.prompt_ids, r.output_ids,
-                                 r.stats))
+                                 r.stats, i % concurrency, i // concurrency))
     return out
 
 

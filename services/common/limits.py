@@ -86,6 +86,11 @@ class RequestLimits(ServiceSettings):
         if chars > self.max_prompt_chars:
             raise InvalidArgument(f"{what}: {chars} characters; the limit is {self.max_prompt_chars}")
 
+    def check_prompt_tokens(self, what: str, tokens: int) -> None:
+        """A prompt given as token ids (``what``: "prompt_ids") within max_prompt_chars, the raw prompt's bound."""
+        if tokens > self.max_prompt_chars:
+            raise InvalidArgument(f"{what}: {tokens} tokens; the limit is {self.max_prompt_chars}")
+
     def resolve_k(self, k: int) -> int:
         """Documents to retrieve: 0 means the default."""
         return self._resolve("k", k)

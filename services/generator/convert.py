@@ -24,6 +24,7 @@ from services.generator.domain import (
     GenerateQuery,
     GenerationParams,
     GenerationStats,
+    PromptIds,
     TextDelta,
 )
 from services.generator.prepared import Prepared, grounding_doc_ids
@@ -49,11 +50,13 @@ def answer_query(request: generator_pb2.AnswerRequest) -> AnswerQuery:
 
 def generate_query(request: generator_pb2.GenerateRequest) -> GenerateQuery:
     which = request.WhichOneof("input")
-    prompt: str | tuple[ChatMessage, ...] | None = None
+    prompt: str | tuple[ChatMessage, ...] | PromptIds | None = None
     if which == "prompt":
         prompt = request.prompt
     elif which == "messages":
         prompt = tuple(ChatMessage(m.role, m.content) for m in request.messages.messages)
+    elif which == "prompt_ids":
+        prompt = PromptIds(tuple(request.prompt_ids.ids))
     return GenerateQuery(request.tenant, prompt, tuple(request.references), tuple(request.reference_ids),
                          params_from_proto(request.params))
 

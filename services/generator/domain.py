@@ -53,11 +53,19 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
+class PromptIds:
+    """A caller-built prompt as token ids of the served model, decoded verbatim (no template)."""
+
+    ids: tuple[int, ...]  # the prompt's token ids (checked against the tokenizer's vocabulary)
+
+
+@dataclass(frozen=True)
 class GenerateQuery:
     """A caller-built prompt, decoded without retrieval (``GeneratorEngine.generate``)."""
 
     tenant: str  # whose drafts and quota
-    prompt: str | tuple[ChatMessage, ...] | None = None  # raw text, or messages in the chat template; None: refused
+    # raw text, messages in the chat template, or token ids as they are; None: refused
+    prompt: str | tuple[ChatMessage, ...] | PromptIds | None = None
     references: tuple[str, ...] = ()  # texts whose spans may be copied as drafts (LLMA)
     reference_ids: tuple[int, ...] = ()  # one more reference, as token ids of the served model
     params: GenerationParams = field(default_factory=GenerationParams)  # how to decode

@@ -49,10 +49,12 @@ from services.generator.convert import completed_event, documents_from_proto
 from services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
+    ChatMessage,
     FinalInfo,
     GenerateQuery,
     GenerationParams,
     GenerationStats,
+    PromptIds,
     TextDelta,
 )
 from services.generator.params import decoding_config, server_config
@@ -96,7 +98,8 @@ class GeneratorEngine:
         ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)
         self.token_bytes = max_token_bytes(tokenizer)  # the longest token's UTF-8 bytes: sizes safe-stream chunks
-        self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))
+        self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))  # bound of reference ids
+        self.tokenizer_size = len(tokenizer)  # bound of prompt ids: tokens the tokenizer can decode
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.retriever = retriever
         self.draft_cache = draft_cache
@@ -107,8 +110,8 @@ class GeneratorEngine:
     def _scheduler_config(s: GeneratorSettings) -> SchedulerConfig:
         return SchedulerConfig(
             max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
-            prefill_chunk=s.prefill_chunk, prefix_cache_bytes=s.prefix_cache_mb * MIB, adaptive=s.adaptive_speculation,
-            calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
+            prefill_chunk=s.prefill_chunk, ttft_target_s=s.ttft_target_s, prefix_cache_bytes=s.prefix_cache_mb * MIB,
+            adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
         )
 
     @property
@@ -139,6 +142,34 @@ class GeneratorEngine:
                 f"prompt of {len(prompt_ids)} tokens + max_new_tokens {config.max_new_tokens} does not fit "
                 f"the model's context of {self.context_tokens}"
             )
+
+    @staticmethod
+    def _check_vocabulary(what: str, ids: Sequence[int], size: int) -> None:
+        bad = next((t for t in ids if t >= size), None)
+        if bad is not None:
+            raise InvalidArgument(f"{what} token id {bad} is out of the vocabulary (size {size})")
+
+    def _prompt_ids(self, prompt: str | tuple[ChatMessage, ...] | PromptIds | None) -> list[int]:
+        """A Generate call's prompt as token ids: text tokenized, messages templated, ids checked as they are."""
+        limits = self.limits
+        if isinstance(prompt, PromptIds):
+            if not prompt.ids:
+                raise InvalidArgument("prompt_ids is empty")
+            limits.check_prompt_tokens("prompt_ids", len(prompt.ids))
+            self._check_vocabulary("prompt", prompt.ids, self.tokenizer_size)
+            return list(prompt.ids)
+        if isinstance(prompt, str):
+            limits.check_prompt_chars("prompt", len(prompt))
+            return list(self.tokenizer(prompt)["input_ids"])
+        if prompt is None:
+            raise InvalidArgument("give a prompt, chat messages or prompt_ids")
+        msgs = [{"role": m.role, "content": m.content} for m in prompt]
+        if not msgs:
+            raise InvalidArgument("messages is empty")
+        if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
+            raise InvalidArgument("message role must be system, user or assistant")
+        limits.check_prompt_chars("messages", sum(len(m["content"]) for m in msgs))
+        return self._chat_ids(msgs)
 
     def _chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """Token ids of chat messages in the model's template, ending in the assistant turn."""
@@ -205,19 +236,7 @@ class GeneratorEngine:
         limits = self.limits
         limits.check_tenant(query.tenant)
         config = self.decoding_config(query.params)
-        if isinstance(query.prompt, str):
-            limits.check_prompt_chars("prompt", len(query.prompt))
-            prompt_ids = list(self.tokenizer(query.prompt)["input_ids"])
-        elif query.prompt is not None:
-            msgs = [{"role": m.role, "content": m.content} for m in query.prompt]
-            if not msgs:
-                raise InvalidArgument("messages is empty")
-            if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
-                raise InvalidArgument("message role must be system, user or assistant")
-            limits.check_prompt_chars("messages", sum(len(m["content"]) for m in msgs))
-            prompt_ids = self._chat_ids(msgs)
-        else:
-            raise InvalidArgument("give a prompt or chat messages")
+        prompt_ids = self._prompt_ids(query.prompt)
         self._check_fits(prompt_ids, config)
         refs = [t for t in query.references if t]
         if len(refs) + bool(query.reference_ids) > limits.max_references:
@@ -225,9 +244,7 @@ class GeneratorEngine:
         limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
         if query.reference_ids:
-            bad = next((t for t in query.reference_ids if t >= self.vocab_size), None)
-            if bad is not None:
-                raise InvalidArgument(f"reference token id {bad} is out of the vocabulary (size {self.vocab_size})")
+            self._check_vocabulary("reference", query.reference_ids, self.vocab_size)
             references.append(list(query.reference_ids))
         self._check_room()
         prep = Prepared(query.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)

@@ -159,6 +159,23 @@ async def test_generate_with_raw_prompt_and_references_equals_greedy(pipe: Runni
     assert got.text == final.answer_text and got.streamed_ids == list(final.output_ids)
 
 
+async def test_generate_with_prompt_ids_decodes_them_verbatim_and_equals_greedy(pipe: RunningPipeline,
+                                                                               tenant: str) -> None:
+    tok = pipe.tokenizer
+    # "Answer" spelt one character per token: tokenizing (or templating) the text again would merge them
+    spelt = [tok.convert_tokens_to_ids(ch) for ch in "Answer"]
+    ids = [*tok("Question: What does json.dumps do?\n")["input_ids"], *spelt, *tok(":")["input_ids"]]
+    assert ids != tok(tok.decode(ids))["input_ids"]
+    request = generator_pb2.GenerateRequest(tenant=tenant, prompt_ids=generator_pb2.TokenIds(ids=ids),
+                                            params=params(max_new_tokens=N))
+    got = await pipe.generate(request)
+    final = got.final
+    assert final is not None
+    assert list(final.prompt_ids) == ids
+    assert list(final.output_ids) == greedy(pipe.model, ids, N)
+    assert got.streamed_ids == list(final.output_ids) and got.text == final.answer_text
+
+
 async def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tenant: str) -> None:
     tenant_a, tenant_b = tenant, pipe.new_tenant("tenant-b")
     b1 = await pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)

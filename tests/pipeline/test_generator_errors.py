@@ -114,13 +114,22 @@ async def test_answer_bad_input_is_invalid_argument(pipe: RunningPipeline, case:
 
 
 Msgs = generator_pb2.ChatMessages
+Ids = generator_pb2.TokenIds
 # Each case is made from the running engine ``e``: some depend on its vocabulary, window or limits.
 GENERATE_REFUSALS: dict[str, Callable[[Any], tuple[dict[str, Any], tuple[str, ...]]]] = {
-    "neither prompt nor messages": lambda e: ({}, ("prompt or chat messages",)),
+    "neither prompt nor messages": lambda e: ({}, ("prompt", "chat messages", "prompt_ids")),
     "empty prompt": lambda e: ({"prompt": ""}, ("prompt is empty",)),
     "empty messages": lambda e: ({"messages": Msgs()}, ("messages is empty",)),
     "unknown role": lambda e: ({"messages": Msgs(messages=[generator_pb2.ChatMessage(role="tool", content="x")])},
                                ("role",)),
+    "empty prompt_ids": lambda e: ({"prompt_ids": Ids()}, ("prompt_ids is empty",)),
+    "prompt id == tokenizer size": lambda e: ({"prompt_ids": Ids(ids=[5, e.tokenizer_size])},
+                                              ("prompt token id", str(e.tokenizer_size), "vocabulary")),
+    "prompt id 2**32-1": lambda e: ({"prompt_ids": Ids(ids=[5, 2**32 - 1])}, ("prompt token id", "vocabulary")),
+    "prompt_ids over max_prompt_chars": lambda e: ({"prompt_ids": Ids(ids=[5] * (e.limits.max_prompt_chars + 1))},
+                                                   ("prompt_ids", f"limit is {e.limits.max_prompt_chars}")),
+    "prompt_ids cannot fit the context": lambda e: ({"prompt_ids": Ids(ids=[5] * e.context_tokens)},
+                                                    ("does not fit", str(e.context_tokens))),
     "reference id == vocab size": lambda e: ({"prompt": "Hi", "reference_ids": [5, e.vocab_size]},
                                              (str(e.vocab_size), "vocabulary")),
     "reference id 2**32-1": lambda e: ({"prompt": "Hi", "reference_ids": [2**32 - 1]}, ("vocabulary",)),

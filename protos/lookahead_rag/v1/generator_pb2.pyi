@@ -59,26 +59,34 @@ class ChatMessage(_message.Message):
     def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("tenant", "prompt", "messages", "references", "params", "reference_ids")
+    __slots__ = ("tenant", "prompt", "messages", "prompt_ids", "references", "params", "reference_ids")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     REFERENCES_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     REFERENCE_IDS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     prompt: str
     messages: ChatMessages
+    prompt_ids: TokenIds
     references: _containers.RepeatedScalarFieldContainer[str]
     params: GenerationParams
     reference_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., references: _Optional[_Iterable[str]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., reference_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, tenant: _Optional[str] = ..., prompt: _Optional[str] = ..., messages: _Optional[_Union[ChatMessages, _Mapping]] = ..., prompt_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., references: _Optional[_Iterable[str]] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., reference_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ChatMessages(_message.Message):
     __slots__ = ("messages",)
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
+
+class TokenIds(_message.Message):
+    __slots__ = ("ids",)
+    IDS_FIELD_NUMBER: _ClassVar[int]
+    ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
     __slots__ = ("text", "token_ids", "padding")
