@@ -8,7 +8,7 @@ import functools
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from bench.serve_record import Recording, Replay, bench_args, record_data, seque
 from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
 from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
 from bench.thread_cpu import print_thread_cpu, since, thread_cpu
+from bench.ties import divergences
 
 # GenerationParams.mode of the engine ways ("" = server default)
 MODE_OF = {"on": "", "on_tls": "", "on_safe": "", "off": "none"}
@@ -52,6 +53,7 @@ class RunConfig:
     profile: Profiles | None = None  # --profile: each engine way's step profile is put here
     beside: dict[str, dict[str, float]] | None = None  # --profile: each engine way's CPU seconds by thread
     recording: Recording | None = None  # --record: every (level, way)'s records are kept here
+    references: dict[PromptKey, list[int]] = field(default_factory=dict)  # answers known up front (a replay's)
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
@@ -108,7 +110,7 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
                      seq: Requests) -> tuple[dict[str, dict[str, Any]], dict[str, float]]:
     """{level: {way: W}} and {level: peak RSS MB}."""
     baseline = SerialBaseline(model, tok, run.max_new_tokens, run.sampling)
-    references: dict[PromptKey, list[int]] = {}  # prompt ids -> the serial baseline's answer
+    references: dict[PromptKey, list[int]] = dict(run.references)  # prompt ids -> the serial baseline's answer
     if run.recording is not None:
         run.recording.references = references
     stop = threading.Event()
@@ -131,6 +133,9 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
             await asyncio.to_thread(on_own_thread, fill, run.threads or usable_cores())
             levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
                               for w, (recs, wall, mb) in raw.items()}
+            if not run.sampling.enabled:  # where a greedy answer differs: a floating-point tie or not
+                for w, (recs, _, _) in raw.items():
+                    levels[str(c)][w].update(await _mismatches(model, recs, references, run))
             rss[str(c)] = round(max(mb for _, _, mb in raw.values()), 1)
             if run.recording is not None:
                 for w, (recs, wall, _) in raw.items():
@@ -158,6 +163,24 @@ def _rows(c: int, ways: dict[str, Any]) -> list[dict[str, Any]]:
 def _print_level(c: int, ways: dict[str, Any]) -> None:
     print()
     print_table(_rows(c, ways), COLUMNS)
+    for way, r in ways.items():
+        if r.get("mismatches"):
+            found = "; ".join(m["describe"] for m in r["mismatches"])
+            print(f"c={c} {way}: {len(r['mismatches'])} answer(s) differ from the serial baseline's, "
+                  f"{r['tie_flips']} at a floating-point tie: {found}")
+
+
+async def _mismatches(model: Any, records: list[RequestRecord], references: dict[PromptKey, list[int]],
+                      run: RunConfig) -> dict[str, Any]:
+    """The answers that differ from the serial baseline's: where, by what gap, how many are fp ties."""
+    differ = [(r.index, r.prompt_ids, r.output_ids, ref) for r in records
+              if r.completed and (ref := references.get(tuple(r.prompt_ids))) is not None and r.output_ids != ref]
+    if not differ:
+        return {}
+    found = await asyncio.to_thread(on_own_thread, lambda: divergences(model, differ), run.threads or usable_cores())
+    return {"mismatches": [{"index": d.index, "position": d.position, "gap": d.gap, "tie": d.tie,
+                            "describe": d.describe()} for d in found],
+            "tie_flips": sum(d.tie for d in found)}
 
 
 def _ratios(levels: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
@@ -215,7 +238,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = await asyncio.to_thread(load_model, args.model, device=device)
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
                     args.mode, {} if args.profile else None, {} if args.profile else None,
-                    Recording() if args.record else None)
+                    Recording() if args.record else None,
+                    args.replayed.references_for(bench_args(args)) if args.replayed is not None else {})
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))

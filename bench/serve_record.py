@@ -42,6 +42,10 @@ NOTE = ("recorded by bench-serve --record: each request's prompt ids as served (
         "sessions fed back during the run included); on_safe answers carry no prompt ids")
 
 
+# bench_args that decide the serial baseline's answers: a replay reuses recorded ones only if all match
+REFERENCE_KEYS = ("model", "max_new_tokens", "temperature", "top_p", "top_k", "seed")
+
+
 class ReplayError(ValueError):
     """A --replay file or --replay-from that cannot be replayed (one line: the reason)."""
 
@@ -69,6 +73,13 @@ class Replay:
     skipped: list[int]  # recorded indices without prompt ids (failed, or on_safe)
     bench_args: dict[str, Any]  # the recorded run's bench_args
     drawn: dict[str, Any]  # zipf and pool of the run that drew the prompts (its JSON's, else its arguments)
+    references: dict[PromptKey, list[int]] = field(default_factory=dict)  # prompt -> recorded serial answer
+
+    def references_for(self, args: dict[str, Any]) -> dict[PromptKey, list[int]]:
+        """The recorded serial answers, if the recording's baseline is this run's (same model, length and
+        sampling); else none (they are computed again)."""
+        same = all(self.bench_args.get(k) == args.get(k) for k in REFERENCE_KEYS)
+        return dict(self.references) if same else {}
 
     def describe(self) -> dict[str, Any]:
         """The JSON's ``replay``."""
@@ -187,4 +198,7 @@ def load_replay(path: str | Path, source: tuple[int, str] | None = None) -> Repl
         raise ReplayError(f"{path}: {level}:{way} has no request with prompt ids")
     args, bench = dict(data.get("bench_args") or {}), data.get("bench") or {}
     drawn = {k: bench.get(k, args.get(k)) for k in ("zipf", "pool")}
-    return Replay(path.name, level, way, prompts, sequence, skipped, args, drawn)
+    references = {tuple(int(t) for t in r["prompt_ids"]): [int(t) for t in r["reference_ids"]]
+                  for ways in levels.values() for w in ways.values() for r in w.get("requests") or []
+                  if r.get("prompt_ids") and r.get("reference_ids") is not None}
+    return Replay(path.name, level, way, prompts, sequence, skipped, args, drawn, references)

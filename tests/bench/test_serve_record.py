@@ -94,6 +94,17 @@ def test_the_replay_takes_one_recorded_way_in_index_order_and_skips_requests_wit
     assert load_replay(path, (1, "off")).prompts == [ReplayPrompt("t0", (9, 9))]
 
 
+def test_the_replay_brings_the_recorded_serial_answers_only_for_the_same_baseline(tmp_path: Path) -> None:
+    path, _ = _recorded(tmp_path)
+    replay = load_replay(path)
+    same = bench_args(_args())
+    # the recording's serial answers, by prompt: no need to time HF again for the exact-match references
+    assert replay.references_for(same) == {(1, 2, 3): [7, 8, 9], (4, 5): [6, 6]}
+    # another length or seed makes other answers: none are reused
+    assert replay.references_for({**same, "max_new_tokens": 16}) == {}
+    assert replay.references_for({**same, "seed": 8}) == {}
+
+
 def _usage_error(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit) as exc:
         parse_args(argv)
