@@ -33,6 +33,7 @@ class Continuation(NamedTuple):
 
     ids: list[int]
     weight: float
+    whole: bool = False  # a whole past answer (it follows the answer header), not a chained fragment
 
 
 class Fetcher(Protocol):
@@ -64,7 +65,7 @@ def whole_outputs(
             break
         ids = list(match.ids[:room])
         coverage.add_sequence(ids)
-        out.append(Continuation(ids, float(match.count)))
+        out.append(Continuation(ids, float(match.count), whole=True))
         room -= len(ids)
     return out
 

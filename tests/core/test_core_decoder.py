@@ -218,6 +218,10 @@ def test_shared_trie_keeps_outputs_not_prompts() -> None:
     assert pfreq_table(trie) == {}
     assert trie.outputs_inserted == 1
     assert trie.contains_path(ids[:8]) and trie.contains_path(ids[-5:])
+    # the output went in after the prompt's last extend_min_match - 1 tokens: asked again, the answer's
+    # first token and the prompt's tail match it, long enough to copy from the first decode step
+    lead = prompt[1 - DecodingConfig().extend_min_match :]
+    assert trie.contains_path([*lead, *ids[:8]])
     second = dec.generate(prompt)  # the same question again: its own past answer is the draft
     assert second.output_ids == ids
     assert second.stats.mean_accepted_per_step > 3

@@ -48,6 +48,11 @@ class Active:
         for ref in req.references:
             req.trie.insert_prompt(ref, self.owner)
         self.cursor: OutputCursor | None = req.trie.output_cursor() if self.config.insert_output else None
+        if self.cursor is not None and self.config.extend_min_match > 1:
+            # The output goes in after the prompt's last extend_min_match - 1 tokens (a chat prompt's answer
+            # header): the same answer asked again then matches from its first token, long enough to be
+            # copied as one chain at its first decode step (drafting.draft.extend_chain).
+            self.cursor.feed(req.prompt_ids[1 - self.config.extend_min_match :])
 
     @staticmethod
     def capacity(req: ServeRequest, spec: DraftingSpec) -> int:

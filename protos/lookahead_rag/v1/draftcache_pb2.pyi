@@ -39,12 +39,14 @@ class FetchRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., reference_ids: _Optional[_Iterable[int]] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class Branch(_message.Message):
-    __slots__ = ("ids", "weight")
+    __slots__ = ("ids", "weight", "whole")
     IDS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     weight: float
-    def __init__(self, ids: _Optional[_Iterable[int]] = ..., weight: _Optional[float] = ...) -> None: ...
+    whole: bool
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., weight: _Optional[float] = ..., whole: _Optional[bool] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("continuations", "tokens")
