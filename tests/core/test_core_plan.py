@@ -110,3 +110,19 @@ def test_each_request_keeps_its_base_budget_before_another_extends() -> None:
     plan([first, second])
     assert second.asked is not None and second.asked[0] == 8
     assert first.asked is not None and first.asked[1] == 512 - 2 - 8
+
+
+def test_only_a_copying_request_may_extend_past_max_decoding_length() -> None:
+    # Active.max_extend on a stand-in: while every step verified its deepest branch whole (a repeated
+    # answer), the rest of the answer; once a step stopped short, the config's max_decoding_length
+    from types import SimpleNamespace
+
+    from lookahead_core.config import DecodingConfig
+    from lookahead_core.engine.active import Active
+
+    req = SimpleNamespace(config=DecodingConfig(max_new_tokens=128), room=100, copying=True, max_budget=lambda: 8)
+    assert Active.max_extend(req) == 100  # type: ignore[arg-type]
+    req.copying = False
+    assert Active.max_extend(req) == 32  # type: ignore[arg-type]
+    req.max_budget = lambda: 0  # no room to draft at all
+    assert Active.max_extend(req) == 0  # type: ignore[arg-type]

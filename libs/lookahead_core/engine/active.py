@@ -40,6 +40,7 @@ class Active:
         self.timed = timed  # the engine's step profile, by phase (a no-op unless it profiles)
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
+        self.copying = True  # every step so far verified its tree's deepest branch whole (a repeated answer)
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
         self.owner = f"req-{req.id}"
         req.config, req.proposers, req.phase = spec.config, drafting.proposers, Phase.PREFILL
@@ -83,11 +84,15 @@ class Active:
         return self.drafting.budget if self.room > 0 else 0
 
     def max_extend(self) -> int:
-        """Most nodes a tree may grow to with confident copies: the config's ``max_decoding_length``, or the
-        rest of the answer (``room``) along past outputs (a repeated answer verifies as one chain). The
-        cache holds it: capacity is prompt + max_new_tokens + max_step_tokens, and a step's tree beyond
-        ``max_decoding_length`` is at most ``room`` = max_new_tokens - output - 1 nodes."""
-        return max(self.config.max_decoding_length, self.room) if self.max_budget() else 0
+        """Most nodes a tree may grow to with confident copies: the config's ``max_decoding_length``, or,
+        while the request is copying (every step verified its deepest branch whole: a repeated answer),
+        the rest of the answer (``room``) along past outputs, as one chain. Once a step stops short the
+        answer is not a copy, and a long chain would mostly be thrown away. The cache holds it: capacity
+        is prompt + max_new_tokens + max_step_tokens, and a tree beyond ``max_decoding_length`` is at most
+        ``room`` = max_new_tokens - output - 1 nodes."""
+        if not self.max_budget():
+            return 0
+        return max(self.config.max_decoding_length, self.room) if self.copying else self.config.max_decoding_length
 
     def draft(self, budget: int, extend_to: int) -> DraftTree:
         """This step's tree from every proposer: ``budget`` best nodes, confident copies up to ``extend_to``."""
@@ -118,6 +123,7 @@ class Active:
         path = self.drafting.acceptor.accept(tree, predicted, rows)
         compact(self.kv, self.kv.length, path)
         accepted = tuple(path[1:])
+        self.copying = self.copying and len(accepted) == tree.depth()
         self.history.append((accepted, len(tree)))
         st = self.req.stats
         st.forward_steps += 1
