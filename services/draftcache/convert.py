@@ -12,13 +12,13 @@ from services.draftcache.store import ScopeStats
 
 def fetch_response(continuations: Sequence[Continuation]) -> draftcache_pb2.FetchResponse:
     return draftcache_pb2.FetchResponse(
-        continuations=[draftcache_pb2.Branch(ids=c.ids, weight=c.weight, whole=c.whole) for c in continuations],
+        continuations=[draftcache_pb2.Branch(ids=c.ids, weight=c.weight) for c in continuations],
         tokens=sum(len(c.ids) for c in continuations),
     )
 
 
 def continuations_from_proto(response: draftcache_pb2.FetchResponse) -> list[Continuation]:
-    return [Continuation(list(c.ids), c.weight, c.whole) for c in response.continuations]
+    return [Continuation(list(c.ids), c.weight) for c in response.continuations]
 
 
 def stats_response(stats: Sequence[ScopeStats]) -> draftcache_pb2.DraftStatsResponse:

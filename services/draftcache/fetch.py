@@ -33,7 +33,6 @@ class Continuation(NamedTuple):
 
     ids: list[int]
     weight: float
-    whole: bool = False  # a whole past answer (it follows the answer header), not a chained fragment
 
 
 class Fetcher(Protocol):
@@ -65,7 +64,7 @@ def whole_outputs(
             break
         ids = list(match.ids[:room])
         coverage.add_sequence(ids)
-        out.append(Continuation(ids, float(match.count), whole=True))
+        out.append(Continuation(ids, float(match.count)))
         room -= len(ids)
     return out
 

@@ -58,7 +58,6 @@ from services.generator.domain import (
     TextDelta,
 )
 from services.generator.params import decoding_config, server_config
-from services.generator.past_outputs import PastOutput, answer_header, fill_trie
 from services.generator.prepared import Prepared
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
@@ -98,7 +97,6 @@ class GeneratorEngine:
             draft_model=draft_model,
         ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)
-        self.answer_header = answer_header(tokenizer)  # what every chat prompt ends with (past_outputs.py)
         self.token_bytes = max_token_bytes(tokenizer)  # the longest token's UTF-8 bytes: sizes safe-stream chunks
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))  # bound of reference ids
         self.tokenizer_size = len(tokenizer)  # bound of prompt ids: tokens the tokenizer can decode
@@ -289,7 +287,7 @@ class GeneratorEngine:
         prep.prompt_ids = self._fallback_prompt(prep.question)
         self._check_fits(prep.prompt_ids, cfg)
 
-    async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[PastOutput], bool]:
+    async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
         if self.draft_cache is None or not prep.config.speculative or not self.settings.draft_budget:
             return [], self.draft_cache is not None
         refs = [t for r in prep.references for t in r]
@@ -303,7 +301,7 @@ class GeneratorEngine:
             if self.metrics is not None:
                 self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
             return [], False
-        return [PastOutput(list(c.ids), max(1, round(c.weight)), c.whole) for c in resp.continuations], True
+        return [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations], True
 
     def _check_room(self) -> None:
         """Refuse at once, before any retrieval work, when the queue is already full."""
@@ -314,8 +312,9 @@ class GeneratorEngine:
     async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[AnswerChunk]:
         continuations, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
-        fill_trie(trie, continuations, prep.prompt_ids, self.answer_header)  # as outputs; answers after the header
-        attribution = DraftAttribution(prep.prompt_ids, prep.references, [c.ids for c in continuations])
+        for ids, count in continuations:  # the tenant's past outputs: every window, as output counts
+            trie.insert_output(ids, count=count, prune=False)
+        attribution = DraftAttribution(prep.prompt_ids, prep.references, [c for c, _ in continuations])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!lookahead_rag/v1/draftcache.proto\x12\x10lookahead_rag.v1\"^\n\x10\x41\x64\x64OutputRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\x12\n\noutput_ids\x18\x03 \x03(\r\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\"$\n\x11\x41\x64\x64OutputResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"o\n\x0c\x46\x65tchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\x12\n\nprompt_ids\x18\x03 \x03(\r\x12\x15\n\rreference_ids\x18\x04 \x03(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\r\"4\n\x06\x42ranch\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06weight\x18\x02 \x01(\x01\x12\r\n\x05whole\x18\x03 \x01(\x08\"P\n\rFetchResponse\x12/\n\rcontinuations\x18\x01 \x03(\x0b\x32\x18.lookahead_rag.v1.Branch\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"#\n\x11\x44raftStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"f\n\x0fTenantTrieStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\r\n\x05nodes\x18\x03 \x01(\x04\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07outputs\x18\x05 \x01(\x04\"F\n\x12\x44raftStatsResponse\x12\x30\n\x05tries\x18\x01 \x03(\x0b\x32!.lookahead_rag.v1.TenantTrieStats\"\x11\n\x0fSnapshotRequest\"/\n\x10SnapshotResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x32\xd3\x02\n\nDraftCache\x12T\n\tAddOutput\x12\".lookahead_rag.v1.AddOutputRequest\x1a#.lookahead_rag.v1.AddOutputResponse\x12H\n\x05\x46\x65tch\x12\x1e.lookahead_rag.v1.FetchRequest\x1a\x1f.lookahead_rag.v1.FetchResponse\x12R\n\x05Stats\x12#.lookahead_rag.v1.DraftStatsRequest\x1a$.lookahead_rag.v1.DraftStatsResponse\x12Q\n\x08Snapshot\x12!.lookahead_rag.v1.SnapshotRequest\x1a\".lookahead_rag.v1.SnapshotResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!lookahead_rag/v1/draftcache.proto\x12\x10lookahead_rag.v1\"^\n\x10\x41\x64\x64OutputRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\x12\n\noutput_ids\x18\x03 \x03(\r\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\"$\n\x11\x41\x64\x64OutputResponse\x12\x0f\n\x07\x61pplied\x18\x01 \x01(\x08\"o\n\x0c\x46\x65tchRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\x12\n\nprompt_ids\x18\x03 \x03(\r\x12\x15\n\rreference_ids\x18\x04 \x03(\r\x12\x0e\n\x06\x62udget\x18\x05 \x01(\r\"%\n\x06\x42ranch\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x0e\n\x06weight\x18\x02 \x01(\x01\"P\n\rFetchResponse\x12/\n\rcontinuations\x18\x01 \x03(\x0b\x32\x18.lookahead_rag.v1.Branch\x12\x0e\n\x06tokens\x18\x02 \x01(\r\"#\n\x11\x44raftStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"f\n\x0fTenantTrieStats\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x02 \x01(\t\x12\r\n\x05nodes\x18\x03 \x01(\x04\x12\r\n\x05\x62ytes\x18\x04 \x01(\x04\x12\x0f\n\x07outputs\x18\x05 \x01(\x04\"F\n\x12\x44raftStatsResponse\x12\x30\n\x05tries\x18\x01 \x03(\x0b\x32!.lookahead_rag.v1.TenantTrieStats\"\x11\n\x0fSnapshotRequest\"/\n\x10SnapshotResponse\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\r\n\x05\x62ytes\x18\x02 \x01(\x04\x32\xd3\x02\n\nDraftCache\x12T\n\tAddOutput\x12\".lookahead_rag.v1.AddOutputRequest\x1a#.lookahead_rag.v1.AddOutputResponse\x12H\n\x05\x46\x65tch\x12\x1e.lookahead_rag.v1.FetchRequest\x1a\x1f.lookahead_rag.v1.FetchResponse\x12R\n\x05Stats\x12#.lookahead_rag.v1.DraftStatsRequest\x1a$.lookahead_rag.v1.DraftStatsResponse\x12Q\n\x08Snapshot\x12!.lookahead_rag.v1.SnapshotRequest\x1a\".lookahead_rag.v1.SnapshotResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,19 +38,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FETCHREQUEST']._serialized_start=189
   _globals['_FETCHREQUEST']._serialized_end=300
   _globals['_BRANCH']._serialized_start=302
-  _globals['_BRANCH']._serialized_end=354
-  _globals['_FETCHRESPONSE']._serialized_start=356
-  _globals['_FETCHRESPONSE']._serialized_end=436
-  _globals['_DRAFTSTATSREQUEST']._serialized_start=438
-  _globals['_DRAFTSTATSREQUEST']._serialized_end=473
-  _globals['_TENANTTRIESTATS']._serialized_start=475
-  _globals['_TENANTTRIESTATS']._serialized_end=577
-  _globals['_DRAFTSTATSRESPONSE']._serialized_start=579
-  _globals['_DRAFTSTATSRESPONSE']._serialized_end=649
-  _globals['_SNAPSHOTREQUEST']._serialized_start=651
-  _globals['_SNAPSHOTREQUEST']._serialized_end=668
-  _globals['_SNAPSHOTRESPONSE']._serialized_start=670
-  _globals['_SNAPSHOTRESPONSE']._serialized_end=717
-  _globals['_DRAFTCACHE']._serialized_start=720
-  _globals['_DRAFTCACHE']._serialized_end=1059
+  _globals['_BRANCH']._serialized_end=339
+  _globals['_FETCHRESPONSE']._serialized_start=341
+  _globals['_FETCHRESPONSE']._serialized_end=421
+  _globals['_DRAFTSTATSREQUEST']._serialized_start=423
+  _globals['_DRAFTSTATSREQUEST']._serialized_end=458
+  _globals['_TENANTTRIESTATS']._serialized_start=460
+  _globals['_TENANTTRIESTATS']._serialized_end=562
+  _globals['_DRAFTSTATSRESPONSE']._serialized_start=564
+  _globals['_DRAFTSTATSRESPONSE']._serialized_end=634
+  _globals['_SNAPSHOTREQUEST']._serialized_start=636
+  _globals['_SNAPSHOTREQUEST']._serialized_end=653
+  _globals['_SNAPSHOTRESPONSE']._serialized_start=655
+  _globals['_SNAPSHOTRESPONSE']._serialized_end=702
+  _globals['_DRAFTCACHE']._serialized_start=705
+  _globals['_DRAFTCACHE']._serialized_end=1044
 # @@protoc_insertion_point(module_scope)

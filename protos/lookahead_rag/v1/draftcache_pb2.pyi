@@ -39,14 +39,12 @@ class FetchRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., reference_ids: _Optional[_Iterable[int]] = ..., budget: _Optional[int] = ...) -> None: ...
 
 class Branch(_message.Message):
-    __slots__ = ("ids", "weight", "whole")
+    __slots__ = ("ids", "weight")
     IDS_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
-    WHOLE_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     weight: float
-    whole: bool
-    def __init__(self, ids: _Optional[_Iterable[int]] = ..., weight: _Optional[float] = ..., whole: _Optional[bool] = ...) -> None: ...
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., weight: _Optional[float] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("continuations", "tokens")
