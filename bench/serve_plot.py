@@ -54,5 +54,5 @@ def plot(data: dict[str, Any], path: str) -> None:
     what = (f"Serving: {' vs '.join(ways)}{legend}\n"
             f"{known(data.get('requests'))} requests a level{replayed}, "
             f"Zipf {known(data.get('zipf'))}, pool {known(data.get('pool'))}, "
-            f"{known(data.get('max_new_tokens'))} new tokens; data: {known(data.get('dataset'))}")
+            f"{known(data.get('max_new_tokens'))} new tokens\ndata: {known(data.get('dataset'))}")
     save(fig, path, title(data, what, f"serial_hf = {_baseline(data)}, batch 1, one request at a time"))
