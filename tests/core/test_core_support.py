@@ -74,6 +74,13 @@ REFUSED: dict[str, tuple[Callable[[], PretrainedConfig], tuple[str, ...]]] = {
     "flash-attention": (lambda: with_attn(LlamaConfig(**TINY), "flash_attention_2"), ("'flash_attention_2'",)),
     # flex attention
     "flex-attention": (lambda: with_attn(LlamaConfig(**TINY), "flex_attention"), ("'flex_attention'",)),
+    # dynamic NTK rope: scaled by the longest sequence in the forward, so one request would move another's
+    "dynamic-rope": (lambda: LlamaConfig(**TINY, rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+                     ("rotary", "dynamic")),
+    # longrope: short or long factors by the forward's length
+    "longrope": (lambda: LlamaConfig(**TINY, rope_parameters={
+        "rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+        "original_max_position_embeddings": 64}), ("rotary", "longrope")),
 }
 
 ACCEPTED: dict[str, Callable[[], PretrainedConfig]] = {
@@ -88,6 +95,8 @@ ACCEPTED: dict[str, Callable[[], PretrainedConfig]] = {
     "llama-eager": lambda: with_attn(LlamaConfig(**TINY), "eager"),
     # our own registered implementations
     "llama-ragged": lambda: with_attn(LlamaConfig(**TINY), RAGGED_ATTENTION),
+    # a fixed rotary scaling (linear) is the same for every request: fine in a shared forward
+    "linear-rope": lambda: LlamaConfig(**TINY, rope_scaling={"rope_type": "linear", "factor": 2.0}),
 }
 
 

@@ -23,6 +23,9 @@ WINDOW_KINDS = frozenset(
 WINDOW_ATTRS = ("sliding_window", "attention_chunk_size")  # config fields that window every layer if no layer_types
 # Attention implementations the model may come with (the engine's twins run RAGGED_ATTENTION, built on sdpa).
 SUPPORTED_ATTN = frozenset({"sdpa", "eager", RAGGED_ATTENTION})
+# Rotary scalings that depend on the longest sequence in the forward: in a packed row one request's
+# length would change every other request's rotary embedding.
+LENGTH_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})
 
 
 class UnsupportedModelError(ValueError):
@@ -37,6 +40,21 @@ def _layer_kinds(config: PretrainedConfig) -> list[str]:
         if isinstance(value, Sequence) and not isinstance(value, str):
             kinds.extend(str(k) for k in value)
     return kinds
+
+
+def _rope_types(config: PretrainedConfig) -> list[str]:
+    """Every rotary scaling type the config declares: ``rope_parameters`` (one dict, or one per layer
+    type) and the older ``rope_scaling``."""
+    found: list[str] = []
+    for attr in ("rope_parameters", "rope_scaling"):
+        value = getattr(config, attr, None)
+        if not isinstance(value, dict):
+            continue
+        for params in [value, *(v for v in value.values() if isinstance(v, dict))]:
+            kind = params.get("rope_type", params.get("type"))
+            if isinstance(kind, str):
+                found.append(kind)
+    return found
 
 
 def unsupported_reasons(config: PretrainedConfig) -> list[str]:
@@ -58,6 +76,10 @@ def unsupported_reasons(config: PretrainedConfig) -> list[str]:
     softcap = getattr(config, "attn_logit_softcapping", None)
     if softcap is not None:
         reasons.append(f"attention logit soft-capping (attn_logit_softcapping={softcap})")
+    dynamic = sorted({k for k in _rope_types(config) if k in LENGTH_DEPENDENT_ROPE})
+    if dynamic:
+        reasons.append(f"length-dependent rotary scaling (rope_type {', '.join(dynamic)}: one request's length "
+                       "would change the others' positions in a shared forward)")
     attn = getattr(config, "_attn_implementation", None)
     if attn is not None and attn not in SUPPORTED_ATTN:
         reasons.append(f"attention implementation {attn!r} (supported: {', '.join(sorted(SUPPORTED_ATTN))})")
