@@ -148,8 +148,20 @@ class JsonFormatter(logging.Formatter):
         return _json.dumps(line, default=str, ensure_ascii=False)
 
 
+# Control characters (line breaks above all) as escapes: a caller-chosen tenant, request id or message
+# must not start a line of its own in a text log (JSON lines escape them already).
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character written as ``\\xNN`` (one log line stays one line)."""
+    return text.translate(_CONTROL)
+
+
 class TextFormatter(logging.Formatter):
-    """Human-readable lines with the same redaction and the request id/tenant when there is one."""
+    """Human-readable lines with the same redaction and the request id/tenant when there is one; one
+    record is one line (control characters in the request's fields and the message escaped; a
+    traceback keeps its own lines after it)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s%(ctx)s: %(message)s")
@@ -157,7 +169,8 @@ class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         redact(record)
         rid, tenant = getattr(record, "request_id", None), getattr(record, "tenant", None)
-        record.ctx = f" [{rid} {tenant or '-'}]" if rid else ""
+        record.ctx = escape_controls(f" [{rid} {tenant or '-'}]") if rid else ""
+        record.msg, record.args = escape_controls(record.getMessage()), None
         return super().format(record)
 
 

@@ -158,6 +158,17 @@ def test_text_format_carries_the_request_and_redacts(capture) -> None:
     assert "[req-1 acme]" in line and "<18 chars>" in line and "private" not in line
 
 
+def test_text_format_keeps_a_hostile_tenant_on_one_line(capture) -> None:
+    # a tenant (or message) with a line break must not forge a second log line in text format
+    stream, handlers = capture
+    handlers.append(setup_logging("INFO", json=False, stream=stream))
+    with request_context("req-2", "evil\n2026-01-01 INFO forged: ok"):
+        log.info("asked %s", "a\r\nb")
+    text = stream.getvalue()
+    assert text.count("\n") == 1  # one record, one line
+    assert "[req-2 evil\\x0a2026-01-01 INFO forged: ok]" in text and "asked a\\x0d\\x0ab" in text
+
+
 def test_setup_logging_replaces_its_own_handler(capture) -> None:
     stream, handlers = capture
     handlers.append(setup_logging("INFO", stream=io.StringIO()))
