@@ -49,16 +49,16 @@ from services.generator.convert import completed_event, documents_from_proto
 from services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
-    ChatMessage,
     FinalInfo,
     GenerateQuery,
     GenerationParams,
     GenerationStats,
-    PromptIds,
     TextDelta,
 )
 from services.generator.params import decoding_config, server_config
 from services.generator.prepared import Prepared
+from services.generator.prompt_ids import chat_ids, check_vocabulary
+from services.generator.prompt_ids import prompt_ids as prompt_ids_of
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
 
@@ -143,42 +143,9 @@ class GeneratorEngine:
                 f"the model's context of {self.context_tokens}"
             )
 
-    @staticmethod
-    def _check_vocabulary(what: str, ids: Sequence[int], size: int) -> None:
-        bad = next((t for t in ids if t >= size), None)
-        if bad is not None:
-            raise InvalidArgument(f"{what} token id {bad} is out of the vocabulary (size {size})")
-
-    def _prompt_ids(self, prompt: str | tuple[ChatMessage, ...] | PromptIds | None) -> list[int]:
-        """A Generate call's prompt as token ids: text tokenized, messages templated, ids checked as they are."""
-        limits = self.limits
-        if isinstance(prompt, PromptIds):
-            if not prompt.ids:
-                raise InvalidArgument("prompt_ids is empty")
-            limits.check_prompt_tokens("prompt_ids", len(prompt.ids))
-            self._check_vocabulary("prompt", prompt.ids, self.tokenizer_size)
-            return list(prompt.ids)
-        if isinstance(prompt, str):
-            limits.check_prompt_chars("prompt", len(prompt))
-            return list(self.tokenizer(prompt)["input_ids"])
-        if prompt is None:
-            raise InvalidArgument("give a prompt, chat messages or prompt_ids")
-        msgs = [{"role": m.role, "content": m.content} for m in prompt]
-        if not msgs:
-            raise InvalidArgument("messages is empty")
-        if any(m["role"] not in ("system", "user", "assistant") for m in msgs):
-            raise InvalidArgument("message role must be system, user or assistant")
-        limits.check_prompt_chars("messages", sum(len(m["content"]) for m in msgs))
-        return self._chat_ids(msgs)
-
-    def _chat_ids(self, messages: list[dict[str, str]]) -> list[int]:
-        """Token ids of chat messages in the model's template, ending in the assistant turn."""
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if hasattr(out, "keys") else out)  # a BatchEncoding in newer versions
-
     def _fallback_prompt(self, question: str) -> list[int]:
         """The question alone in the chat template (used when the retriever cannot answer)."""
-        return self._chat_ids([{"role": "user", "content": question}])
+        return chat_ids(self.tokenizer, [{"role": "user", "content": question}])
 
     # ---- entry points -----------------------------------------------------------------------------
     async def answer(self, query: AnswerQuery, deadline: float | None = None,
@@ -236,7 +203,7 @@ class GeneratorEngine:
         limits = self.limits
         limits.check_tenant(query.tenant)
         config = self.decoding_config(query.params)
-        prompt_ids = self._prompt_ids(query.prompt)
+        prompt_ids = prompt_ids_of(query.prompt, self.tokenizer, self.tokenizer_size, self.limits)
         self._check_fits(prompt_ids, config)
         refs = [t for t in query.references if t]
         if len(refs) + bool(query.reference_ids) > limits.max_references:
@@ -244,7 +211,7 @@ class GeneratorEngine:
         limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
         if query.reference_ids:
-            self._check_vocabulary("reference", query.reference_ids, self.vocab_size)
+            check_vocabulary("reference", query.reference_ids, self.vocab_size)
             references.append(list(query.reference_ids))
         self._check_room()
         prep = Prepared(query.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
