@@ -21,6 +21,7 @@ from lookahead_core.engine.scheduler import SchedulerConfig
 from lookahead_core.sampling import generate_sampled
 from transformers import PreTrainedModel
 
+from tests.core import helpers as drafters  # the adversarial drafters
 from tests.core.helpers import (
     FAMILIES,
     MODES,
@@ -28,13 +29,9 @@ from tests.core.helpers import (
     StubTokenizer,
     duplicate_chains_drafter,
     eos_as,
-    eos_drafter,
-    forking_drafter,
-    oracle_drafter,
     random_prompt,
     run_all,
     tiny_model,
-    wrong_drafter,
 )
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -117,9 +114,9 @@ def test_seed_is_recorded(family: str) -> None:
 
 # ---- adversarial drafts ----------------------------------------------------------------------------
 ADVERSARIAL: dict[str, Callable[[int, list[int]], Drafter]] = {
-    "all-right": oracle_drafter,  # the reference continuation itself: everything accepted
-    "all-wrong": wrong_drafter,  # nothing accepted
-    "forking": forking_drafter,  # the right token behind a wrong sibling at every depth
+    "all-right": drafters.oracle_drafter,  # the reference continuation itself: everything accepted
+    "all-wrong": drafters.wrong_drafter,  # nothing accepted
+    "forking": drafters.forking_drafter,  # the right token behind a wrong sibling at every depth
     "duplicates": duplicate_chains_drafter,  # the accepted path runs through a later, parallel chain
 }
 
@@ -147,7 +144,7 @@ def test_all_right_drafts_are_accepted(family: str) -> None:
         cfg = sampled("hierarchical", SETTINGS[2], seed=5, decoding_length=12)
         want = reference(model, prompt, cfg)
         dec = LookaheadDecoder(model, StubTokenizer(), cfg, kernels="stock")  # type: ignore[arg-type]
-        run = dec.generate(prompt, drafter=oracle_drafter(len(prompt), want))
+        run = dec.generate(prompt, drafter=drafters.oracle_drafter(len(prompt), want))
     assert run.output_ids == want
     assert run.stats.forward_steps <= 2  # 1 prefill token + 12 + 1 per step: 20 tokens in two steps
 
@@ -165,8 +162,8 @@ def test_eos_bearing_drafts_stop_where_the_reference_stops(family: str) -> None:
     with eos_as(model, eos):
         want = reference(model, prompt, cfg)
         assert want == free[: free.index(eos) + 1]
-        assert lookahead(model, prompt, cfg, eos_drafter(len(prompt), free, eos)) == want
-        assert lookahead(model, prompt, cfg, oracle_drafter(len(prompt), free)) == want
+        assert lookahead(model, prompt, cfg, drafters.eos_drafter(len(prompt), free, eos)) == want
+        assert lookahead(model, prompt, cfg, drafters.oracle_drafter(len(prompt), free)) == want
 
 
 def test_packed_kernels_equal_reference() -> None:

@@ -27,14 +27,12 @@ from lookahead_rag.v1 import generator_pb2
 from services.common.errors import DeadlineExceeded
 from services.generator.convert import generate_query
 from services.generator.domain import AnswerChunk
+from tests.pipeline import helpers as calls  # collect a stream, check a status, greedy ids
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     QUESTION,
     Answered,
     RunningPipeline,
-    assert_status,
-    collect,
-    greedy,
     module_loop,
     module_pipeline,
     params,
@@ -78,7 +76,7 @@ class Greedy:
     def __call__(self, prompt_ids: Sequence[int], n: int = N) -> list[int]:
         key = (tuple(prompt_ids), n)
         if key not in self.done:
-            self.done[key] = greedy(self.p.model, prompt_ids, n)
+            self.done[key] = calls.greedy(self.p.model, prompt_ids, n)
         return self.done[key]
 
 
@@ -117,7 +115,7 @@ async def run_client(p: RunningPipeline, index: int, request: generator_pb2.Answ
             out.first = await call.read()
             call.cancel()  # the client goes away mid-stream
         else:
-            out.got = await collect(call)
+            out.got = await calls.collect(call)
     except grpc.RpcError as err:
         out.error = err
     out.code = await call.code()
@@ -179,18 +177,18 @@ async def test_waiting_request_past_its_deadline_and_request_past_the_queue(smal
         assert await wait_until(lambda: len(spy.requests) == 2)  # it reached the queue
         late_req = spy.requests[1]
         assert scheduler.state().waiting == 1
-        assert_status(await rpc_error(lambda: collect(late)), grpc.StatusCode.DEADLINE_EXCEEDED)
+        calls.assert_status(await rpc_error(lambda: calls.collect(late)), grpc.StatusCode.DEADLINE_EXCEEDED)
         assert await wait_until(lambda: ended(late_req) and scheduler.state().waiting == 0)  # freed while still held
         assert late_req.output == [] and late_req.stats.forward_steps == 0 and not scheduler.holds(late_req)
 
         queued = p.stub.Generate(generate_request(tenant, "Name three colours:", N), timeout=CALL_TIMEOUT_S)
         assert await wait_until(lambda: scheduler.state().waiting == 1)
         over = p.stub.Generate(generate_request(tenant, "Name three fruits:", N), timeout=REFUSAL_TIMEOUT_S)
-        assert_status(await rpc_error(lambda: collect(over)), EXHAUSTED, "overloaded")
+        calls.assert_status(await rpc_error(lambda: calls.collect(over)), EXHAUSTED, "overloaded")
         assert len(spy.requests) == 3 and held.gate.calls == 2  # the refused one never queued; nothing ran meanwhile
-    after = await collect(queued)
+    after = await calls.collect(queued)
     assert after.final is not None
-    assert after.streamed_ids == list(after.final.output_ids) == greedy(p.model, after.final.prompt_ids, N)
+    assert after.streamed_ids == list(after.final.output_ids) == calls.greedy(p.model, after.final.prompt_ids, N)
     await assert_idle(p)
 
 
@@ -235,7 +233,7 @@ async def test_repeated_answer_reuses_the_prompt_prefix(load: RunningPipeline) -
     assert cold.final.stats.prefix_hit_tokens == 0  # a new tenant: nothing cached
     assert warm.final.stats.prefix_hit_tokens == len(prompt) - 1  # the last one runs: it gives the first token
     assert (gauge(p, counter) or 0.0) - before == warm.final.stats.prefix_hit_tokens
-    assert list(warm.final.output_ids) == list(cold.final.output_ids) == greedy(p.model, prompt, N)
+    assert list(warm.final.output_ids) == list(cold.final.output_ids) == calls.greedy(p.model, prompt, N)
     assert warm.streamed_ids == list(warm.final.output_ids)
     await assert_idle(p)
 
@@ -258,8 +256,8 @@ async def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipe
         assert gauge(p, "generator_running_requests") == 1
         assert (gauge(p, "generator_kv_bytes") or 0) > 0
         gate.release()
-        await collect(held)
-        await collect(queued)
+        await calls.collect(held)
+        await calls.collect(queued)
     await assert_idle(p)
     refresh()
     assert gauge(p, "generator_queue_depth") == 0
