@@ -15,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "draft-agreement": ("bench.draft_agreement_args", "early-exit self-draft: top-1 agreement and cost per exit layer"),
     "prompt-order": ("bench.prompt_order_args",
                      "passage order: prefix-cache hits and SQuAD EM/F1, canonical vs score order"),
+    "exactness": ("bench.exactness_args",
+                  "exactness: engine answers vs HF greedy, batched and from the prefix cache, with logit margins"),
     "plot": ("bench.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

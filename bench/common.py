@@ -30,6 +30,17 @@ def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """The model, where it runs, its threads, and the outputs (--json, --png) of a benchmark that runs one
+    model over a squad-style workload (prompt-order, exactness)."""
+    p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title (as bench serve)")
+    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+
+
 def parse_workload(p: argparse.ArgumentParser, argv: Sequence[str], seed_help: str) -> argparse.Namespace:
     """Add the outputs (--json, --png) and sampling arguments every decoding benchmark takes, parse
     ``argv``, and resolve the workload (``args.dataset``) and the sampling (``args.sampling``)."""

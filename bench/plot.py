@@ -1,12 +1,12 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
-        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order]
+        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order|exactness]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
 ``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval, ``exits`` ->
-draft_agreement (``prompt_order`` files always carry their kind). The PNG goes next to the JSON
+draft_agreement (``prompt_order`` and ``exactness`` files always carry their kind). The PNG goes next to the JSON
 unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
 """
 
@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bench.common import write_json
+
 # kind -> module with plot(data, path)
 PLOTTERS = {
     "decoding": "bench.decoding_plot",
@@ -29,6 +31,7 @@ PLOTTERS = {
     "draft_agreement": "bench.draft_agreement_plot",
     "profile": "bench.profile_plot",
     "prompt_order": "bench.prompt_order_plot",
+    "exactness": "bench.exactness_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (
@@ -61,6 +64,17 @@ def plot_result(data: dict[str, Any], png: str | Path, kind: str | None = None) 
 def default_png(json_path: str | Path) -> Path:
     """The PNG next to a JSON: same name, .png."""
     return Path(json_path).with_suffix(".png")
+
+
+def write_outputs(data: dict[str, Any], json_path: str | None, png_path: str | None) -> None:
+    """Write a benchmark's result: the JSON when asked, and its PNG (default: next to the JSON)."""
+    if json_path:
+        write_json(json_path, data)
+        print(f"wrote {json_path}")
+    png = png_path or (default_png(json_path) if json_path else None)
+    if png:
+        plot_result(data, png)
+        print(f"wrote {png}")
 
 
 def main(argv: list[str] | None = None) -> int:

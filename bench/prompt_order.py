@@ -13,8 +13,8 @@ import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from bench.common import answerable, cpu_name, machine, print_table, read_jsonl, write_json
-from bench.plot import default_png, plot_result
+from bench.common import answerable, cpu_name, machine, print_table, read_jsonl
+from bench.plot import write_outputs
 from bench.prefix_hits import prefix_hits
 from bench.serve_hf import greedy
 from bench.serve_load import Question, Workload, load_workload
@@ -42,8 +42,10 @@ class OrderRun:
     scores: list[Score | None] = field(default_factory=list)  # None: the question has no reference answers
 
 
-def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any) -> dict[PassageOrder, RetrieverCore]:
-    """One RetrieverCore per order, with bench serve's retriever settings, the corpus ingested in each."""
+def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any,
+                    orders: tuple[PassageOrder, ...] = ORDERS) -> dict[PassageOrder, RetrieverCore]:
+    """One RetrieverCore per order (``args``: model, max_new_tokens, threads), with bench serve's
+    retriever settings, the corpus ingested in each (bench/exactness.py builds its prompts with one)."""
     stack = StackConfig(root=root, model=args.model, max_new_tokens=args.max_new_tokens,
                         max_concurrency=CONCURRENCY, threads=args.threads, timeout_s=TIMEOUT_S)
     chunks = build_vector_cache(stack, wl.docs)  # embedded once, read by both cores
@@ -52,7 +54,7 @@ def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any
     rs = settings.retriever
     embedder = Embedder(rs.embedder_path, batch_size=rs.embed_batch_size)
     cores = {}
-    for order in ORDERS:
+    for order in orders:
         core = RetrieverCore(rs.model_copy(update={"passage_order": order, "data_dir": None}), embedder=embedder,
                              tokenizer=tok, limits=settings.limits, served=settings.model)
         for tenant, docs in wl.docs.items():
@@ -164,13 +166,7 @@ def report(args: argparse.Namespace) -> int:
     print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['questions']} "
           f"questions, {data['tenants']} tenant(s), {data['max_new_tokens']} new tokens; {data['identical_prompts']} "
           f"prompt(s) identical in both orders, {data['answers_differ']} answer(s) differ")
-    if args.json:
-        write_json(args.json, data)
-        print(f"wrote {args.json}")
-    png = args.png or (default_png(args.json) if args.json else None)
-    if png:
-        plot_result(data, png)
-        print(f"wrote {png}")
+    write_outputs(data, args.json, args.png)
     return 0
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import workload_parser
+from bench.common import add_model_args, workload_parser
 from bench.dataset import dataset_from_args
 
 DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
@@ -32,12 +32,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = workload_parser("lookahead-rag-bench prompt-order", __doc__)
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="the first N answerable questions")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="greedy answer length cap")
-    p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title (as bench serve)")
-    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
-    p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    add_model_args(p)
     args = p.parse_args(argv)
     if args.limit < 1 or args.max_new_tokens < 1:
         p.error("--limit and --max-new-tokens must be positive")

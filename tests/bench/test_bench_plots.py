@@ -110,14 +110,28 @@ def _prompt_order() -> dict[str, Any]:
             "orders": {"canonical": order(0.6, 25.0), "score": order(0.2, 25.0)}}
 
 
+def _exactness() -> dict[str, Any]:
+    def one(name: str, hits: float, mismatches: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"name": name, "answers": 4, "exact": 4 - len(mismatches), "mismatch_count": len(mismatches),
+                "mismatches": mismatches, "mean_hit_tokens": hits}
+    flip = {"index": 1, "position": 3, "margin": 2e-5, "tie": True, "ours": 5, "reference": 6, "gap": 2e-5}
+    return {"kind": "exactness", "model": "tiny", "cpu": "Test CPU", "machine": "Linux, 2 cores", "threads": 2,
+            "dataset": "test", "prompts": 4, "max_new_tokens": 8, "mode": "hierarchical", "baseline": "hf_greedy",
+            "mean_prompt_tokens": 400.0, "mismatches_total": 1,
+            "passes": [one("c1 off", 0.0, []), one("c16 warm", 399.0, [flip])],
+            "per_answer": [{"min_margin": m} for m in (2e-5, 0.3, 1.5, None)]}
+
+
 RESULTS = {
+    "exactness": _exactness,
     "prompt order": _prompt_order,
     "profile": _profile,
     "draft agreement": _draft_agreement,
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
 }
-KINDS = {"prompt order": "prompt_order", "profile": "profile", "draft agreement": "draft_agreement",
+KINDS = {"exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
+         "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events"}
 
