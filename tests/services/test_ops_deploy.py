@@ -71,7 +71,7 @@ def test_k8s_manifests_pass_schema_validation() -> None:
 def test_schema_validation_catches_a_broken_manifest() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     broken = copy.deepcopy(workload("generator"))
-    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpc"]["port"] = "grpc-port"
+    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"] = "python probe.py"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(broken, K8S_VERSION, strict=True)
     typo = copy.deepcopy(workload("generator"))
