@@ -41,6 +41,10 @@ class TrieConfig:
     # simulation on squad-dev, so the bound is set by memory instead (~300 B a node).
     capacity: int = 65536
     prune_slack: float = 0.1  # prune down to (1 - slack) * capacity so pruning is amortized
+    # Max nodes prompts and references may hold (~300 B a node): a prompt's windows past it are not
+    # inserted, so one request's huge reference cannot take the memory and minutes of a whole trie.
+    # 2^18 holds every window of ~8k distinct tokens (a long RAG prompt and its references).
+    max_prompt_nodes: int = 1 << 18
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+# what ``tokenizer_id`` makes: "<class>-<vocabulary size>-<12 hex digits of the vocabulary's digest>"
+_ID_FORM = re.compile(r"^[a-z0-9_]+-(?P<size>[0-9]{1,9})-[0-9a-f]{12}$")
 
 
 def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -16,3 +20,10 @@ def tokenizer_id(tokenizer: PreTrainedTokenizerBase) -> str:
     for token, idx in sorted(vocab.items(), key=lambda kv: kv[1]):
         digest.update(f"{idx}\t{token}\n".encode())
     return f"{type(tokenizer).__name__.removesuffix('Fast').lower()}-{len(vocab)}-{digest.hexdigest()[:12]}"
+
+
+def vocab_size_of(tokenizer_id_: str) -> int | None:
+    """The vocabulary size a ``tokenizer_id`` names (token ids are below it); None for an id of another
+    form (a test's or a caller's own name), which names no vocabulary."""
+    match = _ID_FORM.match(tokenizer_id_)
+    return int(match["size"]) if match else None

@@ -55,6 +55,7 @@ class RequestLimits(ServiceSettings):
     default_max_new_tokens: int = Field(128, ge=1, description="max_new_tokens when a request says 0")
     max_new_tokens: int = Field(512, ge=1, description="largest max_new_tokens a request may ask for")
     max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
+    max_reference_tokens: int = Field(16_384, ge=0, description="most tokens a Generate call's references may hold")
     max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
     # per-tenant quotas (services/common/quota.py), each service counting its own calls
     tenant_rps: float = Field(0.0, ge=0, description="requests per second one tenant may start (0 = unlimited)")
@@ -90,6 +91,11 @@ class RequestLimits(ServiceSettings):
         """A prompt given as token ids (``what``: "prompt_ids") within max_prompt_chars, the raw prompt's bound."""
         if tokens > self.max_prompt_chars:
             raise InvalidArgument(f"{what}: {tokens} tokens; the limit is {self.max_prompt_chars}")
+
+    def check_reference_tokens(self, tokens: int) -> None:
+        """A Generate call's references, tokenized, within max_reference_tokens."""
+        if tokens > self.max_reference_tokens:
+            raise InvalidArgument(f"references: {tokens} tokens; the limit is {self.max_reference_tokens}")
 
     def resolve_k(self, k: int) -> int:
         """Documents to retrieve: 0 means the default."""

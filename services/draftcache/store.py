@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lookahead_core.drafting.trie import TokenTrie
+from lookahead_core.vocab import vocab_size_of
 from lookahead_rag.v1 import events_pb2
 
 from services.common.errors import InvalidArgument, ResourceExhausted
@@ -183,7 +184,7 @@ class DraftCacheStore:
         self.limits.check_tenant(tenant)
         check_name("tokenizer_id", tokenizer_id, s.max_name_chars)
         check_name("event_id", event_id, s.max_name_chars)
-        ids = check_ids("output_ids", output_ids, s.max_request_ids)
+        ids = check_ids("output_ids", output_ids, s.max_request_ids, vocab_size_of(tokenizer_id))
         state = self._tenant_for_write(tenant)
         with state.lock:
             if event_id in state.applied:

@@ -18,14 +18,16 @@ def check_name(kind: str, value: str, max_chars: int) -> str:
     return value
 
 
-def check_ids(kind: str, ids: Sequence[int], max_count: int) -> list[int]:
-    """At most ``max_count`` token ids, each in [0, MAX_TOKEN_ID]; returned as a list of ints."""
+def check_ids(kind: str, ids: Sequence[int], max_count: int, vocab_size: int | None = None) -> list[int]:
+    """At most ``max_count`` token ids, each in [0, vocab_size) (a vocabulary known: the tokenizer id
+    names it) or [0, MAX_TOKEN_ID]; returned as a list of ints."""
     if len(ids) > max_count:
         raise InvalidArgument(f"{kind} has {len(ids)} ids; at most {max_count}")
+    top = MAX_TOKEN_ID if vocab_size is None else vocab_size - 1
     out = [int(t) for t in ids]
-    if out and (min(out) < 0 or max(out) > MAX_TOKEN_ID):
-        index, bad = next((i, t) for i, t in enumerate(out) if not 0 <= t <= MAX_TOKEN_ID)
-        raise InvalidArgument(f"{kind}[{index}] = {bad} is not a token id (0..{MAX_TOKEN_ID})")
+    if out and (min(out) < 0 or max(out) > top):
+        index, bad = next((i, t) for i, t in enumerate(out) if not 0 <= t <= top)
+        raise InvalidArgument(f"{kind}[{index}] = {bad} is not a token id of this tokenizer (0..{top})")
     return out
 
 

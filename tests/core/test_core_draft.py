@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.config import DecodingConfig, DraftMode, TrieConfig
-from lookahead_core.drafting.draft import DraftTree, retrieve_draft
+from lookahead_core.drafting.draft import DraftTree, retrieve_draft, within_vocab
 from lookahead_core.drafting.trie import TokenTrie
 from lookahead_core.proposers.build import drafting_spec
 
@@ -304,3 +304,37 @@ def test_every_drafted_branch_is_in_the_trie(
         for s in suffixes:
             node = trie.find(s)
             assert node is None or not set(node.children) - banned
+
+
+@pytest.mark.parametrize(("spec", "vocab", "paths"), [
+    # every id in range: the same tree comes back
+    ([(0, 1), (1, 2), (0, 3)], 10, [[1, 2], [3]]),
+    # a bad node takes its subtree with it; its sibling stays
+    ([(0, 1), (1, 12), (2, 4), (0, 3)], 10, [[1], [3]]),
+    # a bad first node leaves nothing below the root on that side
+    ([(0, 11), (1, 2), (0, 5), (3, 6)], 10, [[5, 6]]),
+    # negative ids are not ids either
+    ([(0, -1), (0, 4)], 10, [[4]]),
+    # nothing valid: an empty tree
+    ([(0, 10)], 10, []),
+])
+def test_within_vocab_drops_bad_nodes_and_their_subtrees(spec: list[tuple[int, int]], vocab: int,
+                                                         paths: list[list[int]]) -> None:
+    tree = DraftTree()
+    for parent, token in spec:
+        tree.add(parent, token, merge=False)
+    out = within_vocab(tree, vocab)
+    check_tree_shape(out)
+    assert sorted(out.paths()) == sorted(paths)
+    assert all(0 <= t < vocab for t in out.tokens)
+
+
+def test_within_vocab_keeps_probabilities_and_lookups() -> None:
+    # kept nodes keep their path probability, and a merged tree's (parent, token) lookup still works
+    tree = DraftTree()
+    a = tree.add(0, 1, prob=0.9)
+    tree.add(a, 99, prob=0.5)
+    b = tree.add(a, 2, prob=0.4)
+    out = within_vocab(tree, 10)
+    assert out.tokens == [1, 2] and out.probs == [0.9, 0.4]
+    assert out.child(0, 1) == 1 and out.child(1, 2) == 2 and b == 3

@@ -1,4 +1,5 @@
-"""PrefixKVCache: longest-prefix hits, tenant isolation, LRU by bytes, covered entries, counters."""
+"""PrefixKVCache: longest-prefix hits, tenant isolation, LRU by bytes, per-tenant budgets, covered entries,
+counters."""
 
 from __future__ import annotations
 
@@ -9,7 +10,14 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lookahead_core.kv.prefix_cache import KV, PrefixCacheConfig, PrefixKVCache, common_prefix_lengths, pad_rows
+from lookahead_core.kv.prefix_cache import (
+    KV,
+    PrefixCacheConfig,
+    PrefixKVCache,
+    common_prefix_lengths,
+    eviction_victims,
+    pad_rows,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -40,8 +48,8 @@ def check_view(kv: KV | None, ids: Sequence[int], mark: int = 0) -> None:
         assert torch.equal(values, want_v)
 
 
-def cache(max_bytes: int = ROOM, min_tokens: int = 1) -> PrefixKVCache:
-    return PrefixKVCache(PrefixCacheConfig(max_bytes=max_bytes, min_tokens=min_tokens))
+def cache(max_bytes: int = ROOM, min_tokens: int = 1, tenant_share: float = 1.0) -> PrefixKVCache:
+    return PrefixKVCache(PrefixCacheConfig(max_bytes=max_bytes, min_tokens=min_tokens, tenant_share=tenant_share))
 
 
 # ---- hits ----------------------------------------------------------------------------------------
@@ -171,11 +179,10 @@ def test_put_rejects_kv_shorter_than_ids() -> None:
 def test_lru_evicts_least_recently_used_first() -> None:
     c = cache(max_bytes=7 * TOKEN_BYTES)
     c.put("a", [1, 1], make_kv([1, 1]))
-    c.put("b", [2, 2, 2], make_kv([2, 2, 2]))  # other tenant: the budget and the LRU order are global
+    c.put("a", [2, 2, 2], make_kv([2, 2, 2]))
     c.put("a", [3, 3], make_kv([3, 3]))
-    assert c.lookup("a", [1, 1])[0] == 2  # touch [1, 1]: now b's entry is the least recent
-    c.put("a", [4, 4], make_kv([4, 4]))  # 9 tokens > 7: evict b's 3 tokens only
-    assert c.sequences("b") == []
+    assert c.lookup("a", [1, 1])[0] == 2  # touch [1, 1]: now [2, 2, 2] is the least recent
+    c.put("a", [4, 4], make_kv([4, 4]))  # 9 tokens > 7: evict [2, 2, 2] only
     assert sorted(c.sequences("a")) == [(1, 1), (3, 3), (4, 4)]
     c.put("a", [6, 6, 6, 6], make_kv([6, 6, 6, 6]))  # 10 tokens > 7: evict [3, 3], then [1, 1]
     assert sorted(c.sequences("a")) == [(4, 4), (6, 6, 6, 6)]
@@ -191,6 +198,59 @@ def test_oversize_entry_is_not_stored() -> None:
     assert c.stats().evictions == 0
     c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # exactly the budget: stored, covers [1, 2]
     assert c.sequences("t") == [(1, 2, 3)]
+
+
+# ---- per-tenant budgets (issue 22): eviction_victims on (key, owner, bytes), then the cache ------------
+# (lru as (key, owner, bytes) least recent first, putting tenant, its budget, the total budget, new key, victims)
+VICTIM_CASES: list[tuple[list[tuple[int, str, int]], str, int, int, int | None, list[int]]] = [
+    # within both budgets: nothing goes
+    ([(0, "b", 3), (1, "a", 2)], "a", 4, 8, 1, []),
+    # a past its own budget loses its own least recent entry, though b's is older
+    ([(0, "b", 3), (1, "a", 2), (2, "a", 2), (3, "a", 2)], "a", 4, 100, 3, [1]),
+    # past the total: the heaviest owner's least recent entry (a: 6), not the oldest one (b's)
+    ([(0, "b", 2), (1, "a", 3), (2, "a", 3), (3, "b", 2)], "b", 10, 8, 3, [1]),
+    # the new entry is never chosen: a holds only it, so the next heaviest gives up its entry
+    ([(0, "b", 3), (1, "a", 6)], "a", 8, 8, 1, [0]),
+    # ties between the heaviest: the owner seen first in LRU order
+    ([(0, "a", 2), (1, "b", 2), (2, "c", 1)], "c", 5, 4, 2, [0]),
+    # both rules: a back to its budget first, then the total from the heaviest (b)
+    ([(0, "b", 5), (1, "b", 1), (2, "a", 3), (3, "a", 3)], "a", 4, 7, 3, [2, 0]),
+]
+
+
+@pytest.mark.parametrize(("lru", "tenant", "tenant_bytes", "max_bytes", "keep", "victims"), VICTIM_CASES)
+def test_eviction_victims(lru: list[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
+                          keep: int | None, victims: list[int]) -> None:
+    assert eviction_victims(lru, tenant, tenant_bytes, max_bytes, keep=keep) == victims
+
+
+def test_a_tenant_past_its_share_evicts_only_its_own_entries() -> None:
+    c = cache(max_bytes=8 * TOKEN_BYTES, tenant_share=0.5)  # each tenant: 4 tokens
+    c.put("b", [9, 9], make_kv([9, 9], mark=2))  # b's, and the least recent of all
+    for first in range(1, 6):  # a asks for 10 tokens: more than its share, more than all
+        c.put("a", [first, first], make_kv([first, first], mark=1))
+    assert sorted(c.sequences("a")) == [(4, 4), (5, 5)]  # its own two most recent: 4 tokens
+    n, kv = c.lookup("b", [9, 9])
+    assert n == 2
+    check_view(kv, [9, 9], mark=2)
+    c.put("a", [7, 7, 7, 7, 7], make_kv([7, 7, 7, 7, 7]))  # alone above a's share: not stored
+    assert sorted(c.sequences("a")) == [(4, 4), (5, 5)]
+    s = c.stats()
+    assert (s.entries, s.bytes, s.evictions) == (3, 6 * TOKEN_BYTES, 3)
+
+
+def test_past_the_total_the_heaviest_tenant_gives_up_its_entry() -> None:
+    c = cache(max_bytes=6 * TOKEN_BYTES, tenant_share=0.5)  # shares add up to more than the whole
+    c.put("b", [2, 2], make_kv([2, 2]))  # the least recent of all
+    c.put("a", [1, 1, 1], make_kv([1, 1, 1]))  # a: 3 tokens, the most
+    c.put("c", [3, 3], make_kv([3, 3]))  # 7 tokens > 6: a's entry goes, not b's older one
+    assert (c.sequences("a"), c.sequences("b"), c.sequences("c")) == ([], [(2, 2)], [(3, 3)])
+
+
+@pytest.mark.parametrize("share", [0.0, -0.5, 1.5])
+def test_tenant_share_must_be_a_fraction(share: float) -> None:
+    with pytest.raises(ValueError, match="tenant_share"):
+        PrefixCacheConfig(tenant_share=share)
 
 
 # ---- drop_tenant, stats ----------------------------------------------------------------------------
@@ -243,11 +303,11 @@ def lcp(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=ops, budget=st.integers(0, 12), min_tokens=st.integers(1, 3))
+@given(ops=ops, budget=st.integers(0, 12), min_tokens=st.integers(1, 3), share=st.sampled_from((0.5, 1.0)))
 def test_lookup_matches_brute_force_oracle(
-    ops: list[tuple[bool, str, list[int], int | None]], budget: int, min_tokens: int
+    ops: list[tuple[bool, str, list[int], int | None]], budget: int, min_tokens: int, share: float
 ) -> None:
-    c = cache(max_bytes=budget * TOKEN_BYTES, min_tokens=min_tokens)
+    c = cache(max_bytes=budget * TOKEN_BYTES, min_tokens=min_tokens, tenant_share=share)
     for is_put, tenant, ids, cap in ops:
         mark = TENANTS.index(tenant) + 1
         if is_put:
@@ -263,11 +323,13 @@ def test_lookup_matches_brute_force_oracle(
             check_view(kv, ids[:n], mark)  # this tenant's KV of exactly these tokens
         else:
             assert kv is None
-    # invariants: no live entry covers another, and the byte count is exact and within budget
+    # invariants: no live entry covers another, and the byte count is exact and within both budgets
     total = 0
     for tenant in TENANTS:
         live = c.sequences(tenant)
         for i, s in enumerate(live):
             assert all(lcp(s, t) < len(s) for j, t in enumerate(live) if j != i)
-        total += sum(len(s) for s in live) * TOKEN_BYTES
+        held = sum(len(s) for s in live) * TOKEN_BYTES
+        assert held <= c.config.tenant_bytes
+        total += held
     assert c.stats().bytes == total <= budget * TOKEN_BYTES

@@ -372,3 +372,23 @@ def test_capacity_holds_after_cursor_outputs(outputs: list[list[int]], chunk: in
             cursor.feed(out[at : at + chunk])
         cursor.close()
         assert trie.output_node_count <= capacity
+
+
+def test_prompt_nodes_stop_at_their_cap_and_leave_whole() -> None:
+    # past max_prompt_nodes a prompt's later windows are not inserted; removing the owner removes
+    # exactly what went in (nothing is left, and nothing else is touched)
+    trie = TokenTrie(TrieConfig(branch_length=4, max_prompt_nodes=10))
+    trie.insert_output([1, 2, 3])
+    before = trie_table(trie)
+    inserted = trie.insert_prompt(list(range(100, 140)), "big")
+    assert inserted < 40  # cut short: 40 windows would make ~154 nodes
+    assert trie.node_count - trie.output_node_count < 10 + 4  # the cap, overshot by at most one window
+    trie.remove_owner("big")
+    assert trie_table(trie) == before
+
+
+def test_prompt_under_the_cap_is_inserted_whole() -> None:
+    # a prompt that fits inserts every window (the cap changes nothing below it)
+    trie = TokenTrie(TrieConfig(branch_length=4, max_prompt_nodes=1000))
+    assert trie.insert_prompt([5, 6, 7, 5, 6], "p") == 5
+    assert pfreq_table(trie)[(5, 6)] == 2

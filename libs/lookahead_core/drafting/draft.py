@@ -106,6 +106,22 @@ class DraftTree:
         return out
 
 
+def within_vocab(tree: DraftTree, vocab_size: int) -> DraftTree:
+    """``tree`` without the nodes whose token is not an id of the model's vocabulary (``< 0`` or
+    ``>= vocab_size``), and without everything below them: a draft is only a guess, so dropping part
+    of it never changes the output, while one bad id would fail the whole shared forward."""
+    if all(0 <= t < vocab_size for t in tree.tokens):
+        return tree
+    out = DraftTree()
+    new_of = {0: 0}  # old node -> new node (0: the root); a dropped node's subtree has no entry
+    for old, (token, parent) in enumerate(zip(tree.tokens, tree.parents, strict=True), start=1):
+        if parent in new_of and 0 <= token < vocab_size:
+            new_of[old] = out.add(new_of[parent], token, merge=False, prob=tree.probs[old - 1])
+            if tree._index.get((parent, token)) == old:  # the lookup a merged tree had stays
+                out._index[(new_of[parent], token)] = new_of[old]
+    return out
+
+
 def ancestor_matrix(parents: list[int]) -> np.ndarray:
     """anc[i, j] = node j is node i or one of its ancestors; node 0 is the root.
 

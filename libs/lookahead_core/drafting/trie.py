@@ -18,6 +18,7 @@ import struct
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class TokenTrie:
         self.lock = threading.RLock()
         self._nodes = 0  # all nodes except the root
         self._prompt_nodes = 0  # nodes with pfreq > 0
-        self._owners: dict[str, list[Sequence[int]]] = {}  # owner -> prompt sequences inserted
+        self._owners: dict[str, list[tuple[list[int], int]]] = {}  # owner -> (sequence, its windows inserted)
         self.outputs_inserted = 0
         self.clock = 0  # advances once per output (or output step): the recency stamp
         self.prunes = 0  # prune passes that removed nodes (cursors re-anchor after one)
@@ -109,13 +110,19 @@ class TokenTrie:
                 child.last_output_stamp = self.clock
             node = child
 
-    def insert_prompt(self, tokens: Sequence[int], owner: str) -> None:
-        """Insert a prompt/reference's windows under ``owner`` (removed by ``remove_owner``)."""
+    def insert_prompt(self, tokens: Sequence[int], owner: str) -> int:
+        """Insert a prompt/reference's windows under ``owner`` (removed by ``remove_owner``), first to last,
+        while prompt nodes stay under ``config.max_prompt_nodes``; returns the windows inserted."""
         tokens = list(tokens)
+        inserted = 0
         with self.lock:
-            self._owners.setdefault(owner, []).append(tokens)
             for window in windows(tokens, self.config.branch_length):
+                if self._prompt_nodes >= self.config.max_prompt_nodes:
+                    break
                 self._add_path(window, prompt=True, count=1)
+                inserted += 1
+            self._owners.setdefault(owner, []).append((tokens, inserted))
+        return inserted
 
     def insert_output(self, tokens: Sequence[int], count: int = 1, prune: bool = True) -> None:
         """Insert an output's windows (kept across requests, pruned past capacity)."""
@@ -141,8 +148,8 @@ class TokenTrie:
     def remove_owner(self, owner: str) -> None:
         """Remove every prompt branch inserted under ``owner``; other counts stay unchanged."""
         with self.lock:
-            for tokens in self._owners.pop(owner, []):
-                for window in windows(tokens, self.config.branch_length):
+            for tokens, inserted in self._owners.pop(owner, []):
+                for window in islice(windows(tokens, self.config.branch_length), inserted):
                     self._sub_prompt_path(window)
 
     def _sub_prompt_path(self, path: Sequence[int]) -> None:

@@ -42,12 +42,10 @@ class Active:
         self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
         self.copying = True  # every step so far verified its tree's deepest branch whole (a repeated answer)
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
-        self.owner = f"req-{req.id}"
+        self.owner = req.owner
         req.config, req.proposers, req.phase = spec.config, drafting.proposers, Phase.PREFILL
         req.stats.queue_wait_s = time.perf_counter() - req.submitted
-        req.trie.insert_prompt(req.prompt_ids, self.owner)
-        for ref in req.references:
-            req.trie.insert_prompt(ref, self.owner)
+        req.fill_trie()  # a no-op when the caller filled it on its own thread
         self.cursor: OutputCursor | None = req.trie.output_cursor() if self.config.insert_output else None
         if self.cursor is not None and self.config.extend_min_match > 1:
             # The output goes in after the prompt's last extend_min_match - 1 tokens (a chat prompt's answer

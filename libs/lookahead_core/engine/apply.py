@@ -27,20 +27,29 @@ class Forward:
 
 
 def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int], ran: Forward,
-               gains: GainsModel, prefix_cache: PrefixKVCache) -> None:
-    """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices."""
+               gains: GainsModel, prefix_cache: PrefixKVCache) -> list[tuple[Active, Exception]]:
+    """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices.
+    Returns the requests whose own results could not be applied, with the error (they fail alone)."""
+    failed: list[tuple[Active, Exception]] = []
     for d, rows in zip(plan.decodes, packed.decodes, strict=True):
-        rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
-        accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
-        gains.observe(accepted, len(d.tree))
-        d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
-        d.req.rode(ran.batch, ran.tokens, ran.kernel)
+        try:
+            rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
+            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
+            gains.observe(accepted, len(d.tree))
+            d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
+            d.req.rode(ran.batch, ran.tokens, ran.kernel)
+        except Exception as exc:  # one request's proposer or stop check fails only it
+            failed.append((d.req, exc))
     for c, row in zip(plan.chunks, packed.first_rows, strict=True):
-        c.req.prefilled = c.end
-        c.req.kv.length = c.end
-        c.req.rode(ran.batch, ran.tokens, ran.kernel)
-        if row is not None:
-            prefilled(c.req, predicted[row], prefix_cache)
+        try:
+            c.req.prefilled = c.end
+            c.req.kv.length = c.end
+            c.req.rode(ran.batch, ran.tokens, ran.kernel)
+            if row is not None:
+                prefilled(c.req, predicted[row], prefix_cache)
+        except Exception as exc:  # its chunk, its prefix store, its first token: only it
+            failed.append((c.req, exc))
+    return failed
 
 
 def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache) -> None:

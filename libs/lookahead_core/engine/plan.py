@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from ..drafting.draft import DraftTree
+from ..drafting.draft import DraftTree, within_vocab
 from .active import Active
 from .budget import split_budget
 from .gains import GainsModel
@@ -64,6 +64,7 @@ class StepLimits:
     max_tokens: int  # tokens in one forward: drafts, roots, windows and prefill chunks together
     prefill_chunk: int  # prompt tokens prefilled per forward
     ttft_target_s: float = math.inf  # while prompts wait, steps stay short enough to meet this (ttft.py)
+    vocab_size: int | None = None  # the model's embedding rows: drafted ids at or past it are dropped
 
 
 def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) -> list[Chunk]:
@@ -119,6 +120,8 @@ def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | No
         cap = min(full, max(0, spare))
         extend = min(req.max_extend(), max(cap, spare - reserved)) if cap == full else cap
         tree = req.draft(cap, extend)
+        if limits.vocab_size is not None:  # a planted id must never reach the shared forward
+            tree = within_vocab(tree, limits.vocab_size)
         spare -= len(tree)
         trees.append(tree)
     budgets = [len(t) for t in trees]

@@ -74,6 +74,13 @@ OnDone = Callable[["ServeRequest", BaseException | None], None]
 P = TypeVar("P", bound=Proposer)
 
 
+def check_in_vocab(ids: Sequence[int], vocab_size: int) -> None:
+    """ValueError naming the first id the model cannot embed (a prompt is checked before it runs)."""
+    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    if bad is not None:
+        raise ValueError(f"token id {bad} is out of the model's vocabulary (size {vocab_size})")
+
+
 class RequestExpired(Exception):
     """The request's deadline passed while it waited in the queue: it never ran."""
 
@@ -110,6 +117,8 @@ class ServeRequest:
         self.observer = observer  # sees every verified tree and its accepted path (benchmarks)
         self.prefix_epoch = prefix_epoch  # the tenant's prefix cache epoch when the prompt was built (None: unchecked)
         self.id = uuid.uuid4().hex
+        self.owner = f"req-{self.id}"  # whose prompt branches they are in the trie (removed when it ends)
+        self.trie_filled = False  # the prompt's and references' windows are in the trie (``fill_trie``)
         self.phase = Phase.WAITING
         self.output: list[int] = []
         # The seed is resolved now (a random one when sampling without one), so callers can read it at once.
@@ -118,6 +127,18 @@ class ServeRequest:
         self.cancelled = threading.Event()
         self.error: BaseException | None = None
         self.submitted = time.perf_counter()
+
+    def fill_trie(self) -> None:
+        """Put the prompt's and the references' windows in the request's trie (what its drafts come from).
+        The engine does it at admission when the caller has not; a caller with large references does it
+        on its own thread before ``submit`` (``asyncio.to_thread``), so the engine's thread, and every
+        other tenant's step, never waits on one request's trie."""
+        if self.trie_filled:
+            return
+        self.trie.insert_prompt(self.prompt_ids, self.owner)
+        for ref in self.references:
+            self.trie.insert_prompt(ref, self.owner)
+        self.trie_filled = True
 
     @property
     def finished(self) -> bool:

@@ -20,9 +20,8 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -43,44 +42,15 @@ from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
 from .finish import eos_ids
 from .gains import GainsModel
+from .isolate import isolate
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
 from .profile import StepProfile, running, watch_heads
-from .request import Phase, RequestExpired, ServeRequest
+from .request import Phase, RequestExpired, ServeRequest, check_in_vocab
 from .run import choose, forward
+from .sched_config import SchedulerConfig
 
 log = logging.getLogger(__name__)
-
-MIB = 1 << 20
-
-
-@dataclass(frozen=True)
-class SchedulerConfig:
-    """How the engine batches, queues, caches and measures."""
-
-    max_running: int = 16  # requests decoding at once (all verified in each step's one forward)
-    max_waiting: int = 64  # requests queued beyond those; one more is refused at once (QueueFull)
-    max_tokens_per_forward: int = 512  # tokens in one forward: drafts, roots and prefill chunks together
-    prefill_chunk: int = 256  # prompt tokens prefilled per forward, so running streams keep streaming
-    ttft_target_s: float = 2.0  # while prompts wait, trees shrink so each first token comes within this
-    prefix_cache_bytes: int = 256 * MIB  # KV of shared prompt prefixes kept per engine (LRU past it)
-    prefix_min_tokens: int = 16  # shorter prefix matches are not worth copying
-    adaptive: bool = True  # split each step's draft budget by measured acceptance and cost
-    calibrate: bool = True  # measure kernels and the forward cost curve at start-up
-    calibration_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # forward sizes timed
-    calibration_past: int = 256  # cache entries behind the timed forwards (a typical RAG prompt)
-    calibration_repeats: int = 3  # timings per size and kernel (the median is kept)
-    idle_poll_s: float = 0.05  # an idle loop wakes this often to expire waiting deadlines
-    threads: int = 0  # intra-op threads of the engine's own thread (0: the constructing thread's count)
-
-    def __post_init__(self) -> None:
-        if self.max_running < 1 or self.max_waiting < 0:
-            raise ValueError("need max_running >= 1 and max_waiting >= 0")
-        if self.max_tokens_per_forward < self.max_running + 1:
-            raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
-        if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward or not self.ttft_target_s > 0:
-            raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
-
 
 # Called from the scheduler thread after each forward: (tokens in it, requests in it). Must not block.
 OnForward = Callable[[int, int], None]
@@ -109,11 +79,13 @@ class StepScheduler:
         self.eos = eos_ids(model, tokenizer)
         self.generation_config = copy.deepcopy(model.generation_config)  # each request's processors start here
         self.prefix_cache = prefix_cache or PrefixKVCache(
-            PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens)
+            PrefixCacheConfig(max_bytes=cfg.prefix_cache_bytes, min_tokens=cfg.prefix_min_tokens,
+                              tenant_share=cfg.prefix_tenant_share)
         )
         self.gains = GainsModel()
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
-        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s)
+        self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the forward can embed
+        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s, self.vocab_size)
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[Active] = []
@@ -295,6 +267,7 @@ class StepScheduler:
         """Build the request's running state whole (its window resolved before its KV is sized), reusing a
         cached prefix of its prompt; a request that cannot be built fails alone."""
         try:
+            check_in_vocab(req.prompt_ids, self.vocab_size)
             curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
             spec = drafting_spec(req.config, curve.cost if curve is not None else None)
             chooser = TokenChooser.for_request(
@@ -323,6 +296,8 @@ class StepScheduler:
             with self._cv:
                 if active in self.running:
                     self.running.remove(active)
+        elif req.trie_filled:  # it never ran: its prompt branches still leave a shared trie
+            req.trie.remove_owner(req.owner)
         req.phase = Phase.DONE
         req.stats.new_tokens = len(req.output)
         req.stats.wall_s = time.perf_counter() - req.submitted
@@ -334,7 +309,6 @@ class StepScheduler:
 
     # ---- one step: plan -> pack -> run -> apply ---------------------------------------------------
     def _step(self) -> None:
-        started = time.perf_counter()
         now = time.monotonic()
         live: list[Active] = []
         for active in list(self.running):
@@ -346,6 +320,18 @@ class StepScheduler:
         for active in live:  # prompts prefilled since a waiting one was admitted may cover more of it
             if active.req.phase is Phase.PREFILL:
                 self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
+        try:
+            self._run(live)
+        except Exception as exc:  # one request's input failed the shared forward: find it, step the rest
+            log.warning("step of %d requests failed (%s); stepping them apart", len(live), type(exc).__name__)
+            for active, error in isolate(live, self._run, exc):
+                log.error("request %s failed its step: %s: %s", active.req.id, type(error).__name__, error)
+                active.req.error = error
+                self._end(active.req, active)
+
+    def _run(self, live: Sequence[Active]) -> None:
+        """plan -> pack -> run -> apply for ``live``; raises, having changed nothing, when the forward fails."""
+        started = time.perf_counter()
         curve, prof = self.kernels.curve, self.profile
         adaptive = self.config.adaptive and curve is not None
         with self._timed("draft"):
@@ -385,7 +371,10 @@ class StepScheduler:
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
-        apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache)
+        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache):
+            log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
+            active.req.error = error
+            self._end(active.req, active)
         for active in plan.requests:
             if active.req.finished:
                 self._end(active.req, active)

@@ -15,8 +15,12 @@ radix tree would only pay off for many thousands of entries, which ``max_bytes``
 Entries never cover each other (a stored prefix of a new entry is dropped, a new prefix of a stored
 entry is not stored), so the list holds no redundant KV.
 
-LRU is global over tenants (one ``OrderedDict``); isolation is by construction: a lookup only ever
-compares against, and returns, the entries of the tenant it is given. One lock guards everything.
+Isolation is by construction: a lookup only ever compares against, and returns, the entries of the
+tenant it is given. Budgets are per tenant too (``eviction_victims``): a tenant holds at most
+``tenant_share`` of ``max_bytes`` and past it evicts its own least recently used entries; past
+``max_bytes`` in all, the tenant holding the most bytes gives up its least recently used entry. So a
+tenant filling the cache flushes only its own prefixes, and how long a tenant's entry lives depends on
+others' volume only when the shares add up to more than the whole. One lock guards everything.
 
 Forgetting: ``forget_tenant`` drops a tenant's entries and advances its *epoch*. A request reads
 ``epoch(tenant)`` before its prompt is built and hands it to ``put``: a put from a request whose prompt
@@ -28,8 +32,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict
-from collections.abc import Sequence
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,14 +49,22 @@ KV_RANK = 4  # dimensions of a KV tensor
 class PrefixCacheConfig:
     """Bounds of the prefix KV cache."""
 
-    max_bytes: int = 1 << 30  # total KV bytes kept over all tenants; least recently used entries go first
+    max_bytes: int = 1 << 30  # total KV bytes kept over all tenants; past it the heaviest tenant's LRU entry goes
     min_tokens: int = 16  # shorter matches are not worth a lookup hit (report 0); shorter prompts are not stored
+    tenant_share: float = 1.0  # fraction of max_bytes one tenant may hold; past it its own LRU entries go
 
     def __post_init__(self) -> None:
         if self.max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
         if self.min_tokens < 1:
             raise ValueError("min_tokens must be >= 1")
+        if not 0.0 < self.tenant_share <= 1.0:
+            raise ValueError("tenant_share must be in (0, 1]")
+
+    @property
+    def tenant_bytes(self) -> int:
+        """KV bytes one tenant may hold."""
+        return int(self.max_bytes * self.tenant_share)
 
 
 @dataclass(frozen=True)
@@ -64,7 +76,7 @@ class PrefixCacheStats:
     lookups: int  # lookup calls
     hits: int  # lookups that returned n > 0
     hit_tokens: int  # sum of n returned by lookups (tokens not prefilled again)
-    evictions: int  # entries dropped to stay under max_bytes (covered and dropped tenants not counted)
+    evictions: int  # entries dropped to stay within the budgets (covered and dropped tenants not counted)
 
 
 @dataclass
@@ -143,9 +155,44 @@ def common_prefix_lengths(rows: np.ndarray, lengths: np.ndarray, query: np.ndarr
     return np.minimum(lcp, lengths)
 
 
+def eviction_victims(lru: Iterable[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
+                     keep: int | None = None) -> list[int]:
+    """Keys to evict, in order, once ``tenant`` has stored an entry: ``lru`` is every entry as
+    (key, owner, bytes), least recently used first; ``keep`` (the new entry) is never chosen.
+
+    First ``tenant``'s own least recently used entries while it holds more than ``tenant_bytes``;
+    then, while all entries hold more than ``max_bytes``, the least recently used entry of the owner
+    holding the most bytes (ties: the owner seen first in ``lru``). Another tenant's entries go only
+    for the total budget, and only while that tenant holds at least as much as every other.
+    """
+    held: dict[str, int] = {}  # owner -> bytes
+    queues: dict[str, deque[tuple[int, int]]] = {}  # owner -> its evictable (key, bytes), LRU first
+    for key, owner, nbytes in lru:
+        held[owner] = held.get(owner, 0) + nbytes
+        if key != keep:
+            queues.setdefault(owner, deque()).append((key, nbytes))
+    total = sum(held.values())
+    victims: list[int] = []
+
+    def evict(owner: str) -> None:
+        nonlocal total
+        key, nbytes = queues[owner].popleft()
+        if not queues[owner]:
+            del queues[owner]
+        held[owner] -= nbytes
+        total -= nbytes
+        victims.append(key)
+
+    while held.get(tenant, 0) > tenant_bytes and tenant in queues:
+        evict(tenant)
+    while total > max_bytes and queues:
+        evict(max(queues, key=held.__getitem__))
+    return victims
+
+
 # ---- the cache -----------------------------------------------------------------------------------
 class PrefixKVCache:
-    """Per-tenant prefix KV cache with a global LRU byte budget; thread safe (one lock)."""
+    """Per-tenant prefix KV cache with per-tenant and total LRU byte budgets; thread safe (one lock)."""
 
     def __init__(self, config: PrefixCacheConfig) -> None:
         self.config = config
@@ -188,7 +235,7 @@ class PrefixKVCache:
         larger storage): the caller must not write into them afterwards. Stored entries that are a
         prefix of ``ids`` are dropped; if ``ids`` is a prefix of a stored entry nothing is stored
         and that entry is touched. Sequences shorter than ``min_tokens`` and entries alone larger
-        than ``max_bytes`` are not stored. Least recently used entries are evicted to fit. ``epoch``:
+        than the tenant's budget are not stored. Entries are evicted to fit (``eviction_victims``). ``epoch``:
         the tenant's ``epoch()`` when the prompt was built; a stale one (the tenant was forgotten
         since) stores nothing (None: no check).
         """
@@ -196,7 +243,7 @@ class PrefixKVCache:
         n = len(seq)
         check_kv(kv, n)
         nbytes = kv_nbytes(kv, n)
-        if n < self.config.min_tokens or nbytes > self.config.max_bytes:
+        if n < self.config.min_tokens or nbytes > self.config.tenant_bytes:
             return
         with self._lock:
             if epoch is not None and epoch != self._epochs.get(tenant, 0):
@@ -217,8 +264,9 @@ class PrefixKVCache:
             self._tenants.setdefault(tenant, []).append(key)
             self._index.pop(tenant, None)
             self._bytes += nbytes
-            while self._bytes > self.config.max_bytes:
-                self._remove(next(iter(self._entries)))
+            lru = ((k, e.tenant, e.nbytes) for k, e in self._entries.items())
+            for victim in eviction_victims(lru, tenant, self.config.tenant_bytes, self.config.max_bytes, keep=key):
+                self._remove(victim)
                 self._evictions += 1
 
     def drop_tenant(self, tenant: str) -> int:

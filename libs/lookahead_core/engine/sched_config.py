@@ -1,0 +1,36 @@
+"""How the engine batches, queues, caches and measures (``StepScheduler``'s one config value)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """How the engine batches, queues, caches and measures."""
+
+    max_running: int = 16  # requests decoding at once (all verified in each step's one forward)
+    max_waiting: int = 64  # requests queued beyond those; one more is refused at once (QueueFull)
+    max_tokens_per_forward: int = 512  # tokens in one forward: drafts, roots and prefill chunks together
+    prefill_chunk: int = 256  # prompt tokens prefilled per forward, so running streams keep streaming
+    ttft_target_s: float = 2.0  # while prompts wait, trees shrink so each first token comes within this
+    prefix_cache_bytes: int = 256 * MIB  # KV of shared prompt prefixes kept per engine (LRU past it)
+    prefix_min_tokens: int = 16  # shorter prefix matches are not worth copying
+    prefix_tenant_share: float = 1.0  # fraction of prefix_cache_bytes one tenant may hold (its own LRU past it)
+    adaptive: bool = True  # split each step's draft budget by measured acceptance and cost
+    calibrate: bool = True  # measure kernels and the forward cost curve at start-up
+    calibration_counts: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # forward sizes timed
+    calibration_past: int = 256  # cache entries behind the timed forwards (a typical RAG prompt)
+    calibration_repeats: int = 3  # timings per size and kernel (the median is kept)
+    idle_poll_s: float = 0.05  # an idle loop wakes this often to expire waiting deadlines
+    threads: int = 0  # intra-op threads of the engine's own thread (0: the constructing thread's count)
+
+    def __post_init__(self) -> None:
+        if self.max_running < 1 or self.max_waiting < 0:
+            raise ValueError("need max_running >= 1 and max_waiting >= 0")
+        if self.max_tokens_per_forward < self.max_running + 1:
+            raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
+        if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward or not self.ttft_target_s > 0:
+            raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
