@@ -14,6 +14,15 @@ before a horizon covering it (its ``created_unix_ms - wall_s``, minus ``CLOCK_SK
 tolerated clock skew between the generator's and the retriever's hosts) is dropped, never kept.
 Dropping more is always safe: cached outputs and past sessions only make answers faster or richer.
 
+Per tenant, so one tenant's forgets never push out another's (issue 22): each tenant keeps its own
+document horizons and applied forget ids, at most ``MAX_TENANT_HORIZONS`` / ``MAX_TENANT_FORGET_IDS``;
+past the ledger-wide ``MAX_HORIZONS`` / ``MAX_FORGET_IDS`` the tenant holding the most gives up its
+oldest. A document horizon pushed out *folds* into its tenant's horizon of everything (an answer of
+that tenant begun before it is dropped, whatever it was grounded on): the guarantee holds even for
+the flooding tenant, it only drops more of its own. The JSON form lists ``[tenant, doc, ms]``
+horizons and ``[tenant, event id]`` ids; a ledger saved before (bare ids) still loads
+(``services.events.tenant_ids``).
+
 Pure data: the consumers hold their own locks around a ledger.
 """
 
@@ -24,15 +33,22 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from lookahead_rag.v1 import events_pb2
 
+from services.events.tenant_ids import TenantIds
+
 MS_PER_S = 1000
 CLOCK_SKEW_MS = 100  # answers starting this soon after a forget's horizon are dropped too (host clock skew)
-MAX_HORIZONS = 100_000  # (tenant, doc) horizons a ledger keeps; the oldest-set goes first past it
-MAX_FORGET_IDS = 100_000  # forget event ids a ledger remembers; the oldest goes first past it
+MAX_HORIZONS = 100_000  # document horizons a ledger keeps in all; past it the tenant holding the most folds one
+MAX_FORGET_IDS = 100_000  # forget event ids a ledger remembers in all; past it the tenant holding the most loses one
+MAX_TENANT_HORIZONS = 10_000  # document horizons one tenant keeps; past it its oldest folds into its EVERYTHING
+MAX_TENANT_FORGET_IDS = 10_000  # forget event ids remembered for one tenant; past it its oldest goes
 EVERYTHING = ""  # the doc id of a forget of everything a tenant has
+
+LEDGER_VERSION = 2  # 2: horizons and ids per tenant (ids as [tenant, id]); 1 (no version): bare ids
 
 Horizon = tuple[str, str]  # (tenant, doc id or EVERYTHING)
 
@@ -60,14 +76,58 @@ def horizon_keys(tenant: str, doc_ids: Sequence[str]) -> list[Horizon]:
     return [(tenant, EVERYTHING), *((tenant, d) for d in doc_ids if d != EVERYTHING)]
 
 
-class ForgetLedger:
-    """The forgets a consumer applied (by event id) and their horizons; bounded, JSON-serializable."""
+@dataclass
+class TenantHorizons:
+    """One tenant's horizons: of everything it has, and per document (oldest-set first)."""
 
-    def __init__(self, max_horizons: int = MAX_HORIZONS, max_ids: int = MAX_FORGET_IDS) -> None:
+    everything: int | None = None  # the latest forget of everything, or the latest horizon folded into it
+    docs: OrderedDict[str, int] = field(default_factory=OrderedDict)  # doc id -> horizon (ms)
+
+    def set(self, doc_id: str, ms: int) -> bool:
+        """Raise the horizon of ``doc_id`` (EVERYTHING: of all) to ``ms``; True when a document was new."""
+        if doc_id == EVERYTHING:
+            self.everything = ms if self.everything is None else max(self.everything, ms)
+            return False
+        old = self.docs.pop(doc_id, None)
+        self.docs[doc_id] = ms if old is None else max(old, ms)
+        return old is None
+
+    def fold_oldest(self) -> None:
+        """Drop the oldest-set document horizon into the horizon of everything (covers more, never less)."""
+        _, ms = self.docs.popitem(last=False)
+        self.set(EVERYTHING, ms)
+
+    def covers(self, started_ms: int, doc_ids: Iterable[str]) -> bool:
+        """True when an answer begun at ``started_ms``, grounded on ``doc_ids``, began before a horizon."""
+        horizons = [self.everything, *(self.docs.get(d) for d in doc_ids)]
+        return any(h is not None and started_ms < h + CLOCK_SKEW_MS for h in horizons)
+
+
+class ForgetLedger:
+    """The forgets a consumer applied (by event id) and their horizons, per tenant; bounded, JSON-serializable."""
+
+    def __init__(self, max_horizons: int = MAX_HORIZONS, max_ids: int = MAX_FORGET_IDS,
+                 tenant_horizons: int = MAX_TENANT_HORIZONS, tenant_ids: int = MAX_TENANT_FORGET_IDS) -> None:
         self.max_horizons = max_horizons
-        self.max_ids = max_ids
-        self.horizons: OrderedDict[Horizon, int] = OrderedDict()  # oldest-set first
-        self.applied: OrderedDict[str, None] = OrderedDict()  # forget event ids, oldest first
+        self.tenant_horizons = tenant_horizons
+        self._tenants: dict[str, TenantHorizons] = {}
+        self._doc_horizons = 0  # document horizons over all tenants
+        self._ids = TenantIds(tenant_ids, max_ids)  # forget event ids, per tenant, oldest first
+
+    @property
+    def horizons(self) -> dict[Horizon, int]:
+        """Every horizon (a copy): (tenant, doc id or EVERYTHING) -> ms."""
+        out: dict[Horizon, int] = {}
+        for tenant, t in self._tenants.items():
+            if t.everything is not None:
+                out[(tenant, EVERYTHING)] = t.everything
+            out.update(((tenant, doc_id), ms) for doc_id, ms in t.docs.items())
+        return out
+
+    @property
+    def applied(self) -> list[tuple[str, str]]:
+        """(tenant, event id) of every forget remembered, each tenant's oldest first (a copy)."""
+        return self._ids.pairs()
 
     def admit(self, event: events_pb2.ForgetRequested) -> bool:
         """Record a forget; False (nothing recorded) when its event id was admitted before."""
@@ -75,39 +135,46 @@ class ForgetLedger:
             raise ValueError("ForgetRequested without event_id cannot be deduplicated")
         if not event.tenant:
             raise ValueError("ForgetRequested without tenant")
-        if event.event_id in self.applied:
+        if not self._ids.add(event.tenant, event.event_id):
             return False
-        self.applied[event.event_id] = None
-        while len(self.applied) > self.max_ids:
-            self.applied.popitem(last=False)
-        key = (event.tenant, event.doc_id)
-        self.horizons[key] = max(self.horizons.pop(key, event.created_unix_ms), event.created_unix_ms)
-        while len(self.horizons) > self.max_horizons:
-            self.horizons.popitem(last=False)
+        self._set(event.tenant, event.doc_id, event.created_unix_ms)
         return True
 
     def covers(self, event: events_pb2.GenerationCompleted) -> bool:
         """True when ``event``'s answer began before a forget of its tenant or of one of its documents."""
-        started = started_unix_ms(event)
-        for key in horizon_keys(event.tenant, list(event.doc_ids)):
-            horizon = self.horizons.get(key)
-            if horizon is not None and started < horizon + CLOCK_SKEW_MS:
-                return True
-        return False
+        horizons = self._tenants.get(event.tenant)
+        return horizons is not None and horizons.covers(started_unix_ms(event), event.doc_ids)
+
+    def _set(self, tenant: str, doc_id: str, ms: int) -> None:
+        """Raise a horizon, then fold the oldest past the tenant's cap and the ledger's (the heaviest tenant's)."""
+        horizons = self._tenants.setdefault(tenant, TenantHorizons())
+        self._doc_horizons += horizons.set(doc_id, ms)
+        while len(horizons.docs) > self.tenant_horizons:
+            self._fold(horizons)
+        while self._doc_horizons > self.max_horizons:
+            self._fold(max(self._tenants.values(), key=lambda t: len(t.docs)))
+
+    def _fold(self, horizons: TenantHorizons) -> None:
+        horizons.fold_oldest()
+        self._doc_horizons -= 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"horizons": [[t, d, ms] for (t, d), ms in self.horizons.items()], "applied": list(self.applied)}
+        return {"version": LEDGER_VERSION, "horizons": [[t, d, ms] for (t, d), ms in self.horizons.items()],
+                "applied": self._ids.to_json()}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> ForgetLedger:
-        """A ledger from ``to_json()`` output (None or {}: an empty one); raises ValueError when malformed."""
+        """A ledger from ``to_json()`` output, also one saved before ledgers were per tenant (bare ids);
+        None or {}: an empty one; raises ValueError when malformed."""
         ledger = cls()
         if not data:
             return ledger
+        if not isinstance(data, dict):
+            raise ValueError(f"malformed forget ledger: a {type(data).__name__}, not an object")
         try:
-            for tenant, doc_id, ms in data.get("horizons", []):
-                ledger.horizons[(str(tenant), str(doc_id))] = int(ms)
-            ledger.applied.update((str(event_id), None) for event_id in data.get("applied", []))
+            for tenant, doc_id, ms in data.get("horizons", []):  # each tenant's oldest-set first
+                ledger._set(str(tenant), str(doc_id), int(ms))
+            ledger._ids = TenantIds.from_json(data.get("applied", []), ledger._ids.per_tenant, ledger._ids.total)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"malformed forget ledger: {exc!r}") from exc
         return ledger

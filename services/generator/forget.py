@@ -11,7 +11,9 @@ the tenant's epoch, so a request whose prompt was built before the forget does n
 afterwards (``PrefixKVCache.put``).
 
 The prefix cache lives in memory only: a restarted generator starts empty, so the snapshot holds only
-the applied forget ids (a replay after a restart applies nothing twice). ``GenerationCompleted``
+the applied forget ids (a replay after a restart applies nothing twice), kept per tenant so that one
+tenant's flood of forgets pushes out only its own (``services.events.tenant_ids``; a snapshot of bare
+ids, saved before, still loads). ``GenerationCompleted``
 events on the same stream concern the generator not at all: they are handled by doing nothing.
 """
 
@@ -20,17 +22,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Protocol
 
 from lookahead_rag.v1 import events_pb2
 from prometheus_client import CollectorRegistry
 
-from services.events.forget import MAX_FORGET_IDS
+from services.events.forget import MAX_FORGET_IDS, MAX_TENANT_FORGET_IDS
 from services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
 from services.events.protocols import GENERATOR_GROUP, EventBus
 from services.events.streams import GENERATIONS
+from services.events.tenant_ids import TenantIds
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +46,11 @@ class TenantForgettable(Protocol):
 class PrefixForgets:
     """Applies forgets to every attached prefix cache; idempotent by event id. Thread-safe."""
 
-    def __init__(self, max_event_ids: int = MAX_FORGET_IDS) -> None:
+    def __init__(self, max_event_ids: int = MAX_FORGET_IDS, tenant_event_ids: int = MAX_TENANT_FORGET_IDS) -> None:
         self.max_event_ids = max_event_ids
+        self.tenant_event_ids = tenant_event_ids
         self._caches: list[TenantForgettable] = []
-        self._applied: OrderedDict[str, None] = OrderedDict()  # forget event ids, oldest first
+        self._applied = TenantIds(tenant_event_ids, max_event_ids)  # forget event ids per tenant, oldest first
         self._lock = threading.Lock()
 
     def attach(self, cache: TenantForgettable) -> None:
@@ -62,11 +65,8 @@ class PrefixForgets:
         if not event.event_id or not event.tenant:
             raise ValueError("ForgetRequested without event_id or tenant")
         with self._lock:
-            if event.event_id in self._applied:
+            if not self._applied.add(event.tenant, event.event_id):
                 return False
-            self._applied[event.event_id] = None
-            while len(self._applied) > self.max_event_ids:
-                self._applied.popitem(last=False)
             caches = list(self._caches)
         dropped = sum(cache.forget_tenant(event.tenant) for cache in caches)
         log.info("forgot %d prefix KV entries of tenant %r (%s)", dropped, event.tenant,
@@ -75,15 +75,17 @@ class PrefixForgets:
 
     def snapshot(self) -> bytes:
         with self._lock:
-            return json.dumps({"applied": list(self._applied)}).encode()
+            return json.dumps({"applied": self._applied.to_json()}).encode()
 
     def restore(self, data: bytes) -> None:
+        """Replace the applied ids with a snapshot's (``[tenant, id]`` pairs, or bare ids saved before)."""
         try:
-            applied = [str(event_id) for event_id in json.loads(data or b"{}").get("applied", [])]
-        except (json.JSONDecodeError, AttributeError, TypeError) as exc:
+            items = json.loads(data or b"{}").get("applied", [])
+            applied = TenantIds.from_json(items, self.tenant_event_ids, self.max_event_ids)
+        except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed generator forget snapshot: {exc}") from exc
         with self._lock:
-            self._applied = OrderedDict.fromkeys(applied)
+            self._applied = applied
 
 
 def subscribe_forgets(bus: EventBus, registry: CollectorRegistry) -> tuple[PrefixForgets, list[Callable[[], None]]]:

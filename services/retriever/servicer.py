@@ -40,7 +40,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self.core = core
         self.writer = writer if writer is not None else DocumentWriter(core)
         self.forgetter = forgetter if forgetter is not None else ForgetWriter(core)
-        self.quotas = TenantQuotas.of(core.limits)  # Ingest counts against the tenant's rate ([limits] tenant_rps)
+        self.quotas = TenantQuotas.of(core.limits)  # Ingest and Forget count against the tenant's rate (tenant_rps)
 
     @grpc_errors
     async def Ingest(
@@ -60,6 +60,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Forget(
         self, request: retriever_pb2.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.ForgetResponse:
+        self.quotas.check_rate(self.core.limits.check_tenant(request.tenant))  # a flood of forgets is refused
         event_id = await asyncio.to_thread(self.forgetter.forget, request.tenant, request.doc_id)
         return retriever_pb2.ForgetResponse(event_id=event_id)
 
