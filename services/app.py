@@ -41,9 +41,9 @@ import grpc
 from prometheus_client import CollectorRegistry
 
 from services.common.auth import Authenticator
-from services.common.auth_grpc import auth_interceptors
+from services.common.auth_grpc import server_interceptors
 from services.common.grpcutil import local_target, open_channel
-from services.common.observability import ObservabilityInterceptor, start_metrics_server, stop_metrics_server
+from services.common.observability import start_metrics_server, stop_metrics_server
 from services.common.ports import (  # start order: retriever, draftcache, generator
     DRAFTCACHE_GRPC_PORT,
     RETRIEVER_GRPC_PORT,
@@ -121,7 +121,7 @@ class Pipeline:
             credentials = server_credentials(settings.tls)
         registry = CollectorRegistry() if registry is None else registry
         auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
-        interceptors = [ObservabilityInterceptor(registry), *auth_interceptors(auth)]  # outermost first
+        interceptors = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
         bus = make_bus(settings.kafka, _bus_dir(settings, names))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
         pipeline.server_credentials = credentials

@@ -3,13 +3,16 @@ whether they may use the tenant they ask for.
 
     auth = Authenticator(settings.auth)                   # one per process (one KeyStore)
     principal = auth.authenticate(bearer, subject)         # Unauthenticated without a valid credential
+    auth.permit(principal, grpc_scope(method), method)    # PermissionDenied without the call's scope
     auth.authorize(principal, request.tenant)             # PermissionDenied for another tenant
+    bind_principal(principal)                             # current_principal() for the handler (gRPC)
 
     metadata = call_metadata(settings.auth.service_key)   # what a client sends: request id + bearer key
 
 A request without a tenant (Stats over every tenant, Snapshot) needs a credential for every tenant
-(``*``). Messages are one line and never contain the key. The gRPC side is
-``services.common.auth_grpc.AuthInterceptor``; the HTTP endpoint calls ``authenticate`` itself.
+(``*``) or ``admin``. What each call needs is one table (``services.common.scopes``). Messages are one
+line and never contain the key. The gRPC side is ``services.common.auth_grpc.AuthInterceptor``; the
+HTTP side ``services.http.guard.RequestGuard``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import argparse
 import logging
 import os
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from pydantic import SecretStr
@@ -26,6 +30,7 @@ from services.common.auth_settings import ALL_TENANTS, AuthSettings
 from services.common.errors import PermissionDenied, Unauthenticated
 from services.common.keys import KeyStore
 from services.common.logs import outgoing_metadata
+from services.common.scopes import Scope, check_scope, holds
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +42,23 @@ API_KEY_ENV = "LAR_API_KEY"  # the command-line clients' key when --api-key is n
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller: what to call it in logs and the tenants it may use."""
+    """An authenticated caller: what to call it in logs, the tenants it may use and what it may do."""
 
     name: str  # "key k3f9a1c2b" or "cert CN=..." (never the key)
     tenants: frozenset[str]
+    scopes: frozenset[Scope] = frozenset()  # services.common.scopes (none: no call but the open ones)
+
+    @property
+    def admin(self) -> bool:
+        return Scope.ADMIN in self.scopes
 
     @property
     def all_tenants(self) -> bool:
-        return ALL_TENANTS in self.tenants
+        """Every tenant: a ``*`` credential, or an admin one."""
+        return ALL_TENANTS in self.tenants or self.admin
+
+    def may(self, scope: Scope) -> bool:
+        return holds(self.scopes, scope)
 
     def allows(self, tenant: str) -> bool:
         """Whether it may use ``tenant`` ("" = every tenant: only a ``*`` credential)."""
@@ -98,13 +112,18 @@ class Authenticator:
             key = self.store.find(token)
             if key is None:
                 raise Unauthenticated("unknown or revoked API key")
-            return Principal(f"key {key.id}", frozenset(key.tenants))
+            return Principal(f"key {key.id}", frozenset(key.tenants), frozenset(key.scopes))
         if subject is not None:
-            tenants = self.settings.cert_subjects.get(subject)
-            if tenants is None:
+            grant = self.settings.subject(subject)
+            if grant is None:
                 raise Unauthenticated(f"client certificate CN={subject!r} is not in [auth] cert_subjects")
-            return Principal(f"cert CN={subject}", frozenset(tenants))
+            return Principal(f"cert CN={subject}", frozenset(grant[0]), frozenset(grant[1]))
         raise Unauthenticated("no credential: send 'authorization: Bearer <key>' (or a client certificate)")
+
+    @staticmethod
+    def permit(principal: Principal, scope: Scope | None, call: str) -> None:
+        """PermissionDenied unless ``principal`` holds ``scope`` (what ``call`` needs; None: undeclared)."""
+        check_scope(principal.name, principal.scopes, scope, call)
 
     @staticmethod
     def authorize(principal: Principal, tenant: str) -> None:
@@ -115,10 +134,33 @@ class Authenticator:
             raise PermissionDenied(f"{principal.name} may not make calls across every tenant (needs *)")
         raise PermissionDenied(f"{principal.name} may not use tenant {tenant!r}")
 
-    def check(self, bearer: str | None, subject: str | None, tenant: str) -> Principal:
+    def check(self, bearer: str | None, subject: str | None, tenant: str, scope: Scope | None = Scope.ANSWER,
+              call: str = "this call") -> Principal:
+        """The caller, when it may make ``call`` (needing ``scope``) on ``tenant``; else the refusal."""
         principal = self.authenticate(bearer, subject)
+        self.permit(principal, scope, call)
         self.authorize(principal, tenant)
         return principal
+
+
+# ---- the caller of the request in progress (a gRPC handler's; the HTTP routes read request.state) ----
+_principal: ContextVar[Principal | None] = ContextVar("lar_principal", default=None)
+
+
+def current_principal() -> Principal | None:
+    """The authenticated caller of the current gRPC call; None when auth is off (nobody was asked)."""
+    return _principal.get()
+
+
+def bind_principal(principal: Principal | None) -> None:
+    """Set the current call's caller (the auth interceptor, once the call is allowed)."""
+    _principal.set(principal)
+
+
+def sees_engine_load(principal: Principal | None) -> bool:
+    """Whether a caller may see the engine's load in an answer's stats (batch sizes, queue wait: other
+    tenants' traffic): an admin, or anyone when auth is off (no principal)."""
+    return principal is None or principal.admin
 
 
 def secret_value(key: SecretStr | str | None) -> str | None:

@@ -1,13 +1,18 @@
 """The gRPC side of ``services.common.auth``: one server interceptor checks every call.
 
-    interceptors = [ObservabilityInterceptor(registry), *auth_interceptors(authenticator)]
+    interceptors = server_interceptors(registry, authenticator)   # observability outermost, then auth
 
-Every method of every servicer on the server is checked before its handler runs (new RPCs
-included: nothing to remember per method), except the health and reflection services, which
-probes and tools reach without a credential and which tell nothing about a tenant. The request's
-``tenant`` field names the tenant; a request without one (Snapshot, Stats over every tenant, a
-streamed request) needs a credential for every tenant. Refusals are UNAUTHENTICATED or
-PERMISSION_DENIED (``services.common.errors``), before the handler touches any data.
+Every method of every servicer on the server is checked before its handler runs, except the health
+and reflection services, which probes and tools reach without a credential and which tell nothing
+about a tenant. The caller needs the method's scope (``services.common.scopes``: one table for every
+RPC; a method not in it is refused, so a new RPC must be declared there). The request's ``tenant``
+field names the tenant; a request without one (Snapshot, Stats over every tenant, a streamed
+request) needs a credential for every tenant. Refusals are UNAUTHENTICATED or PERMISSION_DENIED
+(``services.common.errors``), before the handler touches any data.
+
+Once a call is allowed, its principal is bound (``auth.current_principal()``, for what only an admin
+may see) and so is its tenant for log lines: the observability interceptor binds no tenant itself
+when auth is on, so an unauthenticated caller cannot put a tenant of its choice in the log.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ from functools import partial
 from typing import Any
 
 import grpc
+from prometheus_client import CollectorRegistry
 
-from services.common.auth import AUTHORIZATION, Authenticator, subject_of
+from services.common.auth import AUTHORIZATION, Authenticator, bind_principal, subject_of
 from services.common.errors import ServiceError, status_of
 from services.common.handlers import HandlerInterceptor, check_first
+from services.common.logs import bind_tenant
+from services.common.observability import ObservabilityInterceptor
+from services.common.scopes import Scope, grpc_scope
 
 log = logging.getLogger(__name__)
-
-OPEN_METHOD_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # no tenant data behind them
 
 
 def tenant_of(request: Any) -> str:
@@ -34,7 +41,8 @@ def tenant_of(request: Any) -> str:
 
 
 class AuthInterceptor(HandlerInterceptor):
-    """Refuse a call whose credential is missing, unknown or revoked, or is not for the request's tenant."""
+    """Refuse a call whose credential is missing, unknown or revoked, lacks the method's scope, or is
+    not for the request's tenant."""
 
     def __init__(self, auth: Authenticator) -> None:
         self.auth = auth
@@ -43,18 +51,22 @@ class AuthInterceptor(HandlerInterceptor):
         """Return when the call may go on; else abort it with UNAUTHENTICATED or PERMISSION_DENIED."""
         metadata = context.invocation_metadata() or ()
         bearer = next((str(v) for k, v in metadata if k.lower() == AUTHORIZATION), None)
+        tenant = tenant_of(request)
         try:
-            principal = self.auth.check(bearer, subject_of(context.auth_context()), tenant_of(request))
+            principal = self.auth.check(bearer, subject_of(context.auth_context()), tenant, grpc_scope(method),
+                                        method)
         except ServiceError as exc:
             code, message = status_of(exc)
             log.info("%s refused: %s: %s", method, code.name, message)
             await context.abort(code, message)
             raise  # abort() raises; should it ever return, the call is still refused
+        bind_principal(principal)
+        bind_tenant(tenant or None)  # only now: the tenant is one the caller may use
         log.debug("%s by %s", method, principal.name)
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
         """The same handler, guarded (the open methods: unchanged)."""
-        if method.startswith(OPEN_METHOD_PREFIXES):
+        if grpc_scope(method) is Scope.OPEN:
             return handler
         return check_first(handler, partial(self.guard, method))
 
@@ -62,3 +74,11 @@ class AuthInterceptor(HandlerInterceptor):
 def auth_interceptors(auth: Authenticator | None) -> list[grpc.aio.ServerInterceptor]:
     """``[AuthInterceptor(auth)]`` when ``[auth] mode = "required"``, else none."""
     return [AuthInterceptor(auth)] if auth is not None and auth.required else []
+
+
+def server_interceptors(registry: CollectorRegistry | None, auth: Authenticator | None
+                        ) -> list[grpc.aio.ServerInterceptor]:
+    """Every server's interceptors, outermost first: observability (which binds the request's tenant
+    itself only when no credential is asked for), then the auth guard when auth is required."""
+    guards = auth_interceptors(auth)
+    return [ObservabilityInterceptor(registry, bind_tenant=not guards), *guards]

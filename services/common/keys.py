@@ -2,6 +2,7 @@
 
     keys = KeyFile(path)
     record, token = keys.add(["acme"], name="acme-web")    # token: "lar_..." shown once, never stored
+    keys.add(["acme"], name="acme-sync", scopes=["write"])  # scopes: services.common.scopes (default: answer)
     keys.revoke(record.id)
     store = KeyStore(path)                                 # the server's view
     store.find(token)                                      # the ApiKey, or None (unknown or revoked)
@@ -14,7 +15,12 @@ The lookup is by digest, so the time it takes tells nothing about the token.
 The file (mode 0600, written atomically by ``services.common.atomic``)::
 
     {"version": 1, "keys": [{"id": "k3f9a1c2b", "name": "acme-web", "tenants": ["acme"],
-      "created": "2026-01-01T00:00:00+00:00", "revoked": false, "sha256": "<hex digest>"}]}
+      "created": "2026-01-01T00:00:00+00:00", "revoked": false, "sha256": "<hex digest>",
+      "scopes": ["answer"]}]}
+
+A record written before scopes existed has no ``scopes``: it keeps what it could do then, less what
+only an administrator should (``scopes.legacy_scopes``): ``answer`` and ``write`` for its tenants,
+``admin`` for a ``*`` key. An admin key is always a ``*`` key (admin means every tenant).
 
 ``KeyStore`` rereads it when it changes (inode, mtime or size), so ``lookahead-rag keys revoke``
 takes effect on the next call of a running server. A file that cannot be read or parsed holds no
@@ -40,6 +46,7 @@ from typing import Any
 
 from services.common.atomic import write_bytes_atomic
 from services.common.auth_settings import ALL_TENANTS
+from services.common.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
 
 log = logging.getLogger(__name__)
 
@@ -73,9 +80,10 @@ class ApiKey:
     created: str  # ISO 8601, UTC
     revoked: bool
     sha256: str
+    scopes: tuple[Scope, ...] = DEFAULT_SCOPES  # answer, write, admin
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "tenants": list(self.tenants)}
+        return {**asdict(self), "tenants": list(self.tenants), "scopes": [s.value for s in self.scopes]}
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> ApiKey:
@@ -84,11 +92,37 @@ class ApiKey:
             raise KeyFileError(f"key {raw.get('id')!r}: tenants must be a non-empty list of names")
         return cls(id=str(raw["id"]), name=str(raw.get("name", "")), tenants=tuple(tenants),
                    created=str(raw.get("created", "")), revoked=bool(raw.get("revoked", False)),
-                   sha256=str(raw["sha256"]))
+                   sha256=str(raw["sha256"]), scopes=_scopes_of(raw, tenants))
 
     @property
     def all_tenants(self) -> bool:
         return ALL_TENANTS in self.tenants
+
+
+def _scopes_of(raw: dict[str, Any], tenants: list[str]) -> tuple[Scope, ...]:
+    """A record's scopes; one written before scopes existed gets ``legacy_scopes``."""
+    if "scopes" not in raw:
+        return legacy_scopes(tenants, ALL_TENANTS)
+    scopes = raw["scopes"]
+    if not isinstance(scopes, list) or not scopes or not all(isinstance(s, str) for s in scopes):
+        raise KeyFileError(f"key {raw.get('id')!r}: scopes must be a non-empty list of names")
+    try:
+        return parse_scopes(scopes)
+    except ValueError as exc:
+        raise KeyFileError(f"key {raw.get('id')!r}: {exc}") from None
+
+
+def checked_scopes(tenants: Sequence[str], scopes: Sequence[str]) -> tuple[Scope, ...]:
+    """A new key's scopes, validated (KeyFileError): at least one, and admin only for every tenant."""
+    try:
+        parsed = parse_scopes(scopes)
+    except ValueError as exc:
+        raise KeyFileError(str(exc)) from None
+    if not parsed:
+        raise KeyFileError("a key needs at least one scope (answer, write, admin)")
+    if Scope.ADMIN in parsed and list(tenants) != [ALL_TENANTS]:
+        raise KeyFileError("an admin key is for every tenant: give it tenant * (--all-tenants)")
+    return parsed
 
 
 def parse(data: bytes, path: Path) -> list[ApiKey]:
@@ -131,10 +165,12 @@ class KeyFile:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield self.load()
 
-    def add(self, tenants: Sequence[str], name: str = "") -> tuple[ApiKey, str]:
-        """A new key for ``tenants`` ("*" = every tenant): (its record, the key, shown only now)."""
+    def add(self, tenants: Sequence[str], name: str = "", scopes: Sequence[str] = DEFAULT_SCOPES
+            ) -> tuple[ApiKey, str]:
+        """A new key for ``tenants`` ("*" = every tenant) with ``scopes``: (its record, the key, shown only now)."""
         if not tenants or not all(tenants):
             raise KeyFileError("a key needs at least one tenant (or every tenant: *)")
+        granted = checked_scopes(tenants, scopes)
         token = new_token()
         with self._locked() as keys:
             taken = {k.id for k in keys}
@@ -142,7 +178,7 @@ class KeyFile:
             while key_id in taken:
                 key_id = "k" + secrets.token_hex(ID_BYTES)
             created = datetime.now(UTC).isoformat(timespec="seconds")
-            record = ApiKey(key_id, name, tuple(dict.fromkeys(tenants)), created, False, digest(token))
+            record = ApiKey(key_id, name, tuple(dict.fromkeys(tenants)), created, False, digest(token), granted)
             self.save([*keys, record])
         return record, token
 

@@ -59,15 +59,15 @@ def _code(context: grpc.aio.ServicerContext, default: grpc.StatusCode) -> grpc.S
 
 
 class _Call:
-    """One call's bookkeeping: request context (id, and the tenant when the request has one) for logs,
-    in-flight gauge, count and latency and one access log line at the end."""
+    """One call's bookkeeping: request context (id, and with ``with_tenant`` the tenant when the request
+    has one) for logs, in-flight gauge, count and latency and one access log line at the end."""
 
     def __init__(self, metrics: RpcMetrics, method: str, context: grpc.aio.ServicerContext,
-                 request: Any = None) -> None:
+                 request: Any = None, with_tenant: bool = True) -> None:
         self.metrics, self.method, self.context = metrics, method, context
         metadata = dict(context.invocation_metadata() or ())
         self.scope = request_context(metadata.get(REQUEST_ID_HEADER) or None)
-        tenant = getattr(request, "tenant", None)
+        tenant = getattr(request, "tenant", None) if with_tenant else None
         self.tenant = tenant if isinstance(tenant, str) and tenant else None
         self.start = 0.0
 
@@ -93,36 +93,38 @@ class _Call:
         self.scope.__exit__(exc_type, exc, tb)
 
 
-def _wrap_unary_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
+def _wrap_unary_response(behavior: Behavior, metrics: RpcMetrics, method: str, with_tenant: bool = True
+                         ) -> Behavior:
     async def wrapper(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        with _Call(metrics, method, context, request):
+        with _Call(metrics, method, context, request, with_tenant):
             result = behavior(request, context)
             return await result if inspect.isawaitable(result) else result
 
     return wrapper
 
 
-def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str) -> Behavior:
+def _wrap_stream_response(behavior: Behavior, metrics: RpcMetrics, method: str, with_tenant: bool = True
+                          ) -> Behavior:
     if inspect.isasyncgenfunction(behavior) or not inspect.iscoroutinefunction(behavior):
         async def stream(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            with _Call(metrics, method, context, request):
+            with _Call(metrics, method, context, request, with_tenant):
                 async for response in relay(behavior(request, context)):
                     yield response
 
         return stream
 
     async def writer(request: Any, context: grpc.aio.ServicerContext) -> None:  # context.write() style
-        with _Call(metrics, method, context, request):
+        with _Call(metrics, method, context, request, with_tenant):
             await behavior(request, context)
 
     return writer
 
 
-def instrument_handler(handler: grpc.RpcMethodHandler, method: str, metrics: RpcMetrics
-                       ) -> grpc.RpcMethodHandler:
+def instrument_handler(handler: grpc.RpcMethodHandler, method: str, metrics: RpcMetrics,
+                       with_tenant: bool = True) -> grpc.RpcMethodHandler:
     """The same handler, its behaviour wrapped to record ``metrics`` and bind the request context."""
-    unary = partial(_wrap_unary_response, metrics=metrics, method=method)
-    stream = partial(_wrap_stream_response, metrics=metrics, method=method)
+    unary = partial(_wrap_unary_response, metrics=metrics, method=method, with_tenant=with_tenant)
+    stream = partial(_wrap_stream_response, metrics=metrics, method=method, with_tenant=with_tenant)
     return rewrap(handler, by_response(unary, stream))
 
 
@@ -130,14 +132,18 @@ class ObservabilityInterceptor(HandlerInterceptor):
     """For every call of any servicer: count and time it by method and status code, track calls in
     flight, and bind a request id (the ``x-request-id`` metadata, or a new one) for its log lines.
 
+    ``bind_tenant``: bind the request's ``tenant`` field too, as the caller claims it; only where no
+    credential is asked for. With auth on, the auth interceptor binds it once the caller may use it
+    (``services.common.auth_grpc.server_interceptors`` sets this).
     Calls to unknown methods (UNIMPLEMENTED) are answered by gRPC itself and not counted.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, bind_tenant: bool = True) -> None:
         self.metrics = RpcMetrics.of(registry)
+        self.bind_tenant = bind_tenant
 
     def wrap(self, handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-        return instrument_handler(handler, method, self.metrics)
+        return instrument_handler(handler, method, self.metrics, self.bind_tenant)
 
 
 # --- the /metrics HTTP exporter -------------------------------------------------------------------

@@ -6,12 +6,14 @@ the safe stream's wire size use these (``services.generator.domain`` holds the t
         yield chunk_to_proto(chunk)               # TextDelta | FinalInfo -> AnswerChunk
 
 A safe stream's delta (``TextDelta.safe_bytes``) is padded here to the stream's one serialized size.
+The engine's load in a final's stats (batch sizes, queue wait: other tenants' traffic) goes only to
+callers who may see it (``chunk_to_proto(chunk, load=False)`` zeroes ``LOAD_FIELDS``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields, replace
 
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 
@@ -32,6 +34,8 @@ from services.generator.prepared import Prepared, grounding_doc_ids
 MIN_PADDING = 128  # padding lengths 128..16383 take a 2-byte length prefix: every size is reachable
 PADDING_PREFIX_BYTES = 3  # the padding field's tag (1) and 2-byte length
 MAX_TOKEN_ID = (1 << 32) - 1  # token ids are uint32: at most a 5-byte varint each
+# GenerationStats fields that measure the engine, not the request: they show other tenants' load
+LOAD_FIELDS = frozenset({"queue_wait_s", "mean_batch_size", "max_batch_size", "mean_tokens_per_forward"})
 
 
 # ---- requests -------------------------------------------------------------------------------------
@@ -90,9 +94,16 @@ def delta_to_proto(delta: TextDelta) -> generator_pb2.TextDelta:
     return pad(message, padded_bytes(delta.safe_bytes)) if delta.safe_bytes else message
 
 
-def chunk_to_proto(chunk: AnswerChunk) -> generator_pb2.AnswerChunk:
+def without_load(final: FinalInfo) -> FinalInfo:
+    """``final`` with its ``LOAD_FIELDS`` at their defaults (zero: absent on the wire)."""
+    blank = {f.name: f.default for f in fields(GenerationStats) if f.name in LOAD_FIELDS}
+    return replace(final, stats=replace(final.stats, **blank))
+
+
+def chunk_to_proto(chunk: AnswerChunk, load: bool = True) -> generator_pb2.AnswerChunk:
+    """``chunk`` on the wire; ``load=False``: a final without the engine's load (see ``LOAD_FIELDS``)."""
     if isinstance(chunk, FinalInfo):
-        return generator_pb2.AnswerChunk(final=final_to_proto(chunk))
+        return generator_pb2.AnswerChunk(final=final_to_proto(chunk if load else without_load(chunk)))
     return generator_pb2.AnswerChunk(delta=delta_to_proto(chunk))
 
 

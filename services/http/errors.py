@@ -6,7 +6,8 @@ The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
 
     InvalidArgument                      -> 400     NotFound           -> 404
     Unauthenticated                      -> 401     PermissionDenied   -> 403
-    ResourceExhausted                    -> 429     Unavailable, FailedPrecondition -> 503
+    BodyTooLarge (a ResourceExhausted)   -> 413     ResourceExhausted  -> 429
+    Unavailable, FailedPrecondition      -> 503
     DeadlineExceeded, TimeoutError       -> 504     anything else      -> 500 (one line; traceback logged)
 
 A ResourceExhausted that knows when to retry (a tenant's quota) adds ``Retry-After`` (whole seconds).
@@ -47,6 +48,11 @@ from services.common.errors import (
 
 log = logging.getLogger(__name__)
 
+
+class BodyTooLarge(ResourceExhausted):
+    """A request body past ``[http] max_body_bytes`` (refused before the rest of it is read)."""
+
+
 BAD_REQUEST = HTTPStatus.BAD_REQUEST
 INTERNAL = (HTTPStatus.INTERNAL_SERVER_ERROR, "server_error")
 # exception class -> (HTTP status, OpenAI error type); the first match wins
@@ -54,6 +60,7 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
     (InvalidArgument, BAD_REQUEST, "invalid_request_error"),
     (Unauthenticated, HTTPStatus.UNAUTHORIZED, "authentication_error"),
     (PermissionDenied, HTTPStatus.FORBIDDEN, "permission_error"),
+    (BodyTooLarge, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, "invalid_request_error"),
     (FailedPrecondition, HTTPStatus.SERVICE_UNAVAILABLE, "service_unavailable_error"),
     (NotFound, HTTPStatus.NOT_FOUND, "not_found_error"),
     (ResourceExhausted, HTTPStatus.TOO_MANY_REQUESTS, "rate_limit_error"),

@@ -10,6 +10,9 @@ from pydantic_settings import SettingsConfigDict
 from services.common.ports import HTTP_PORT
 from services.common.settings import ServiceSettings
 
+MIB = 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 4 * MIB  # a longest prompt ([limits] max_prompt_chars) fits even JSON-escaped
+
 
 class HttpSettings(ServiceSettings):
     """Where the OpenAI-compatible endpoint listens (it runs where the generator runs)."""
@@ -26,3 +29,6 @@ class HttpSettings(ServiceSettings):
     request_timeout_s: float = Field(0.0, ge=0, description="deadline of a request without that header (0 = none)")
     shutdown_grace_s: float = Field(5.0, ge=0, description="graceful stop: seconds in-flight requests may finish")
     access_log: bool = Field(True, description="log one line per HTTP request (uvicorn's access log)")
+    max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0,
+                                description="largest request body read (413 past it, chunked bodies too)")
+    docs: bool = Field(False, description="serve the API schema (/docs, /redoc, /openapi.json), open to anyone")

@@ -259,13 +259,14 @@ class RetrieverCore:
 
     # ---- stats / lifecycle ------------------------------------------------------------------------
     def stats(self, tenant: str = "") -> RetrieverStats:
-        """Counts for one tenant, or totals over all tenants when ``tenant`` is empty."""
+        """Counts for one tenant (``tenants``: it alone, when known: never the others' names), or totals
+        over all tenants when ``tenant`` is empty (callers of every tenant only, under [auth])."""
         with self._lock:
             tenants = sorted(set(self._indexes) | set(self.sessions.tenants()))
             if tenant:
                 index = self._indexes.get(tenant)
-                return RetrieverStats(len(index) if index else 0, self.sessions.count(tenant), tenants,
-                                      self.served.name, self.tokenizer_id)
+                return RetrieverStats(len(index) if index else 0, self.sessions.count(tenant),
+                                      [t for t in tenants if t == tenant], self.served.name, self.tokenizer_id)
             return RetrieverStats(sum(len(i) for i in self._indexes.values()), self.sessions.count(), tenants,
                                   self.served.name, self.tokenizer_id)
 

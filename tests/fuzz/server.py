@@ -45,8 +45,8 @@ def auth_section(root: Path) -> tuple[dict[str, Any], str]:
     from services.common.keys import KeyFile
 
     keys = KeyFile(root / "keys.json")
-    _, tenant_key = keys.add([KNOWN_TENANT], "fuzz-known-tenant")
-    _, service_key = keys.add(["*"], "fuzz-services")
+    _, tenant_key = keys.add([KNOWN_TENANT], "fuzz-known-tenant", ["answer", "write"])  # every tenant RPC
+    _, service_key = keys.add(["*"], "fuzz-services")  # scope answer: Retrieve, Fetch, Stats
     return {"mode": "required", "keys_file": keys.path, "service_key": service_key}, tenant_key
 
 

@@ -52,8 +52,9 @@ async def secured(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sec
     root = tmp_path_factory.mktemp("auth-pipeline")
     keys = KeyFile(root / "keys.json")
     _, service_key = keys.add(["*"], "services")
-    tokens = {who: keys.add(tenants, who)[1] for who, tenants in
-              {VICTIM: [VICTIM], WORKER: [WORKER], OTHER: [OTHER], "admin": ["*"], "revoked": [VICTIM]}.items()}
+    tokens = {who: keys.add(tenants, who, ["admin"] if who == "admin" else ["answer", "write"])[1]
+              for who, tenants in {VICTIM: [VICTIM], WORKER: [WORKER], OTHER: [OTHER], "admin": ["*"],
+                                   "revoked": [VICTIM]}.items()}
     keys.revoke(next(k.id for k in keys.load() if k.name == "revoked"))
     auth = {"mode": "required", "keys_file": keys.path, "service_key": service_key}
     async with running_pipeline(root, auth=auth) as p:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import logging
 import os
 import signal
 import socket
@@ -25,7 +24,6 @@ import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -40,6 +38,7 @@ from services.events.kafka.broker import LocalBroker
 from services.generator.convert import answer_query
 from services.generator.domain import FinalInfo
 from tests.kafka.helpers import fast_settings, new_topic
+from tests.logcapture import json_lines, json_logs
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     DOCS,
@@ -254,18 +253,11 @@ async def test_grpc_calls_are_counted_by_method_and_status(pipe: RunningPipeline
 
 @pytest.fixture
 def log_stream() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    level, stream = root.level, io.StringIO()
-    handler = setup_logging("INFO", stream=stream)
-    try:
+    with json_logs() as stream:
         yield stream
-    finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
 
 
-def lines_of(stream: io.StringIO) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in stream.getvalue().splitlines()]
+lines_of = json_lines
 
 
 @module_loop

@@ -56,8 +56,8 @@ class Server:
 async def server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Server]:
     root = tmp_path_factory.mktemp("auth-grpc")
     keys = KeyFile(root / "keys.json")
-    tokens = {who: keys.add(tenants, who)[1] for who, tenants in
-              {"acme": [A], "beta": [B], "admin": ["*"], "acme2": [A]}.items()}
+    tokens = {who: keys.add(tenants, who, ["admin"] if who == "admin" else ["answer", "write"])[1]
+              for who, tenants in {"acme": [A], "beta": [B], "admin": ["*"], "acme2": [A]}.items()}
     revoked, tokens["revoked"] = keys.add([A], "revoked")
     keys.revoke(revoked.id)
     auth = Authenticator(AuthSettings(mode="required", keys_file=keys.path))

@@ -40,7 +40,8 @@ def test_a_key_is_random_and_only_its_digest_is_stored(keys: KeyFile) -> None:
     # the file holds the digest, never the key
     assert token not in raw and token2 not in raw and digest(token) in raw
     assert json.loads(raw)["keys"][0] == {"id": record.id, "name": "web", "tenants": ["acme"],
-                                          "created": record.created, "revoked": False, "sha256": digest(token)}
+                                          "created": record.created, "revoked": False, "sha256": digest(token),
+                                          "scopes": ["answer"]}  # a new key's default scope
     # only the owner may read the file
     assert stat.S_IMODE(os.stat(keys.path).st_mode) == 0o600
     assert record.id != other.id
