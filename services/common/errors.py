@@ -4,7 +4,8 @@ Library code (retriever core, draft cache, generator) raises a ``ServiceError`` 
 one-line message; the ``grpc_errors`` decorator on a grpc.aio servicer method turns it into
 ``context.abort(code, message)``. Anything unexpected becomes INTERNAL with a one-line message, and
 its traceback goes to the log, never to the client. A ``ResourceExhausted`` that knows when to retry
-(a tenant's quota) also carries a ``google.rpc.RetryInfo`` in the status details.
+(a tenant's quota) also carries a ``google.rpc.RetryInfo`` in the status details. A ``SendTimeout`` (a
+stream's client stopped reading) is DEADLINE_EXCEEDED, and its status is not waited on past the timeout.
 
     class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         @grpc_errors
@@ -18,6 +19,7 @@ its traceback goes to the log, never to the client. A ``ResourceExhausted`` that
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import logging
@@ -85,6 +87,17 @@ class DeadlineExceeded(ServiceError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class SendTimeout(DeadlineExceeded):
+    """A stream's client took no data for ``timeout_s`` (``[generator] stream_send_timeout_s``): it stopped
+    reading, and the stream is cancelled. Its status queues behind the data the client has not read, so
+    ``grpc_errors`` waits at most ``timeout_s`` more for it to leave (the client reads it if it reads again)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the client took no data for {timeout_s:g} s (stream_send_timeout_s): the stream is "
+                         "cancelled")
+        self.timeout_s = timeout_s
+
+
 class Unauthenticated(ServiceError):
     """No credential, or one that is malformed, unknown or revoked (never echoes the credential)."""
 
@@ -120,7 +133,11 @@ async def _abort(context: grpc.aio.ServicerContext, exc: Exception, method: str)
     else:
         log.info("%s -> %s: %s", method, code.name, message)
     retry_after_s = retry_after_of(exc)
-    if retry_after_s is None:
+    if isinstance(exc, SendTimeout):  # a stalled reader: the status may never leave; the call ends here anyway
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(exc.timeout_s):
+                await context.abort(code, message)
+    elif retry_after_s is None:
         await context.abort(code, message)
     else:  # the hint travels in the status details (grpc-status-details-bin)
         await context.abort_with_status(rpc_status.to_status(retry_status(code, message, retry_after_s)))
@@ -170,6 +187,8 @@ def grpc_errors(method: Method) -> Method:
         try:
             return await method(self, request, context)
         except (grpc.aio.AbortError, asyncio.CancelledError):
+            raise
+        except grpc.aio.InternalError:  # a context.write() to a call that ended (the client left): gRPC's to handle
             raise
         except Exception as exc:
             await _abort(context, exc, name)

@@ -6,8 +6,9 @@ one-line message and ``retry_after_s`` (the status details carry it as a ``googl
 HTTP as ``Retry-After``)::
 
     quotas = TenantQuotas.of(limits)                 # clock: time.monotonic unless given
-    with quotas.admit("acme"):                       # one request and one stream slot
-        ...                                          # the slot is freed however the block ends
+    with quotas.admit("acme") as release:            # one request and one stream slot
+        ...                                          # the slot is freed however the block ends,
+        release()                                    # or earlier (once) when the request ends first
     quotas.check_rate("acme")                        # a unary call: the rate only
 
 The clock is injectable, so the bucket arithmetic is tested with hand-made times.
@@ -25,6 +26,7 @@ from services.common.errors import ResourceExhausted
 from services.common.limits import RequestLimits, TenantQuota
 
 Clock = Callable[[], float]
+Release = Callable[[], None]  # frees a request's stream slot (``TenantQuotas.admit``)
 MAX_IDLE_TENANTS = 10_000  # tenants whose state is kept past their last request before the idle ones are dropped
 MIN_CAPACITY = 1.0  # a bucket holds at least one request, however slow its rate
 
@@ -116,12 +118,13 @@ class TenantQuotas:
                 self._take(tenant, quota, self.clock())
 
     @contextmanager
-    def admit(self, tenant: str) -> Iterator[None]:
+    def admit(self, tenant: str) -> Iterator[Release]:
         """One request and one stream slot for the block; the slot is freed when the block ends,
-        fails or is cancelled. A tenant at its stream limit is refused without using up its rate."""
+        fails or is cancelled, or before, when the block calls the ``release`` it gets (thread-safe; the
+        second call does nothing). A tenant at its stream limit is refused without using up its rate."""
         quota = self.quota(tenant)
         if not (quota.rps or quota.streams):
-            yield
+            yield _held_nothing
             return
         with self._lock:
             now = self.clock()
@@ -132,11 +135,18 @@ class TenantQuotas:
                 )
             state = self._take(tenant, quota, now)
             state.open_streams += 1
-        try:
-            yield
-        finally:
+        held = [True]  # the slot, until released
+
+        def release() -> None:
             with self._lock:
-                state.open_streams -= 1
+                if held:
+                    held.clear()
+                    state.open_streams -= 1
+
+        try:
+            yield release
+        finally:
+            release()
 
     def _state(self, tenant: str, quota: Quota, now: float) -> TenantState:
         state = self._tenants.get(tenant)
@@ -164,6 +174,10 @@ class TenantQuotas:
                 if not s.open_streams and (s.bucket is None or s.bucket.is_full(now))]
         for tenant in idle:
             del self._tenants[tenant]
+
+
+def _held_nothing() -> None:
+    """The ``release`` of a tenant without quotas: no slot was taken."""
 
 
 def override(default: Quota, fields: Mapping[str, float] | TenantQuota) -> Quota:

@@ -59,6 +59,7 @@ from services.generator.params import decoding_config, server_config
 from services.generator.prepared import Prepared
 from services.generator.prompt_ids import chat_ids, check_vocabulary
 from services.generator.prompt_ids import prompt_ids as prompt_ids_of
+from services.generator.read_ahead import read_ahead
 from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
 from services.generator.settings import GeneratorSettings
 
@@ -67,6 +68,14 @@ log = logging.getLogger(__name__)
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
 MIB = 1 << 20
+
+
+def fill_trie(req: ServeRequest, continuations: list[tuple[list[int], int]]) -> None:
+    """The request's trie: the tenant's past outputs (every window, as output counts), then its prompt
+    and references (``ServeRequest.fill_trie``)."""
+    for ids, count in continuations:
+        req.trie.insert_output(ids, count=count, prune=False)
+    req.fill_trie()
 
 
 class GeneratorEngine:
@@ -111,6 +120,7 @@ class GeneratorEngine:
         return SchedulerConfig(
             max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
             prefill_chunk=s.prefill_chunk, ttft_target_s=s.ttft_target_s, prefix_cache_bytes=s.prefix_cache_mb * MIB,
+            prefix_tenant_share=s.prefix_cache_tenant_share,
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
         )
 
@@ -162,16 +172,19 @@ class GeneratorEngine:
 
     async def _served(self, tenant: str, params: GenerationParams,
                       chunks: AsyncIterator[AnswerChunk]) -> AsyncIterator[AnswerChunk]:
-        """One request's stream within its tenant's quota (its stream slot is freed however the stream
-        ends), re-cut by the safe stream when the request or its tenant asks for it."""
+        """One request's stream within its tenant's quota, read ahead of its consumer (read_ahead.py: its
+        stream slot is freed when the request ends, even while a send still waits on a client that stopped
+        reading), re-cut by the safe stream when the request or its tenant asks for it."""
         self.limits.check_tenant(tenant)
-        with self.quotas.admit(tenant):
-            stream = self._safe(chunks, params) if self.is_safe(tenant, params) else chunks
+        with self.quotas.admit(tenant) as release:
+            ahead = read_ahead(chunks, release)
+            stream = self._safe(ahead, params) if self.is_safe(tenant, params) else ahead
             try:
                 async for chunk in stream:
                     yield chunk
             finally:
                 await stream.aclose()  # type: ignore[attr-defined]
+                await ahead.aclose()
                 await chunks.aclose()  # type: ignore[attr-defined]
 
     def is_safe(self, tenant: str, params: GenerationParams) -> bool:
@@ -213,6 +226,7 @@ class GeneratorEngine:
         if query.reference_ids:
             check_vocabulary("reference", query.reference_ids, self.vocab_size)
             references.append(list(query.reference_ids))
+        limits.check_reference_tokens(sum(map(len, references)))
         self._check_room()
         prep = Prepared(query.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
         async for chunk in self._decode(prep, deadline):
@@ -268,7 +282,11 @@ class GeneratorEngine:
             if self.metrics is not None:
                 self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
             return [], False
-        return [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations], True
+        found = [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations]
+        kept = [(ids, count) for ids, count in found if all(0 <= t < self.vocab_size for t in ids)]
+        if len(kept) < len(found):  # a cache filled with another vocabulary's ids: they never reach a forward
+            log.warning("dropped %d draft-cache continuations with ids outside the vocabulary", len(found) - len(kept))
+        return kept, True
 
     def _check_room(self) -> None:
         """Refuse at once, before any retrieval work, when the queue is already full."""
@@ -279,8 +297,6 @@ class GeneratorEngine:
     async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[AnswerChunk]:
         continuations, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
-        for ids, count in continuations:  # the tenant's past outputs: every window, as output counts
-            trie.insert_output(ids, count=count, prune=False)
         attribution = DraftAttribution(prep.prompt_ids, prep.references, [c for c, _ in continuations])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
@@ -295,6 +311,8 @@ class GeneratorEngine:
             deadline=deadline, on_tokens=lambda _r, ids: post("step", ids), on_done=lambda _r, exc: post("done", exc),
             prefix_epoch=epoch,
         )
+        # the trie is built here, off the engine's thread: a large reference never stalls another's step
+        await asyncio.to_thread(fill_trie, req, continuations)
         try:
             self.scheduler.submit(req)
         except QueueFull as exc:

@@ -1,19 +1,22 @@
 """The Generator gRPC service: a thin adapter over GeneratorEngine (protobuf <-> domain: convert.py).
 
-Both calls are one adapter: the request as a domain query -> the engine's stream -> AnswerChunks.
+Both calls are one adapter: the request as a domain query -> the engine's stream -> AnswerChunks,
+each written within ``[generator] stream_send_timeout_s`` (a client that stopped reading ends the call).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
+from services.common.auth import current_principal, sees_engine_load
 from services.common.errors import grpc_errors
 from services.common.logs import request_context
+from services.common.send_timeout import send_within
 from services.generator.convert import answer_query, chunk_to_proto, generate_query
 from services.generator.domain import AnswerChunk, AnswerQuery, GenerateQuery
 from services.generator.engine import GeneratorEngine
@@ -21,7 +24,7 @@ from services.generator.engine import GeneratorEngine
 SERVICE_NAME: str = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name
 # GeneratorEngine.answer or .generate: (engine, query, deadline, request id) -> the engine's stream
 EngineCall = Callable[[GeneratorEngine, Any, float | None, str], AsyncIterator[AnswerChunk]]
-Method = Callable[[Any, Any, grpc.aio.ServicerContext], AsyncIterator[generator_pb2.AnswerChunk]]
+Method = Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[None]]  # writes its stream with context.write
 
 
 def _deadline(context: grpc.aio.ServicerContext) -> float | None:
@@ -33,16 +36,19 @@ def _deadline(context: grpc.aio.ServicerContext) -> float | None:
 def _streaming(name: str, to_query: Callable[[Any], AnswerQuery | GenerateQuery], call: EngineCall) -> Method:
     """The servicer method ``name``: its request as a domain query, streamed through ``call`` onto the
     wire, logged under the request's id and tenant; however the stream ends, the engine's is closed
-    (a request still running is cancelled), and errors map to status codes (``grpc_errors``)."""
+    (a request still running is cancelled), and errors map to status codes (``grpc_errors``). A write
+    the client does not take within the send timeout is a SendTimeout (DEADLINE_EXCEEDED)."""
 
     async def method(self: GeneratorServicer, request: Any,
-                     context: grpc.aio.ServicerContext) -> AsyncIterator[generator_pb2.AnswerChunk]:
+                     context: grpc.aio.ServicerContext) -> None:
         query = to_query(request)
+        send_timeout_s = self.engine.settings.stream_send_timeout_s
+        load = sees_engine_load(current_principal())  # batch sizes, queue wait: an admin's (or auth off)
         with request_context(tenant=query.tenant) as rid:
             chunks = call(self.engine, query, _deadline(context), rid)
             try:
                 async for chunk in chunks:
-                    yield chunk_to_proto(chunk)
+                    await send_within(context.write(chunk_to_proto(chunk, load)), send_timeout_s)
             finally:
                 await chunks.aclose()  # type: ignore[attr-defined]
 

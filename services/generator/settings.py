@@ -14,6 +14,7 @@ from services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
 from services.common.settings import ServerSettings, metrics_port_field, port_field
 
 MIB = 1 << 20
+PREFIX_TENANT_SHARE = 0.5  # default share of the prefix cache one tenant may hold: no tenant flushes the others
 
 
 def default_data_dir() -> Path:
@@ -39,7 +40,11 @@ class GeneratorSettings(ServerSettings):
     prefill_chunk: int = Field(256, gt=0, description="prompt tokens prefilled per forward while others decode")
     ttft_target_s: float = Field(2.0, gt=0, description="time to first token the step budget keeps waiting "
                                  "prompts within: while they wait, draft trees shrink")
-    prefix_cache_mb: int = Field(256, ge=0, description="MiB of per-tenant prompt-prefix KV kept for reuse")
+    prefix_cache_mb: int = Field(256, ge=0, description="MiB of prompt-prefix KV kept for reuse, all tenants together")
+    prefix_cache_tenant_share: float = Field(
+        PREFIX_TENANT_SHARE, gt=0, le=1, description="fraction of prefix_cache_mb one tenant may hold (its own "
+        "least recently used prefixes go first past it)"
+    )
     adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
     calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")
     mode: str = Field(
@@ -68,6 +73,8 @@ class GeneratorSettings(ServerSettings):
     )
     draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache continuations fetched per request")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
+    stream_send_timeout_s: float = Field(30.0, gt=0, description="a gRPC or HTTP stream whose client takes no "
+                                         "data for this long (it stopped reading) is cancelled, its slot freed")
     threads: int = Field(0, ge=0, description="torch CPU threads of the engine's step thread (0 = every core "
                          "this process may use); the process's other threads run torch on one")
     # side-channel-safe streams (services/generator/safe_stream.py, docs/SECURITY.md)

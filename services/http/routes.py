@@ -4,6 +4,11 @@
 
     front = Frontend(engine, settings)       # settings: HttpSettings
     app = make_app(front)                    # served by services.http.server.HttpServer
+
+Every request passes ``services.http.guard.RequestGuard`` first: the credential and the route's scope
+(``services.common.scopes``) are checked and the body limited before FastAPI reads it; the routes
+only authorize the tenant, with the caller the guard put on ``request.state``. The schema pages
+(/docs, /redoc, /openapi.json) are routed only with ``[http] docs = true``.
 """
 
 from __future__ import annotations
@@ -19,11 +24,19 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from services.common.auth import AUTHORIZATION, Authenticator, Principal
-from services.common.errors import DeadlineExceeded, InvalidArgument, NotFound, ServiceError, Unavailable
+from services.common.auth import Authenticator, Principal
+from services.common.errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    NotFound,
+    ServiceError,
+    Unauthenticated,
+    Unavailable,
+)
 from services.common.logs import REQUEST_ID_HEADER, request_context
 from services.generator.domain import AnswerChunk, FinalInfo, TextDelta
 from services.http import errors, translate
+from services.http.guard import PRINCIPAL, RequestGuard
 from services.http.schema import ChatCompletionRequest
 from services.http.settings import HttpSettings
 from services.http.streaming import (
@@ -61,10 +74,13 @@ class Frontend:
 
     # ---- request headers and body ------------------------------------------------------------
     def principal_of(self, request: Request) -> Principal | None:
-        """The caller (``Authorization: Bearer <key>``) when auth is required: 401 without a valid key."""
+        """The caller the guard authenticated, when auth is required (None: auth off); 401 if none was."""
         if self.auth is None:
             return None
-        return self.auth.authenticate(request.headers.get(AUTHORIZATION))
+        principal = getattr(request.state, PRINCIPAL, None)
+        if not isinstance(principal, Principal):  # the guard did not run: refuse rather than serve
+            raise Unauthenticated("no credential was checked for this request")
+        return principal
 
     def tenant_of(self, request: Request) -> str:
         """The tenant header, else the key's only tenant, else the default tenant; none is a 400, and
@@ -122,7 +138,8 @@ class Frontend:
                     return JSONResponse(translate.completion(reply, final), headers=headers)
                 first = await or_disconnect(request, _next(chunks, when))  # errors before it keep their status
                 events = _events(translate.StreamTranslator(reply), first, chunks, when, deadline, (rid, tenant))
-                return ClosingStreamingResponse(events, media_type=SSE_MEDIA_TYPE,
+                return ClosingStreamingResponse(events, self.engine.settings.stream_send_timeout_s,
+                                                media_type=SSE_MEDIA_TYPE,
                                                 headers={**headers, "cache-control": "no-cache"})
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED)
@@ -206,26 +223,24 @@ async def _events(stream: translate.StreamTranslator, first: AnswerChunk | None,
 
 
 def make_app(front: Frontend) -> FastAPI:
-    """The FastAPI application over ``front`` (errors in OpenAI's shape, see services.http.errors)."""
-    app = FastAPI(title="lookahead-rag", summary="OpenAI-compatible chat completions over RAG")
+    """The FastAPI application over ``front`` (errors in OpenAI's shape, see services.http.errors),
+    behind the request guard; the schema pages only with ``[http] docs = true``."""
+    schema = {} if front.settings.docs else {"openapi_url": None}  # None: no /openapi.json, /docs, /redoc
+    app = FastAPI(title="lookahead-rag", summary="OpenAI-compatible chat completions over RAG", **schema)
     errors.install(app)
+    app.add_middleware(RequestGuard, front=front, router=app.router)
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await front.chat(body, request)
 
     @app.get("/v1/models", response_model=None)
-    async def list_models(request: Request) -> Response:
-        try:
-            front.principal_of(request)
-        except ServiceError as exc:
-            return errors.error_response(exc)
+    async def list_models() -> Response:  # the guard checked the caller
         return JSONResponse(front.models())
 
     @app.get("/v1/models/{model:path}", response_model=None)
-    async def get_model(model: str, request: Request) -> Response:
+    async def get_model(model: str) -> Response:
         try:
-            front.principal_of(request)
             front.check_model(model)
         except ServiceError as exc:
             return errors.error_response(exc)

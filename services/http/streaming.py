@@ -7,18 +7,29 @@ A client that disconnects cancels its request in the engine, as a gRPC cancel do
 * mid-stream, Starlette cancels the streaming task; ``ClosingStreamingResponse`` then closes the
   body iterator at once (not whenever it is garbage-collected), which closes the engine's stream,
   whose ``finally`` cancels the request in the scheduler.
+
+A client that stops reading without disconnecting fills the connection's buffers, and a send then
+waits (uvicorn's flow control): past ``[generator] stream_send_timeout_s`` ``ClosingStreamingResponse``
+gives up the send, closes the body iterator (the request is cancelled, its slot freed) and returns
+with the response unfinished, so the server closes the connection (no ``data: [DONE]``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+import logging
+from collections.abc import AsyncIterable, Awaitable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
-from starlette.types import Send
+from starlette.types import Message, Send
+
+from services.common.errors import SendTimeout
+from services.common.send_timeout import send_within
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -70,11 +81,21 @@ async def or_disconnect(request: Request, work: Awaitable[T]) -> T:
     raise ClientDisconnected("the client closed the connection")
 
 class ClosingStreamingResponse(StreamingResponse):
-    """A StreamingResponse that closes its body iterator however the stream ends."""
+    """A StreamingResponse that closes its body iterator however the stream ends, and ends the stream
+    when one send waits past ``send_timeout_s`` (the client stopped reading)."""
+
+    def __init__(self, content: AsyncIterable[bytes], send_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.send_timeout_s = send_timeout_s
 
     async def stream_response(self, send: Send) -> None:
+        async def timed(message: Message) -> None:
+            await send_within(send(message), self.send_timeout_s)
+
         try:
-            await super().stream_response(send)
+            await super().stream_response(timed)
+        except SendTimeout as exc:  # unfinished: the server closes the connection once this returns
+            log.info("stream ended: %s", exc)
         finally:
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
