@@ -1,5 +1,6 @@
 # One-command set-up on a fresh machine: `make demo` and `make test` create .venv,
-# install the CPU torch build first (a bare `torch` pulls GBs of CUDA wheels), then the project.
+# install the pinned torch first, then the project. pip takes torch from its configured index: where
+# that is PyPI, set PIP_INDEX_URL=https://download.pytorch.org/whl/cpu (PyPI's torch pulls CUDA wheels).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
