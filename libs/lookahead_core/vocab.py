@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,3 +28,8 @@ def vocab_size_of(tokenizer_id_: str) -> int | None:
     form (a test's or a caller's own name), which names no vocabulary."""
     match = _ID_FORM.match(tokenizer_id_)
     return int(match["size"]) if match else None
+
+
+def out_of_vocab(ids: Sequence[int], vocab_size: int) -> int | None:
+    """The first id that is not below ``vocab_size`` (or is negative), or None when every one is."""
+    return next((t for t in ids if not 0 <= t < vocab_size), None)

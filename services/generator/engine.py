@@ -29,6 +29,7 @@ from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeSta
 from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.threads import usable_cores
+from lookahead_core.vocab import out_of_vocab
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from services.common.errors import (
@@ -283,7 +284,7 @@ class GeneratorEngine:
                 self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
             return [], False
         found = [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations]
-        kept = [(ids, count) for ids, count in found if all(0 <= t < self.vocab_size for t in ids)]
+        kept = [(ids, count) for ids, count in found if out_of_vocab(ids, self.vocab_size) is None]
         if len(kept) < len(found):  # a cache filled with another vocabulary's ids: they never reach a forward
             log.warning("dropped %d draft-cache continuations with ids outside the vocabulary", len(found) - len(kept))
         return kept, True

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from lookahead_core.vocab import out_of_vocab
+
 from services.common.errors import InvalidArgument
 from services.common.limits import RequestLimits
 from services.generator.domain import ChatMessage, PromptIds
@@ -14,7 +16,7 @@ ROLES = ("system", "user", "assistant")  # the chat roles a Generate call may se
 
 def check_vocabulary(what: str, ids: Sequence[int], size: int) -> None:
     """InvalidArgument naming the first id at or past ``size``."""
-    bad = next((t for t in ids if t >= size), None)
+    bad = out_of_vocab(ids, size)
     if bad is not None:
         raise InvalidArgument(f"{what} token id {bad} is out of the vocabulary (size {size})")
 

@@ -23,6 +23,7 @@ from ..observer import StepObserver
 from ..proposers.base import Proposer
 from ..sampling.chooser import resolve_seed
 from ..stats import GenerationStats
+from ..vocab import out_of_vocab
 
 
 class Phase(enum.Enum):
@@ -76,7 +77,7 @@ P = TypeVar("P", bound=Proposer)
 
 def check_in_vocab(ids: Sequence[int], vocab_size: int) -> None:
     """ValueError naming the first id the model cannot embed (a prompt is checked before it runs)."""
-    bad = next((t for t in ids if not 0 <= t < vocab_size), None)
+    bad = out_of_vocab(ids, vocab_size)
     if bad is not None:
         raise ValueError(f"token id {bad} is out of the model's vocabulary (size {vocab_size})")
 
