@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 protos: $(STAMP)
-	$(BIN)/python -m services.common.protogen
+	$(BIN)/python -m lookahead_rag.services.common.protogen
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --limit 40 --json bench/results/smoke.json

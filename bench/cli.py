@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import sys
 
-from services.cli import dispatch
+from lookahead_rag.services.cli import dispatch
 
 # subcommand -> (module exposing main(argv: list[str]) -> int, one-line help)
+PKG = "lookahead_rag.bench"  # where the benchmark modules live
 COMMANDS: dict[str, tuple[str, str]] = {
-    "decoding": ("bench.decoding_args", "decoding benchmark: greedy vs prompt-lookup vs lookahead modes"),
-    "serve": ("bench.serve_args", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
-    "events": ("bench.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
-    "retrieval": ("bench.retrieval_args", "retrieval latency: p50/p99 of embedding a question + a flat-index search"),
-    "draft-agreement": ("bench.draft_agreement_args", "early-exit self-draft: top-1 agreement and cost per exit layer"),
-    "prompt-order": ("bench.prompt_order_args",
+    "decoding": (f"{PKG}.decoding_args", "decoding benchmark: greedy vs prompt-lookup vs lookahead modes"),
+    "serve": (f"{PKG}.serve_args", "serving benchmark: closed-loop clients, speculation on vs off vs serial HF"),
+    "events": (f"{PKG}.events", "Kafka feedback-loop benchmark: lag, lost and double-applied events"),
+    "retrieval": (f"{PKG}.retrieval_args", "retrieval latency: p50/p99 of embedding a question + a flat-index search"),
+    "draft-agreement": (f"{PKG}.draft_agreement_args", "early-exit self-draft: top-1 agreement, cost per exit layer"),
+    "prompt-order": (f"{PKG}.prompt_order_args",
                      "passage order: prefix-cache hits and SQuAD EM/F1, canonical vs score order"),
-    "exactness": ("bench.exactness_args",
+    "exactness": (f"{PKG}.exactness_args",
                   "exactness: engine answers vs HF greedy, batched and from the prefix cache, with logit margins"),
-    "plot": ("bench.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
+    "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 
 

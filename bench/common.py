@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a type only: importing transformers would make every --help slow
     from transformers import PreTrainedTokenizerBase
 
-from bench.dataset import Source, add_dataset_args, dataset_from_args
-from bench.sampling_args import add_sampling_args, sampling_from_args
+from lookahead_rag.bench.dataset import Source, add_dataset_args, dataset_from_args
+from lookahead_rag.bench.sampling_args import add_sampling_args, sampling_from_args
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question using the documents below. "
@@ -24,7 +24,7 @@ SYSTEM_PROMPT = (
 
 def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """A benchmark's parser with the workload every decoding benchmark reads: --corpus and --questions
-    (default: the bundled set; resolve them with ``bench.dataset.dataset_from_args``)."""
+    (default: the bundled set; resolve them with ``lookahead_rag.bench.dataset.dataset_from_args``)."""
     p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dataset_args(p)
     return p

@@ -25,7 +25,7 @@ from lookahead_core.models import load_model
 from lookahead_core.proposers.draft_model import DraftModels
 from tqdm import tqdm
 
-from bench.common import (
+from lookahead_rag.bench.common import (
     answerable,
     cpu_name,
     grounded_prompt_ids,
@@ -34,20 +34,20 @@ from bench.common import (
     read_jsonl,
     write_json,
 )
-from bench.decoding_args import DEFAULT_MODES
-from bench.decoding_args import parse_args as _parse_args
-from bench.decoding_plot import REFERENCE
-from bench.energy import open_meter
-from bench.engine_runner import SchedulerRunner
-from bench.forward_cost import choose_decoding_length, measure_forward_cost
-from bench.pipeline import measure_pipeline
-from bench.plot import plot_result
-from bench.profile_report import flatten, report_profile
-from bench.quality import answer_logprob
-from bench.sampling_args import Sampling, speedup
-from services.retriever.core import RetrieverCore
-from services.retriever.documents import Document
-from services.retriever.settings import RetrieverSettings
+from lookahead_rag.bench.decoding_args import DEFAULT_MODES
+from lookahead_rag.bench.decoding_args import parse_args as _parse_args
+from lookahead_rag.bench.decoding_plot import REFERENCE
+from lookahead_rag.bench.energy import open_meter
+from lookahead_rag.bench.engine_runner import SchedulerRunner
+from lookahead_rag.bench.forward_cost import choose_decoding_length, measure_forward_cost
+from lookahead_rag.bench.pipeline import measure_pipeline
+from lookahead_rag.bench.plot import plot_result
+from lookahead_rag.bench.profile_report import flatten, report_profile
+from lookahead_rag.bench.quality import answer_logprob
+from lookahead_rag.bench.sampling_args import Sampling, speedup
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.settings import RetrieverSettings
 
 # run through transformers' generate on the stock model; assisted: with the draft-model mode's draft
 HF_MODES = ("greedy", "prompt-lookup", "assisted")

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import parse_workload, workload_parser
+from lookahead_rag.bench.common import parse_workload, workload_parser
 
 DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
 DEFAULT_LIMIT = 40  # benchmarked questions: the bundled set holds 40 + 4 for --calibrate
@@ -96,6 +96,6 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
-    from bench.decoding import run  # torch: loads once the arguments are parsed, so --help stays light
+    from lookahead_rag.bench.decoding import run  # torch: loads once the arguments are parsed, so --help stays light
 
     return run(args)

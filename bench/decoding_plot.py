@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.plot_common import (
+from lookahead_rag.bench.plot_common import (
     LABEL_FONT,
     TITLE_FONT,
     UNKNOWN,

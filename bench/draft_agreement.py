@@ -15,8 +15,9 @@ from lookahead_core.proposers.draft_model import early_exit
 from tqdm import tqdm
 from transformers import DynamicCache
 
-from bench.common import answerable, cpu_name, grounded_prompt_ids, machine, print_table, read_jsonl, write_json
-from bench.plot import plot_result
+from lookahead_rag.bench import common
+from lookahead_rag.bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
+from lookahead_rag.bench.plot import plot_result
 
 TIMED_FORWARDS = 9  # one-token forwards timed per model (the median is kept)
 
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"target: {total_layers} layers, {target_ms:.1f} ms a one-token forward; {tokens} answer tokens of "
           f"{len(questions)} questions")
     return {
-        "kind": "draft_agreement", "model": args.model, "dataset": args.dataset, "machine": machine(),
-        "cpu": cpu_name(), "threads": torch.get_num_threads(), "questions": len(questions), "tokens": tokens,
+        "kind": "draft_agreement", "model": args.model, "dataset": args.dataset, "machine": common.machine(),
+        "cpu": common.cpu_name(), "threads": torch.get_num_threads(), "questions": len(questions), "tokens": tokens,
         "target_layers": total_layers, "target_ms": round(target_ms, 2), "exits": rows_out,
     }
 
@@ -88,6 +89,6 @@ def report(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from bench.draft_agreement_args import main
+    from lookahead_rag.bench.draft_agreement_args import main
 
     raise SystemExit(main(sys.argv[1:]))

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import workload_parser
-from bench.dataset import dataset_from_args
+from lookahead_rag.bench.common import workload_parser
+from lookahead_rag.bench.dataset import dataset_from_args
 
 DEFAULT_LAYERS = "4,7,10,15,20,25,28"
 
@@ -40,6 +40,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
-    from bench.draft_agreement import report  # torch: loaded once the arguments are parsed
+    from lookahead_rag.bench.draft_agreement import report  # torch: loaded once the arguments are parsed
 
     return report(args)

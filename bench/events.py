@@ -35,16 +35,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from lookahead_rag.v1 import events_pb2
 
-from bench.common import cpu_name, machine, print_table, write_json
-from bench.plot import default_png, plot_result
-from services.events.kafka.broker import LocalBroker, ensure_topics
-from services.events.kafka.cluster_offsets import log_end_offsets
-from services.events.kafka.consumer import KafkaConsumerRunner
-from services.events.kafka.publisher import KafkaPublisher
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.state import read_state, state_path
+from lookahead_rag.bench.common import cpu_name, machine, print_table, write_json
+from lookahead_rag.bench.plot import default_png, plot_result
+from lookahead_rag.services.events.kafka.broker import LocalBroker, ensure_topics
+from lookahead_rag.services.events.kafka.cluster_offsets import log_end_offsets
+from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
+from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.state import read_state, state_path
+from lookahead_rag.v1 import events_pb2
 
 MS_PER_S = 1000
 P50, P99 = 50, 99
@@ -190,7 +190,7 @@ class ProcessConsumer:
             "--worker", "--state-dir", str(self.state_dir), "--done-file", str(self.done_file),
             "--kill-every", str(self.kill_every or 0), "--settings-json", self.settings.model_dump_json(),
         ]  # fmt: skip
-        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "bench.events", *args)
+        self.proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "lookahead_rag.bench.events", *args)
 
     async def step(self, ends: Ends | None) -> bool:
         if ends is not None and not self.done_file.exists():
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.ERROR, format="%(name)s: %(message)s")
     if not args.verbose:
-        logging.getLogger("services.events.kafka.consumer").setLevel(logging.CRITICAL)  # kills log errors
+        logging.getLogger("lookahead_rag.services.events.kafka.consumer").setLevel(logging.CRITICAL)  # kills log errors
     if args.worker:
         return asyncio.run(run_worker(args))
     data = asyncio.run(run_bench(args))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.plot_common import LABEL_FONT, figure, grouped_bars, known, save, title
+from lookahead_rag.bench.plot_common import LABEL_FONT, figure, grouped_bars, known, save, title
 
 MS_PER_S = 1000.0
 LAGS = {"lag_p50_s": "p50", "lag_p99_s": "p99", "lag_max_s": "max"}

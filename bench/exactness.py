@@ -20,15 +20,15 @@ from lookahead_core.kv.kvstore import KVShape
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from bench.common import cpu_name, machine, print_table
-from bench.engine_runner import TENANT, SchedulerRunner
-from bench.exactness_args import CACHE_STATES
-from bench.exactness_compare import compare_pass, margin_summary, min_margin
-from bench.plot import write_outputs
-from bench.prompt_order import build_prompts, retriever_cores
-from bench.serve_load import load_workload
-from bench.ties import divergences
-from services.retriever.prompt import PassageOrder
+from lookahead_rag.bench.common import cpu_name, machine, print_table
+from lookahead_rag.bench.engine_runner import TENANT, SchedulerRunner
+from lookahead_rag.bench.exactness_args import CACHE_STATES
+from lookahead_rag.bench.exactness_compare import compare_pass, margin_summary, min_margin
+from lookahead_rag.bench.plot import write_outputs
+from lookahead_rag.bench.prompt_order import build_prompts, retriever_cores
+from lookahead_rag.bench.serve_load import load_workload
+from lookahead_rag.bench.ties import divergences
+from lookahead_rag.services.retriever.prompt import PassageOrder
 
 BASELINE = "hf_greedy"  # transformers' generate(do_sample=False), batch 1, on the stock model
 MIB = 1 << 20
@@ -224,6 +224,6 @@ def report(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from bench.exactness_args import main
+    from lookahead_rag.bench.exactness_args import main
 
     raise SystemExit(main(sys.argv[1:]))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-from bench.ties import TIE_LOGIT_GAP, first_difference
+from lookahead_rag.bench.ties import TIE_LOGIT_GAP, first_difference
 
 MARGIN_THRESHOLDS = (TIE_LOGIT_GAP, 1e-3, 1e-2, 1e-1)  # answers whose smallest margin is below each (JSON "below")
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bench.plot_common import LABEL_FONT, TITLE_FONT, figure, known, label_bars, save, title
-from bench.ties import TIE_LOGIT_GAP
+from lookahead_rag.bench.plot_common import LABEL_FONT, TITLE_FONT, figure, known, label_bars, save, title
+from lookahead_rag.bench.ties import TIE_LOGIT_GAP
 
 LOG_BINS = tuple(range(-8, 3))  # histogram edges, log10 of the margin (1e-8 .. 100)
 MISMATCH_COLOR = "tab:red"

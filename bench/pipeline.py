@@ -13,15 +13,14 @@ import tempfile
 import time
 from typing import Any
 
+from lookahead_rag.bench.sampling_args import Sampling
+from lookahead_rag.bench.serve_client import generation_params
+from lookahead_rag.services.app import Pipeline
+from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.config import AllSettings
+from lookahead_rag.services.generator.convert import answer_query
+from lookahead_rag.services.generator.domain import FinalInfo
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
-
-from bench.sampling_args import Sampling
-from bench.serve_client import generation_params
-from services.app import Pipeline
-from services.common.grpcutil import open_channel
-from services.config import AllSettings
-from services.generator.convert import answer_query
-from services.generator.domain import FinalInfo
 
 TENANT = "bench"
 PERCENT = 100.0

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.decoding_plot import REFERENCE, baseline_label, speedup_panel
-from bench.plot_common import TITLE_FONT, figure, known, label_bars, save, title
+from lookahead_rag.bench.decoding_plot import REFERENCE, baseline_label, speedup_panel
+from lookahead_rag.bench.plot_common import TITLE_FONT, figure, known, label_bars, save, title
 
 MS_PER_S = 1000.0
 PERCENT = 100.0

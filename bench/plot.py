@@ -19,19 +19,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bench.common import write_json
+from lookahead_rag.bench.common import write_json
 
 # kind -> module with plot(data, path)
 PLOTTERS = {
-    "decoding": "bench.decoding_plot",
-    "pipeline": "bench.pipeline_plot",
-    "serve": "bench.serve_plot",
-    "retrieval": "bench.retrieval_plot",
-    "events": "bench.events_plot",
-    "draft_agreement": "bench.draft_agreement_plot",
-    "profile": "bench.profile_plot",
-    "prompt_order": "bench.prompt_order_plot",
-    "exactness": "bench.exactness_plot",
+    "decoding": "lookahead_rag.bench.decoding_plot",
+    "pipeline": "lookahead_rag.bench.pipeline_plot",
+    "serve": "lookahead_rag.bench.serve_plot",
+    "retrieval": "lookahead_rag.bench.retrieval_plot",
+    "events": "lookahead_rag.bench.events_plot",
+    "draft_agreement": "lookahead_rag.bench.draft_agreement_plot",
+    "profile": "lookahead_rag.bench.profile_plot",
+    "prompt_order": "lookahead_rag.bench.prompt_order_plot",
+    "exactness": "lookahead_rag.bench.exactness_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

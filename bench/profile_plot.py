@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.plot_common import LABEL_FONT, figure, fmt_value, save, title
+from lookahead_rag.bench.plot_common import LABEL_FONT, figure, fmt_value, save, title
 
 MIN_LABELLED_SHARE = 0.04  # segments thinner than this share of the tallest bar carry no label (the total shows)
 LABEL_ROTATION = 25  # degrees: the bars' names (mode or way@clients and phase) slant so they never overlap

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import print_table
-from bench.plot import plot_result
+from lookahead_rag.bench.common import print_table
+from lookahead_rag.bench.plot import plot_result
 
 
 def print_profile(reports: dict[str, dict[str, Any]]) -> None:

@@ -13,16 +13,16 @@ import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from bench.common import answerable, cpu_name, machine, print_table, read_jsonl
-from bench.plot import write_outputs
-from bench.prefix_hits import prefix_hits
-from bench.serve_hf import greedy
-from bench.serve_load import Question, Workload, load_workload
-from bench.serve_stack import StackConfig, build_vector_cache
-from bench.squad_eval import Score, mean_score, score
-from services.retriever.core import RetrieverCore
-from services.retriever.embeddings import Embedder
-from services.retriever.prompt import PassageOrder
+from lookahead_rag.bench.common import answerable, cpu_name, machine, print_table, read_jsonl
+from lookahead_rag.bench.plot import write_outputs
+from lookahead_rag.bench.prefix_hits import prefix_hits
+from lookahead_rag.bench.serve_hf import greedy
+from lookahead_rag.bench.serve_load import Question, Workload, load_workload
+from lookahead_rag.bench.serve_stack import StackConfig, build_vector_cache
+from lookahead_rag.bench.squad_eval import Score, mean_score, score
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.prompt import PassageOrder
 
 ORDERS = tuple(PassageOrder)  # canonical first: the default
 STACK_NAME = "prompt-order"  # the settings' folder name under the run's temp root
@@ -171,6 +171,6 @@ def report(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    from bench.prompt_order_args import main
+    from lookahead_rag.bench.prompt_order_args import main
 
     raise SystemExit(main(sys.argv[1:]))

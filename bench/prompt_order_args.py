@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import add_model_args, workload_parser
-from bench.dataset import dataset_from_args
+from lookahead_rag.bench.common import add_model_args, workload_parser
+from lookahead_rag.bench.dataset import dataset_from_args
 
 DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
 DEFAULT_MAX_NEW_TOKENS = 64  # SQuAD answers are short; a grounded reply rarely needs more
@@ -42,6 +42,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
-    from bench.prompt_order import report  # torch: loaded once the arguments are parsed
+    from lookahead_rag.bench.prompt_order import report  # torch: loaded once the arguments are parsed
 
     return report(args)

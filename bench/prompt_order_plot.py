@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.plot_common import TITLE_FONT, figure, grouped_bars, known, save, title
+from lookahead_rag.bench.plot_common import TITLE_FONT, figure, grouped_bars, known, save, title
 
 PERCENT = 100.0
 HITS = {"hit_fraction": "prefix-hit tokens / prompt tokens"}

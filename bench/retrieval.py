@@ -12,16 +12,16 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import cpu_name, machine, print_table, read_jsonl, write_json
-from bench.dataset import Dataset, Source
-from bench.plot import default_png, plot_result
-from bench.retrieval_args import DEFAULT_CHUNKS, parse
-from services.retriever.core import RetrieverCore
-from services.retriever.corpus import bundled_corpus_path, sample_questions_path
-from services.retriever.documents import ChunkRecord, Document, make_chunks
-from services.retriever.embeddings import Embedder
-from services.retriever.settings import IndexKind, RetrieverSettings
-from services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
+from lookahead_rag.bench.common import cpu_name, machine, print_table, read_jsonl, write_json
+from lookahead_rag.bench.dataset import Dataset, Source
+from lookahead_rag.bench.plot import default_png, plot_result
+from lookahead_rag.bench.retrieval_args import DEFAULT_CHUNKS, parse
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.corpus import bundled_corpus_path, sample_questions_path
+from lookahead_rag.services.retriever.documents import ChunkRecord, Document, make_chunks
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.settings import IndexKind, RetrieverSettings
+from lookahead_rag.services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
 
 TENANT = "bench"
 WARMUP_QUERIES = 5  # first calls pay lazy initialisation; not timed

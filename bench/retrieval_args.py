@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from bench.dataset import Dataset, add_dataset_args, dataset_from_args
+from lookahead_rag.bench.dataset import Dataset, add_dataset_args, dataset_from_args
 
 DEFAULT_CHUNKS = 10_000  # the target: p50 < 20 ms over 10k chunks (flat)
 DEFAULT_K = 4
@@ -46,6 +46,6 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, Dataset]:
 
 def main(argv: list[str] | None = None) -> int:
     args, dataset = parse(argv or [])
-    from bench.retrieval import run  # torch (the retriever): loads once the arguments are parsed
+    from lookahead_rag.bench.retrieval import run  # torch (the retriever): loads once the arguments are parsed
 
     return run(args, dataset)

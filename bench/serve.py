@@ -16,19 +16,25 @@ import torch
 from lookahead_core.models import load_model
 from lookahead_core.threads import on_own_thread, serve_single_threaded, usable_cores
 
-from bench.common import cpu_name, machine, print_table, write_json
-from bench.profile_report import flatten, report_profile
-from bench.sampling_args import Sampling
-from bench.serve_args import parse_args
-from bench.serve_client import closed_loop
-from bench.serve_hf import SerialBaseline, fill_references, run_serial
-from bench.serve_load import Question, ReplayPrompt, Workload, draw_sequence, load_workload
-from bench.serve_plot import plot
-from bench.serve_record import Recording, Replay, bench_args, record_data, sequence_json, write_record
-from bench.serve_stack import RssSampler, StackConfig, build_vector_cache, check_generator_overrides, serving
-from bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
-from bench.thread_cpu import print_thread_cpu, since, thread_cpu
-from bench.ties import divergences
+from lookahead_rag.bench.common import cpu_name, machine, print_table, write_json
+from lookahead_rag.bench.profile_report import flatten, report_profile
+from lookahead_rag.bench.sampling_args import Sampling
+from lookahead_rag.bench.serve_args import parse_args
+from lookahead_rag.bench.serve_client import closed_loop
+from lookahead_rag.bench.serve_hf import SerialBaseline, fill_references, run_serial
+from lookahead_rag.bench.serve_load import Question, ReplayPrompt, Workload, draw_sequence, load_workload
+from lookahead_rag.bench.serve_plot import plot
+from lookahead_rag.bench.serve_record import Recording, Replay, bench_args, record_data, sequence_json, write_record
+from lookahead_rag.bench.serve_stack import (
+    RssSampler,
+    StackConfig,
+    build_vector_cache,
+    check_generator_overrides,
+    serving,
+)
+from lookahead_rag.bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
+from lookahead_rag.bench.thread_cpu import print_thread_cpu, since, thread_cpu
+from lookahead_rag.bench.ties import divergences
 
 # GenerationParams.mode of the engine ways ("" = server default)
 MODE_OF = {"on": "", "on_tls": "", "on_safe": "", "off": "none"}

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import argparse
 
-from bench.common import parse_workload, workload_parser
-from bench.serve_record import DEFAULT_WAY, ReplayError, load_replay, parse_source
+from lookahead_rag.bench.common import parse_workload, workload_parser
+from lookahead_rag.bench.serve_record import DEFAULT_WAY, ReplayError, load_replay, parse_source
 
 WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
 DEFAULT_WAYS = ("on", "off", "serial_hf")  # on_tls / on_safe: the cost of TLS / the safe stream, beside on
@@ -115,6 +115,6 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
-    from bench.serve import run  # torch: see the module docstring
+    from lookahead_rag.bench.serve import run  # torch: see the module docstring
 
     return run(args)

@@ -16,12 +16,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import grpc
-from lookahead_rag.v1 import generator_pb2
 from tqdm import tqdm
 
-from bench.sampling_args import Sampling
-from bench.serve_load import Question, ReplayPrompt
-from bench.serve_stats import SERVER_FIELDS, EngineStats, RequestRecord
+from lookahead_rag.bench.sampling_args import Sampling
+from lookahead_rag.bench.serve_load import Question, ReplayPrompt
+from lookahead_rag.bench.serve_stats import SERVER_FIELDS, EngineStats, RequestRecord
+from lookahead_rag.v1 import generator_pb2
 
 
 def engine_stats(stats: Any) -> EngineStats:

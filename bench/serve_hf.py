@@ -20,8 +20,8 @@ from tqdm import tqdm
 from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 
-from bench.sampling_args import Sampling
-from bench.serve_stats import EngineStats, PromptKey, RequestRecord
+from lookahead_rag.bench.sampling_args import Sampling
+from lookahead_rag.bench.serve_stats import EngineStats, PromptKey, RequestRecord
 
 
 class TokenClock(BaseStreamer):

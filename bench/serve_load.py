@@ -14,9 +14,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import answerable, read_jsonl
-from bench.dataset import Source
-from services.retriever.documents import CHUNK_ID_SEP, Document
+from lookahead_rag.bench.common import answerable, read_jsonl
+from lookahead_rag.bench.dataset import Source
+from lookahead_rag.services.retriever.documents import CHUNK_ID_SEP, Document
 
 SINGLE_TENANT = "bench"  # the tenant of every question without --tenants-by-title
 

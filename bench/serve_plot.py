@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.plot_common import UNKNOWN, Y_MARGIN, figure, fmt_value, known, label_points, save, title
+from lookahead_rag.bench.plot_common import UNKNOWN, Y_MARGIN, figure, fmt_value, known, label_points, save, title
 
 PANELS = (("goodput_tokens_per_s", "goodput (tokens of completed requests / s)"),
           ("ttft_p99_s", "time to first token, p99 (s, client-side)"))

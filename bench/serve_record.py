@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.common import write_json
-from bench.serve_load import ReplayPrompt, Workload
-from bench.serve_stats import PromptKey, RequestRecord
+from lookahead_rag.bench.common import write_json
+from lookahead_rag.bench.serve_load import ReplayPrompt, Workload
+from lookahead_rag.bench.serve_stats import PromptKey, RequestRecord
 
 KIND = "serve_requests"  # the peer's requests file
 FORMAT = 1  # its version

@@ -16,16 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lookahead_rag.services.app import Pipeline
+from lookahead_rag.services.common.grpcutil import local_target, open_channel
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.config import AllSettings
+from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.services.retriever.documents import Document, make_chunks
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.vector_cache import VectorCache
 from lookahead_rag.v1 import generator_pb2_grpc
-
-from services.app import Pipeline
-from services.common.grpcutil import local_target, open_channel
-from services.common.limits import RequestLimits
-from services.config import AllSettings
-from services.generator.settings import GeneratorSettings
-from services.retriever.documents import Document, make_chunks
-from services.retriever.embeddings import Embedder
-from services.retriever.vector_cache import VectorCache
 
 KIB = 1024
 RSS_POLL_S = 0.2  # how often the resident-memory sampler looks
@@ -68,7 +67,7 @@ class StackConfig:
     def tls(self) -> dict[str, Any]:
         """``[tls]`` for a stack over TLS: its servers present a run-time CA's certificate, and its
         clients (the generator's channels, the benchmark's) verify it. The CA is made once per run."""
-        from services.common.devpki import make_pki  # the cryptography package: only for the on_tls way
+        from lookahead_rag.services.common.devpki import make_pki  # the cryptography package: only for the on_tls way
 
         directory = self.root / "pki"
         if not (directory / "server.crt").exists():

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from bench.common import print_table
+from lookahead_rag.bench.common import print_table
 
 TASKS = Path("/proc/self/task")
 UTIME_FIELD = 11  # utime's index among /proc/<pid>/task/<tid>/stat's fields after the ")" of the name

@@ -19,11 +19,11 @@ and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 ``metrics_refresh_s``).
 
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
-(``services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
+(``lookahead_rag.services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
 overrides its port); ``stop()`` closes it first, gracefully.
 
 Auth: with ``[auth] mode = "required"`` every gRPC server here refuses a call whose credential is not
-for its tenant (``services.common.auth_grpc``), so does the HTTP endpoint, and the generator's
+for its tenant (``lookahead_rag.services.common.auth_grpc``), so does the HTTP endpoint, and the generator's
 clients send ``[auth] service_key`` (a key for every tenant) to the other two.
 """
 
@@ -40,33 +40,33 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.auth import Authenticator
-from services.common.auth_grpc import server_interceptors
-from services.common.grpcutil import local_target, open_channel
-from services.common.observability import start_metrics_server, stop_metrics_server
-from services.common.ports import (  # start order: retriever, draftcache, generator
+from lookahead_rag.services.common.auth import Authenticator
+from lookahead_rag.services.common.auth_grpc import server_interceptors
+from lookahead_rag.services.common.grpcutil import local_target, open_channel
+from lookahead_rag.services.common.observability import start_metrics_server, stop_metrics_server
+from lookahead_rag.services.common.ports import (  # start order: retriever, draftcache, generator
     DRAFTCACHE_GRPC_PORT,
     RETRIEVER_GRPC_PORT,
     SERVICES,
 )
-from services.common.refresher import Refresher
-from services.common.service import Service
-from services.common.tls import check_bind, server_credentials
-from services.config import AllSettings
-from services.draftcache.build import DraftCacheService, build_draftcache
-from services.draftcache.client import GrpcDraftCacheClient, LocalDraftCacheClient
-from services.draftcache.store import DraftCacheStore
-from services.events.factory import make_bus
-from services.events.metrics import OutboxMetrics, outbox_job
-from services.events.protocols import EventBus
-from services.generator.build import build_generator
-from services.generator.clients import DraftCacheClient, RetrieverClient
-from services.generator.engine import GeneratorEngine
-from services.generator.forget import subscribe_forgets
-from services.http.server import HttpServer
-from services.retriever.build import build_retriever
-from services.retriever.client import GrpcRetrieverClient, LocalRetrieverClient
-from services.retriever.core import RetrieverCore
+from lookahead_rag.services.common.refresher import Refresher
+from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.common.tls import check_bind, server_credentials
+from lookahead_rag.services.config import AllSettings
+from lookahead_rag.services.draftcache.build import DraftCacheService, build_draftcache
+from lookahead_rag.services.draftcache.client import GrpcDraftCacheClient, LocalDraftCacheClient
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events.factory import make_bus
+from lookahead_rag.services.events.metrics import OutboxMetrics, outbox_job
+from lookahead_rag.services.events.protocols import EventBus
+from lookahead_rag.services.generator.build import build_generator
+from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
+from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.forget import subscribe_forgets
+from lookahead_rag.services.http.server import HttpServer
+from lookahead_rag.services.retriever.build import build_retriever
+from lookahead_rag.services.retriever.client import GrpcRetrieverClient, LocalRetrieverClient
+from lookahead_rag.services.retriever.core import RetrieverCore
 
 log = logging.getLogger(__name__)
 

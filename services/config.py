@@ -1,10 +1,10 @@
 """The configuration's sections, at the top of the house: one table, one ``AllSettings``.
 
-Each section is one TOML table and one env prefix (``services.common.ports.ENV_PREFIXES``)::
+Each section is one TOML table and one env prefix (``lookahead_rag.services.common.ports.ENV_PREFIXES``)::
 
     settings = AllSettings.load("lar.toml", generator={"port": 0})   # defaults < file < env < overrides
 
-``services.common`` knows how to load one section; only this module knows which sections exist,
+``lookahead_rag.services.common`` knows how to load one section; only this module knows which sections exist,
 so an unknown table in the file is refused here with a did-you-mean.
 """
 
@@ -15,16 +15,16 @@ from typing import Any
 
 from pydantic_settings import BaseSettings
 
-from services.common.auth_settings import AuthSettings
-from services.common.limits import RequestLimits
-from services.common.model_settings import ModelSettings
-from services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
-from services.common.tls import TlsSettings
-from services.draftcache.settings import DraftCacheSettings
-from services.events.kafka.settings import KafkaSettings
-from services.generator.settings import GeneratorSettings
-from services.http.settings import HttpSettings
-from services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
+from lookahead_rag.services.common.tls import TlsSettings
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.services.http.settings import HttpSettings
+from lookahead_rag.services.retriever.settings import RetrieverSettings
 
 # section (TOML table) -> its settings class
 SECTIONS: dict[str, type[BaseSettings]] = {

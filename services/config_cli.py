@@ -23,8 +23,15 @@ from pydantic import SecretBytes, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from services.common.settings import ConfigError, check_tables, config_path, env_name, load_settings, origins
-from services.config import SECTIONS
+from lookahead_rag.services.common.settings import (
+    ConfigError,
+    check_tables,
+    config_path,
+    env_name,
+    load_settings,
+    origins,
+)
+from lookahead_rag.services.config import SECTIONS
 
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 TABLE_HEADER = (

@@ -18,13 +18,13 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from services.config import AllSettings
-from services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
-from services.retriever.corpus import bundled_corpus_path, sample_questions_path
-from services.retriever.ingest import read_jsonl
+from lookahead_rag.services.config import AllSettings
+from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
+from lookahead_rag.services.retriever.corpus import bundled_corpus_path, sample_questions_path
+from lookahead_rag.services.retriever.ingest import read_jsonl
 
 if TYPE_CHECKING:  # torch and the engine load only once the arguments are parsed: --help stays light
-    from services.app import Pipeline
+    from lookahead_rag.services.app import Pipeline
 
 DEFAULT_QUESTIONS = 3  # sample questions answered per round
 DEFAULT_MAX_NEW_TOKENS = 96  # per answer
@@ -68,7 +68,7 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
 
 
 async def run(args: argparse.Namespace) -> int:
-    from services.app import Pipeline  # see TYPE_CHECKING above
+    from lookahead_rag.services.app import Pipeline  # see TYPE_CHECKING above
 
     t_start = time.perf_counter()
     print("lookahead-rag demo: loading SmolLM2-135M-Instruct (the first run converts the bundled GGUF, ~25 s)...",

@@ -23,10 +23,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from services.common.auth_settings import ALL_TENANTS, AuthSettings
-from services.common.keys import ApiKey, KeyFile, KeyFileError
-from services.common.scopes import DEFAULT_SCOPES, GRANTABLE, Scope, parse_scopes
-from services.common.settings import ConfigError, load_settings
+from lookahead_rag.services.common.auth_settings import ALL_TENANTS, AuthSettings
+from lookahead_rag.services.common.keys import ApiKey, KeyFile, KeyFileError
+from lookahead_rag.services.common.scopes import DEFAULT_SCOPES, GRANTABLE, Scope, parse_scopes
+from lookahead_rag.services.common.settings import ConfigError, load_settings
 
 EXIT_ERROR = 2
 COLUMNS = ("id", "name", "tenants", "scopes", "created", "revoked")

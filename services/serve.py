@@ -26,11 +26,11 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from services.common.logs import setup_logging
-from services.common.observability import start_metrics_server, stop_metrics_server
-from services.common.ports import SERVICES
-from services.common.settings import ConfigError, LoggingSettings, ServerSettings, load_settings
-from services.config import AllSettings
+from lookahead_rag.services.common.logs import setup_logging
+from lookahead_rag.services.common.observability import start_metrics_server, stop_metrics_server
+from lookahead_rag.services.common.ports import SERVICES
+from lookahead_rag.services.common.settings import ConfigError, LoggingSettings, ServerSettings, load_settings
+from lookahead_rag.services.config import AllSettings
 
 log = logging.getLogger("lookahead_rag.serve")
 CHOICES = (*SERVICES, "all")
@@ -72,7 +72,7 @@ def start_exporter(name: str, settings: ServerSettings, registry: CollectorRegis
 
 async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None) -> None:
     """Run ``names`` as gRPC servers until SIGINT/SIGTERM, then stop gracefully."""
-    from services.app import Pipeline  # torch: only once the arguments are parsed (--help stays light)
+    from lookahead_rag.services.app import Pipeline  # torch: only once the arguments are parsed (--help stays light)
 
     bind = {} if port is None else {names[0]: port}
     pipeline = await Pipeline.start(settings, names, grpc_servers=True, bind=bind, registry=REGISTRY)

@@ -1,10 +1,10 @@
 """Requests that do not decode are the caller's bad input: INVALID_ARGUMENT, never UNKNOWN.
 
-grpc.aio deserializes a request before any handler or ``services.common.errors.grpc_errors`` runs;
+grpc.aio deserializes a request before any handler or ``lookahead_rag.services.common.errors.grpc_errors`` runs;
 a ``DecodeError`` there (bytes that are not the method's message: truncated, invalid UTF-8 in a
 string field, nesting past the parser's limit) escapes as UNKNOWN "Unexpected <class ...>", which
 reads as a server fault. ``DecodeGuard`` (one server interceptor, the innermost: installed by
-``services.common.grpcutil.start_server``) wraps each unary-request method's deserializer so such
+``lookahead_rag.services.common.grpcutil.start_server``) wraps each unary-request method's deserializer so such
 bytes become an ``Undecodable`` marker, and the handler refuses it with INVALID_ARGUMENT before the
 servicer runs. Found by the schema fuzzer (tests/fuzz).
 """
@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 
-from services.common.errors import one_line
-from services.common.handlers import Deserializer, HandlerInterceptor, check_first
+from lookahead_rag.services.common.errors import one_line
+from lookahead_rag.services.common.handlers import Deserializer, HandlerInterceptor, check_first
 
 
 class Undecodable:

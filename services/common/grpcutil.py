@@ -23,8 +23,8 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from services.common.decode_guard import DecodeGuard
-from services.common.tls import TlsSettings, channel_credentials, channel_options
+from lookahead_rag.services.common.decode_guard import DecodeGuard
+from lookahead_rag.services.common.tls import TlsSettings, channel_credentials, channel_options
 
 log = logging.getLogger(__name__)
 

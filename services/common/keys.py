@@ -12,7 +12,7 @@ of 32 bytes, 256 bits chosen by the machine, so there is nothing to guess or bru
 digest; slow hashes protect low-entropy human passwords, and would cost every RPC milliseconds.
 The lookup is by digest, so the time it takes tells nothing about the token.
 
-The file (mode 0600, written atomically by ``services.common.atomic``)::
+The file (mode 0600, written atomically by ``lookahead_rag.services.common.atomic``)::
 
     {"version": 1, "keys": [{"id": "k3f9a1c2b", "name": "acme-web", "tenants": ["acme"],
       "created": "2026-01-01T00:00:00+00:00", "revoked": false, "sha256": "<hex digest>",
@@ -44,9 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from services.common.atomic import write_bytes_atomic
-from services.common.auth_settings import ALL_TENANTS
-from services.common.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
+from lookahead_rag.services.common.atomic import write_bytes_atomic
+from lookahead_rag.services.common.auth_settings import ALL_TENANTS
+from lookahead_rag.services.common.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
 
 log = logging.getLogger(__name__)
 

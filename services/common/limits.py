@@ -18,8 +18,8 @@ from pydantic import ConfigDict, Field, model_validator
 from pydantic_settings import SettingsConfigDict
 from typing_extensions import TypedDict
 
-from services.common.errors import InvalidArgument
-from services.common.settings import ServiceSettings
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.settings import ServiceSettings
 
 # a request value resolved against the limits -> (its default's field, its limit's field)
 RESOLVED: dict[str, tuple[str, str]] = {

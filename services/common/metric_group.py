@@ -6,8 +6,8 @@ in-process instances do not collide::
     registry = CollectorRegistry()                       # or None: prometheus_client.REGISTRY
     GeneratorMetrics.of(registry).record_answer(new_tokens=128, forward_steps=40, ...)
 
-Groups live with what they measure: ``services.common.observability`` (gRPC calls),
-``services.generator.metrics``, ``services.draftcache.metrics`` and ``services.events.metrics``
+Groups live with what they measure: ``common.observability`` (gRPC calls),
+``generator.metrics``, ``draftcache.metrics`` and ``events.metrics``
 (consumers and the outbox). Names start with ``lookahead_rag_``. Tenant appears as a label only on
 the draft cache's size gauges (bounded by its max_tenants setting); nothing else is labelled by
 request data.

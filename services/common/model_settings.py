@@ -13,7 +13,7 @@ from lookahead_core.defaults import DEFAULT_MODEL
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import ServiceSettings
+from lookahead_rag.services.common.settings import ServiceSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
 Dtype = Literal["float32", "bfloat16", "float16"]

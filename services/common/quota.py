@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from services.common.errors import ResourceExhausted
-from services.common.limits import RequestLimits, TenantQuota
+from lookahead_rag.services.common.errors import ResourceExhausted
+from lookahead_rag.services.common.limits import RequestLimits, TenantQuota
 
 Clock = Callable[[], float]
 Release = Callable[[], None]  # frees a request's stream slot (``TenantQuotas.admit``)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from enum import StrEnum
 
-from services.common.errors import PermissionDenied
+from lookahead_rag.services.common.errors import PermissionDenied
 
 
 class Scope(StrEnum):

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
-from services.common.errors import SendTimeout
+from lookahead_rag.services.common.errors import SendTimeout
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 A builder loads its service's domain object (``core``), subscribes it to the bus and hands back
 its servicers, its metric refresh jobs and its start and stop steps; it opens no port. The
-assembly (``services.app``) then either calls ``core`` in-process or serves the servicers::
+assembly (``lookahead_rag.services.app``) then either calls ``core`` in-process or serves the servicers::
 
     service = await build_retriever(settings, limits, bus, registry)
     await service.start()                      # background tasks (e.g. periodic snapshots)
@@ -21,8 +21,8 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
-from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, AddFn, start_server, stop_server
-from services.common.settings import ServerSettings
+from lookahead_rag.services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, AddFn, start_server, stop_server
+from lookahead_rag.services.common.settings import ServerSettings
 
 T = TypeVar("T")
 Job = Callable[[], object]  # a cheap metric sampler run by the Refresher

@@ -32,7 +32,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from services.common.ports import CONFIG_ENV
+from lookahead_rag.services.common.ports import CONFIG_ENV
 
 S = TypeVar("S", bound=BaseSettings)
 PathArg = str | os.PathLike[str] | None

@@ -28,7 +28,7 @@ import grpc
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.settings import ConfigError, PathArg, ServiceSettings, load_settings
+from lookahead_rag.services.common.settings import ConfigError, PathArg, ServiceSettings, load_settings
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from lookahead_rag.v1 import draftcache_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.limits import RequestLimits
-from services.common.service import Service
-from services.draftcache.meter import StoreMeter
-from services.draftcache.metrics import DraftCacheMetrics
-from services.draftcache.servicer import SERVICE_NAME, DraftCacheServicer
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.store import DraftCacheStore
-from services.events.metrics import ConsumerMetrics, consumer_jobs
-from services.events.protocols import DRAFTCACHE_GROUP, EventBus
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.draftcache.meter import StoreMeter
+from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
+from lookahead_rag.services.draftcache.servicer import SERVICE_NAME, DraftCacheServicer
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events.metrics import ConsumerMetrics, consumer_jobs
+from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, EventBus
+from lookahead_rag.v1 import draftcache_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """How another service reaches the draft cache: in-process or over gRPC, same protobuf reply.
 
-Both are a ``DraftCacheClient`` (``services.generator.clients``). A failure or a deadline is raised
+Both are a ``DraftCacheClient`` (``lookahead_rag.services.generator.clients``). A failure or a deadline is raised
 to the caller, which then decodes without the tenant's drafts. gRPC calls carry the current request
 id (``x-request-id``) and the service's API key.
 """
@@ -11,12 +11,12 @@ import asyncio
 from collections.abc import Sequence
 
 import grpc
-from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 from pydantic import SecretStr
 
-from services.common.auth import call_metadata
-from services.draftcache.fetch import Fetcher
-from services.draftcache.servicer import fetch_reply
+from lookahead_rag.services.common.auth import call_metadata
+from lookahead_rag.services.draftcache.fetch import Fetcher
+from lookahead_rag.services.draftcache.servicer import fetch_reply
+from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
 
 class GrpcDraftCacheClient:

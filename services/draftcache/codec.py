@@ -14,7 +14,7 @@ version 2 appends, per scope in the same order, the outputs it can forget (``for
     u32 complete (0/1) | u32 logged outputs, each: u32 n | n x u32 token id | u32 d | d x str doc id
                                                   (oldest first)
 
-and then ``bytes`` of the forget ledger (``services.events.forget.ForgetLedger.to_bytes``). Version 1
+and then ``bytes`` of the forget ledger (``lookahead_rag.services.events.forget.ForgetLedger.to_bytes``). Version 1
 snapshots still load: their scopes have an empty, incomplete log and the ledger is empty.
 
 str / bytes = u32 (bytes: u64) length + data (str: UTF-8).

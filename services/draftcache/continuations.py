@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from lookahead_core.drafting.trie import Node, TokenTrie
 
-from services.draftcache.references import distinct_ngrams
+from lookahead_rag.services.draftcache.references import distinct_ngrams
 
 MIN_COVERED_NGRAM = 2  # shortest n-gram a Coverage records: a step is (context >= 1 token, next token)
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lookahead_rag.services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.store import ScopeStats
 from lookahead_rag.v1 import draftcache_pb2
-
-from services.draftcache.fetch import Continuation
-from services.draftcache.store import ScopeStats
 
 
 def fetch_response(continuations: Sequence[Continuation]) -> draftcache_pb2.FetchResponse:

@@ -23,9 +23,9 @@ from typing import NamedTuple, Protocol
 
 from lookahead_core.drafting.trie import TokenTrie
 
-from services.draftcache.continuations import Coverage, WalkLimits, trie_continuations
-from services.draftcache.references import ReferenceStore, distinct_ngrams
-from services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.continuations import Coverage, WalkLimits, trie_continuations
+from lookahead_rag.services.draftcache.references import ReferenceStore, distinct_ngrams
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 
 
 class Continuation(NamedTuple):

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from lookahead_core.config import TrieConfig
 from lookahead_core.drafting.trie import TokenTrie
 
-from services.draftcache.references import ReferenceStore
-from services.events.forget import grounded_on
+from lookahead_rag.services.draftcache.references import ReferenceStore
+from lookahead_rag.services.events.forget import grounded_on
 
 Ids = tuple[int, ...]
 

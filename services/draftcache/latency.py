@@ -1,6 +1,6 @@
 """Fetch latency of one tenant with many stored outputs (a quick measurement, not a test).
 
-    python -m services.draftcache.latency [--outputs 1000] [--queries 200] [--budget 0]
+    python -m lookahead_rag.services.draftcache.latency [--outputs 1000] [--queries 200] [--budget 0]
 
 Token streams come from the bundled corpus with a word-level tokenizer (no model needed): stored
 outputs are spans of documents (answers copy their sources), a request's prompt holds a few
@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import services
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.store import DraftCacheStore
+import lookahead_rag.services
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.store import DraftCacheStore
 
-CORPUS = Path(services.__file__).parent / "data" / "stdlib_corpus.jsonl"
+CORPUS = Path(lookahead_rag.services.__file__).parent / "data" / "stdlib_corpus.jsonl"
 WORD = re.compile(r"\w+|[^\w\s]")
 TENANT, TOKENIZER = "bench", "words"
 OUTPUT_TOKENS = (64, 160)  # stored output length range (tokens)

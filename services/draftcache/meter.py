@@ -6,11 +6,11 @@ import threading
 import time
 from collections.abc import Sequence
 
-from services.draftcache.fetch import Continuation
-from services.draftcache.metrics import DraftCacheMetrics
-from services.draftcache.store import DraftCacheStore
-from services.events.metrics import ConsumerMetrics, ObservedApplier
-from services.events.protocols import DRAFTCACHE_GROUP
+from lookahead_rag.services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events.metrics import ConsumerMetrics, ObservedApplier
+from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP
 
 
 class StoreMeter:

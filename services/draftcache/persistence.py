@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.common.atomic import write_bytes_atomic as write_file_atomic
+from lookahead_rag.services.common.atomic import write_bytes_atomic as write_file_atomic
 
 __all__ = ["read_file", "write_file_atomic"]
 

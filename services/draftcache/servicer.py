@@ -1,6 +1,6 @@
 """The DraftCache gRPC service: a thin grpc.aio layer over DraftCacheStore (or its StoreMeter).
 
-Built and served by ``services.draftcache.build.build_draftcache``. Blocking work (trie walks,
+Built and served by ``lookahead_rag.services.draftcache.build.build_draftcache``. Blocking work (trie walks,
 snapshots) runs in a worker thread; errors map to status codes in services.common.errors (bad
 input -> INVALID_ARGUMENT, limits -> RESOURCE_EXHAUSTED); protobuf conversions live in
 services.draftcache.convert.
@@ -12,13 +12,13 @@ import asyncio
 from collections.abc import Sequence
 
 import grpc
-from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
-from services.common.errors import FailedPrecondition, grpc_errors
-from services.draftcache.convert import fetch_response, stats_response
-from services.draftcache.fetch import Fetcher
-from services.draftcache.meter import StoreMeter
-from services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.common.errors import FailedPrecondition, grpc_errors
+from lookahead_rag.services.draftcache.convert import fetch_response, stats_response
+from lookahead_rag.services.draftcache.fetch import Fetcher
+from lookahead_rag.services.draftcache.meter import StoreMeter
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
 SERVICE_NAME: str = draftcache_pb2.DESCRIPTOR.services_by_name["DraftCache"].full_name
 

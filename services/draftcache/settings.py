@@ -16,8 +16,8 @@ from lookahead_core.defaults import cache_dir
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.ports import DRAFTCACHE_GRPC_PORT, DRAFTCACHE_METRICS_PORT
-from services.common.settings import ServerSettings, metrics_port_field, port_field
+from lookahead_rag.services.common.ports import DRAFTCACHE_GRPC_PORT, DRAFTCACHE_METRICS_PORT
+from lookahead_rag.services.common.settings import ServerSettings, metrics_port_field, port_field
 
 SNAPSHOT_FILE = "draftcache.snapshot"  # file name of the snapshot inside data_dir
 

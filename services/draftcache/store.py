@@ -27,7 +27,7 @@ state on ``restore``). Each tenant's part of a snapshot is consistent with its a
 the eviction had come just after it.
 
 Forgetting (``forget``, a ``ForgetRequested`` event): every scope also logs its recent outputs with
-the documents they were grounded on (``services.draftcache.forget``). A forget of a whole tenant drops
+the documents they were grounded on (``lookahead_rag.services.draftcache.forget``). A forget of a whole tenant drops
 its scopes; a forget of one document drops the logged outputs grounded on it and rebuilds each scope's
 trie and whole outputs from what its log still holds. Both keep the tenant's applied event ids (a
 resent answer is not applied again) and record the forget in the store's ``ForgetLedger``, which
@@ -46,18 +46,18 @@ from pathlib import Path
 
 from lookahead_core.drafting.trie import TokenTrie
 from lookahead_core.vocab import vocab_size_of
-from lookahead_rag.v1 import events_pb2
 
-from services.common.errors import InvalidArgument, ResourceExhausted
-from services.common.limits import RequestLimits
-from services.draftcache import codec
-from services.draftcache.fetch import Continuation, fetch_continuations
-from services.draftcache.forget import OutputLog, needs_rebuild, rebuild
-from services.draftcache.persistence import read_file, write_file_atomic
-from services.draftcache.references import ReferenceStore
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.validate import check_budget, check_ids, check_name
-from services.events.forget import EVERYTHING, ForgetLedger
+from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache import codec
+from lookahead_rag.services.draftcache.fetch import Continuation, fetch_continuations
+from lookahead_rag.services.draftcache.forget import OutputLog, needs_rebuild, rebuild
+from lookahead_rag.services.draftcache.persistence import read_file, write_file_atomic
+from lookahead_rag.services.draftcache.references import ReferenceStore
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.validate import check_budget, check_ids, check_name
+from lookahead_rag.services.events.forget import EVERYTHING, ForgetLedger
+from lookahead_rag.v1 import events_pb2
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.common.errors import InvalidArgument
+from lookahead_rag.services.common.errors import InvalidArgument
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are non-negative and fit a signed 32-bit int (every real vocabulary)
 

@@ -1,16 +1,16 @@
 """The feedback-loop event bus: protocols and shared types here, the buses in submodules.
 
-- ``services.events.inprocess``: ``InProcessBus``, the embedded default;
-- ``services.events.kafka``: ``KafkaBus`` (outbox + publisher, one consumer runner per group);
-- ``services.events.factory``: ``make_bus(settings, data_dir)`` picks one from ``KafkaSettings``;
-- ``services.events.metrics``: consumer and outbox metrics, sampled from ``EventBus.stats()``;
-- ``services.events.streams``: the event kinds a bus carries (``GENERATIONS``, ``DOCUMENTS``) and their keys.
-- ``services.events.forget``: ``ForgetRequested`` (on ``GENERATIONS``): its builder and the consumers' ledger.
+- ``events.inprocess``: ``InProcessBus``, the embedded default;
+- ``events.kafka``: ``KafkaBus`` (outbox + publisher, one consumer runner per group);
+- ``events.factory``: ``make_bus(settings, data_dir)`` picks one from ``KafkaSettings``;
+- ``events.metrics``: consumer and outbox metrics, sampled from ``EventBus.stats()``;
+- ``events.streams``: the event kinds a bus carries (``GENERATIONS``, ``DOCUMENTS``) and their keys.
+- ``events.forget``: ``ForgetRequested`` (on ``GENERATIONS``): its builder and the consumers' ledger.
 
 Nothing in this package imports a service package (retriever, draft cache, generator).
 """
 
-from services.events.protocols import (
+from lookahead_rag.services.events.protocols import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
     DRAFTCACHE_GROUP,
@@ -30,7 +30,7 @@ from services.events.protocols import (
     apply_with_retries,
     error_text,
 )
-from services.events.streams import DOCUMENTS, GENERATIONS, Event, Stream, stream_of
+from lookahead_rag.services.events.streams import DOCUMENTS, GENERATIONS, Event, Stream, stream_of
 
 __all__ = [
     "DEFAULT_MAX_ATTEMPTS",

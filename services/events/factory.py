@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.events.inprocess import InProcessBus
-from services.events.kafka.bus import KafkaBus
-from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import EventBus
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.protocols import EventBus
 
 
 def make_bus(settings: KafkaSettings, data_dir: Path) -> EventBus:

@@ -21,7 +21,7 @@ oldest. A document horizon pushed out *folds* into its tenant's horizon of every
 that tenant begun before it is dropped, whatever it was grounded on): the guarantee holds even for
 the flooding tenant, it only drops more of its own. The JSON form lists ``[tenant, doc, ms]``
 horizons and ``[tenant, event id]`` ids; a ledger saved before (bare ids) still loads
-(``services.events.tenant_ids``).
+(``lookahead_rag.services.events.tenant_ids``).
 
 Pure data: the consumers hold their own locks around a ledger.
 """
@@ -36,9 +36,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lookahead_rag.services.events.tenant_ids import TenantIds
 from lookahead_rag.v1 import events_pb2
-
-from services.events.tenant_ids import TenantIds
 
 MS_PER_S = 1000
 CLOCK_SKEW_MS = 100  # answers starting this soon after a forget's horizon are dropped too (host clock skew)

@@ -14,7 +14,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from services.events.protocols import (
+from lookahead_rag.services.events.protocols import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RETRY_BACKOFF_S,
     BusStats,
@@ -24,7 +24,7 @@ from services.events.protocols import (
     apply_with_retries,
     error_text,
 )
-from services.events.streams import GENERATIONS, Event, Stream, stream_of
+from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream, stream_of
 
 log = logging.getLogger(__name__)
 

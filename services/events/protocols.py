@@ -3,10 +3,10 @@
 The generator publishes one ``GenerationCompleted`` per finished answer; the draft cache and the
 retriever each subscribe an *applier* under their own group name. The retriever's Forget publishes a
 ``ForgetRequested`` on the same stream (ordered with the tenant's answers): those appliers receive
-either type, and the generator subscribes too (its prefix KV; ``services.events.forget``). A bus carries several streams
-(``services.events.streams``): the retriever also publishes and consumes ``DocumentChanged``.
-``services.events.inprocess`` holds the embedded default (one process, no durability),
-``services.events.kafka.bus`` the same interface over Kafka; ``services.events.factory.make_bus`` picks one.
+either type, and the generator subscribes too (its prefix KV; ``events.forget``). A bus carries several streams
+(``events.streams``): the retriever also publishes and consumes ``DocumentChanged``.
+``events.inprocess`` holds the embedded default (one process, no durability),
+``events.kafka.bus`` the same interface over Kafka; ``events.factory.make_bus`` picks one.
 
 Appliers are called one event at a time, in publish order per group (per key with Kafka). A group
 subscribed ``every_replica`` reads every event in each process that subscribes it (replicas that
@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from services.events.streams import GENERATIONS, Event, Stream
+from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@
 
 The model loads here unless the caller already holds one (``model``/``tokenizer``); the engine
 publishes finished answers on ``bus`` and reaches the other two services through the clients.
-``forgets`` (``services.generator.forget.subscribe_forgets``, subscribed before the bus started)
+``forgets`` (``lookahead_rag.services.generator.forget.subscribe_forgets``, subscribed before the bus started)
 drops a tenant's prefix KV in this engine when a ``ForgetRequested`` comes.
 """
 
@@ -18,21 +18,21 @@ from typing import Any
 
 from lookahead_core.models import load_model
 from lookahead_core.vocab import tokenizer_id
-from lookahead_rag.v1 import generator_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.errors import FailedPrecondition
-from services.common.limits import RequestLimits
-from services.common.model_settings import ModelSettings
-from services.common.service import Service
-from services.common.settings import ConfigError
-from services.events.protocols import EventPublisher
-from services.generator.clients import DraftCacheClient, RetrieverClient
-from services.generator.engine import GeneratorEngine
-from services.generator.forget import PrefixForgets
-from services.generator.metrics import GeneratorMetrics
-from services.generator.servicer import SERVICE_NAME, GeneratorServicer
-from services.generator.settings import GeneratorSettings
+from lookahead_rag.services.common.errors import FailedPrecondition
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.common.settings import ConfigError
+from lookahead_rag.services.events.protocols import EventPublisher
+from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
+from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.forget import PrefixForgets
+from lookahead_rag.services.generator.metrics import GeneratorMetrics
+from lookahead_rag.services.generator.servicer import SERVICE_NAME, GeneratorServicer
+from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.v1 import generator_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """What the generator needs from the retriever and the draft cache (each ships its own clients).
 
 The retriever's and the draft cache's packages provide a gRPC client and an in-process client
-each (``services.retriever.client``, ``services.draftcache.client``); both return the same
+each (``lookahead_rag.services.retriever.client``, ``lookahead_rag.services.draftcache.client``); both return the same
 protobuf messages, so the engine does not care which it has. A failure or a deadline is raised
 to the engine, which then answers without that part.
 """

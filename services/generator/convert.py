@@ -1,5 +1,5 @@
 """Protobuf <-> generator domain types, in one place: the servicer, the engine's published event and
-the safe stream's wire size use these (``services.generator.domain`` holds the types).
+the safe stream's wire size use these (``lookahead_rag.services.generator.domain`` holds the types).
 
     query = answer_query(request)                 # AnswerRequest -> AnswerQuery
     async for chunk in engine.answer(query):
@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, fields, replace
 
-from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
-
-from services.generator.domain import (
+from lookahead_rag.services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
     ChatMessage,
@@ -29,7 +27,8 @@ from services.generator.domain import (
     PromptIds,
     TextDelta,
 )
-from services.generator.prepared import Prepared, grounding_doc_ids
+from lookahead_rag.services.generator.prepared import Prepared, grounding_doc_ids
+from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 
 MIN_PADDING = 128  # padding lengths 128..16383 take a 2-byte length prefix: every size is reachable
 PADDING_PREFIX_BYTES = 3  # the padding field's tag (1) and 2-byte length

@@ -1,7 +1,7 @@
 """The generator's requests and replies as plain values: what ``GeneratorEngine`` takes and yields.
 
-Both doors build them: the gRPC servicer from protobuf (``services.generator.convert``, the only
-protobuf <-> domain code), the OpenAI endpoint from its JSON (``services.http.translate``). Values
+Both doors build them: the gRPC servicer from protobuf (``lookahead_rag.services.generator.convert``, the only
+protobuf <-> domain code), the OpenAI endpoint from its JSON (``lookahead_rag.services.http.translate``). Values
 mean what the proto's fields mean (0 / empty: the server's default) and are checked by the engine,
 one way for both doors.
 

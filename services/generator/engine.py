@@ -32,7 +32,7 @@ from lookahead_core.threads import usable_cores
 from lookahead_core.vocab import out_of_vocab
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from services.common.errors import (
+from lookahead_rag.services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,
@@ -40,14 +40,14 @@ from services.common.errors import (
     ResourceExhausted,
     Unavailable,
 )
-from services.common.limits import RequestLimits
-from services.common.logs import log_text
-from services.common.quota import TenantQuotas
-from services.events import EventPublisher
-from services.generator.attribution import DraftAttribution
-from services.generator.clients import DraftCacheClient, RetrieverClient
-from services.generator.convert import completed_event, documents_from_proto
-from services.generator.domain import (
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.logs import log_text
+from lookahead_rag.services.common.quota import TenantQuotas
+from lookahead_rag.services.events import EventPublisher
+from lookahead_rag.services.generator.attribution import DraftAttribution
+from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
+from lookahead_rag.services.generator.convert import completed_event, documents_from_proto
+from lookahead_rag.services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
     FinalInfo,
@@ -56,13 +56,19 @@ from services.generator.domain import (
     GenerationStats,
     TextDelta,
 )
-from services.generator.params import decoding_config, server_config
-from services.generator.prepared import Prepared
-from services.generator.prompt_ids import chat_ids, check_vocabulary
-from services.generator.prompt_ids import prompt_ids as prompt_ids_of
-from services.generator.read_ahead import read_ahead
-from services.generator.safe_stream import Chunker, SafeStreamConfig, max_token_bytes, safe_stream, text_budget
-from services.generator.settings import GeneratorSettings
+from lookahead_rag.services.generator.params import decoding_config, server_config
+from lookahead_rag.services.generator.prepared import Prepared
+from lookahead_rag.services.generator.prompt_ids import chat_ids, check_vocabulary
+from lookahead_rag.services.generator.prompt_ids import prompt_ids as prompt_ids_of
+from lookahead_rag.services.generator.read_ahead import read_ahead
+from lookahead_rag.services.generator.safe_stream import (
+    Chunker,
+    SafeStreamConfig,
+    max_token_bytes,
+    safe_stream,
+    text_budget,
+)
+from lookahead_rag.services.generator.settings import GeneratorSettings
 
 log = logging.getLogger(__name__)
 

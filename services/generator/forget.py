@@ -12,7 +12,7 @@ afterwards (``PrefixKVCache.put``).
 
 The prefix cache lives in memory only: a restarted generator starts empty, so the snapshot holds only
 the applied forget ids (a replay after a restart applies nothing twice), kept per tenant so that one
-tenant's flood of forgets pushes out only its own (``services.events.tenant_ids``; a snapshot of bare
+tenant's flood of forgets pushes out only its own (``lookahead_rag.services.events.tenant_ids``; a snapshot of bare
 ids, saved before, still loads). ``GenerationCompleted``
 events on the same stream concern the generator not at all: they are handled by doing nothing.
 """
@@ -25,14 +25,14 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from lookahead_rag.v1 import events_pb2
 from prometheus_client import CollectorRegistry
 
-from services.events.forget import MAX_FORGET_IDS, MAX_TENANT_FORGET_IDS
-from services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
-from services.events.protocols import GENERATOR_GROUP, EventBus
-from services.events.streams import GENERATIONS
-from services.events.tenant_ids import TenantIds
+from lookahead_rag.services.events.forget import MAX_FORGET_IDS, MAX_TENANT_FORGET_IDS
+from lookahead_rag.services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
+from lookahead_rag.services.events.protocols import GENERATOR_GROUP, EventBus
+from lookahead_rag.services.events.streams import GENERATIONS
+from lookahead_rag.services.events.tenant_ids import TenantIds
+from lookahead_rag.v1 import events_pb2
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
-from services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
 
 ACCEPTED_BUCKETS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 24, 32, 64)
 TOKENS_PER_S_BUCKETS = (1, 2, 5, 10, 15, 20, 30, 50, 75, 100, 150, 250, 500)

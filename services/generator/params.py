@@ -10,10 +10,10 @@ import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
 from lookahead_core.config import DraftMode, parse_mode
 
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.generator.domain import GenerationParams
-from services.generator.settings import GeneratorSettings
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.generator.domain import GenerationParams
+from lookahead_rag.services.generator.settings import GeneratorSettings
 
 
 def _f32(value: float) -> float:

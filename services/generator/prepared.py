@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from lookahead_core import DecodingConfig
 
-from services.generator.domain import DocumentChunk
+from lookahead_rag.services.generator.domain import DocumentChunk
 
 
 @dataclass

@@ -7,9 +7,9 @@ from typing import Any
 
 from lookahead_core.vocab import out_of_vocab
 
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.generator.domain import ChatMessage, PromptIds
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.generator.domain import ChatMessage, PromptIds
 
 ROLES = ("system", "user", "assistant")  # the chat roles a Generate call may send
 

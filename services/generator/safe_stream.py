@@ -9,7 +9,7 @@ Here the engine's stream is re-cut, after decoding, so decoding itself is unchan
 - a tick every ``interval_s`` from the stream's start; at each tick at most one delta leaves, and
   only a full chunk of ``chunk_tokens`` tokens (the last one may hold fewer);
 - every delta has the same serialized size, whatever its text (each door pads it: gRPC's ``padding``
-  field, ``services.generator.convert.pad``; HTTP's ``padding`` member of the event): a chunk's
+  field, ``lookahead_rag.services.generator.convert.pad``; HTTP's ``padding`` member of the event): a chunk's
   text is what the engine's detokenizer (``TextStreamer``: whole characters, stop strings cut) makes
   of its tokens, up to ``text_bytes`` bytes; any rest rides in the next chunk;
 - the final message keeps only the request id, ``finish_reason`` and ``new_tokens`` (no acceptance
@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 from lookahead_core.engine.detok import TextStreamer
 
-from services.generator.convert import largest_delta_bytes
-from services.generator.domain import AnswerChunk, FinalInfo, GenerationStats, TextDelta
+from lookahead_rag.services.generator.convert import largest_delta_bytes
+from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationStats, TextDelta
 
 MAX_TEXT_BYTES = 8192  # most text one chunk may carry: keeps the padding under 16384 bytes
 DECODED_PER_ROUND = 64  # max_token_bytes decodes the pieces with the most bytes this many at a time

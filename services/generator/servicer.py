@@ -11,15 +11,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
-from services.common.auth import current_principal, sees_engine_load
-from services.common.errors import grpc_errors
-from services.common.logs import request_context
-from services.common.send_timeout import send_within
-from services.generator.convert import answer_query, chunk_to_proto, generate_query
-from services.generator.domain import AnswerChunk, AnswerQuery, GenerateQuery
-from services.generator.engine import GeneratorEngine
+from lookahead_rag.services.common.auth import current_principal, sees_engine_load
+from lookahead_rag.services.common.errors import grpc_errors
+from lookahead_rag.services.common.logs import request_context
+from lookahead_rag.services.common.send_timeout import send_within
+from lookahead_rag.services.generator.convert import answer_query, chunk_to_proto, generate_query
+from lookahead_rag.services.generator.domain import AnswerChunk, AnswerQuery, GenerateQuery
+from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
 SERVICE_NAME: str = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name
 # GeneratorEngine.answer or .generate: (engine, query, deadline, request id) -> the engine's stream

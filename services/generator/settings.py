@@ -10,8 +10,8 @@ from lookahead_core.drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
-from services.common.settings import ServerSettings, metrics_port_field, port_field
+from lookahead_rag.services.common.ports import GENERATOR_GRPC_PORT, GENERATOR_METRICS_PORT
+from lookahead_rag.services.common.settings import ServerSettings, metrics_port_field, port_field
 
 MIB = 1 << 20
 # Default share of the prefix cache one tenant may hold. 1.0: a lone tenant may use all of it (0.5 cost one

@@ -3,5 +3,5 @@
 ``schema`` (the request body) -> ``translate`` (OpenAI JSON <-> the generator's domain types) -> ``routes``
 (the endpoints over ``GeneratorEngine``) with ``streaming`` (SSE, client disconnects) and
 ``errors`` (the one ServiceError -> HTTP status mapping); ``server`` runs it in-process with
-uvicorn. ``services.app.Pipeline`` starts it beside the generator's gRPC server. See docs/HTTP.md.
+uvicorn. ``lookahead_rag.services.app.Pipeline`` starts it beside the generator's gRPC server. See docs/HTTP.md.
 """

@@ -1,7 +1,7 @@
 """The one place that maps errors to HTTP statuses, in OpenAI's error shape.
 
 The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
-(``services.common.errors``); here each becomes a status and a body
+(``lookahead_rag.services.common.errors``); here each becomes a status and a body
 ``{"error": {"message", "type", "code"}}`` (``code``: the gRPC status name in lower case)::
 
     InvalidArgument                      -> 400     NotFound           -> 404
@@ -31,7 +31,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from services.common.errors import (
+from lookahead_rag.services.common.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     InvalidArgument,

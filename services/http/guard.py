@@ -8,7 +8,7 @@ For each HTTP request, in order:
 
 1. the route it reaches (its path template). A request that reaches none passes through: FastAPI
    answers 404 or 405 without reading its body.
-2. with ``[auth] mode = "required"``: the route's scope (``services.common.scopes``, the one table; a
+2. with ``[auth] mode = "required"``: the route's scope (``lookahead_rag.services.common.scopes``, the one table; a
    route not in it is refused) and the caller's credential (``Authorization: Bearer <key>``): 401
    without a valid one, 403 without the scope. The caller goes on the request's state
    (``request.state.principal``) for the route to check the tenant.
@@ -16,7 +16,7 @@ For each HTTP request, in order:
    and, for a chunked body, as soon as what came passes the limit (nothing more is read). The body
    read is handed on to the application.
 
-Refusals have the OpenAI error shape (``services.http.errors``).
+Refusals have the OpenAI error shape (``lookahead_rag.services.http.errors``).
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from services.common import scopes
-from services.common.auth import AUTHORIZATION, Authenticator, Principal
-from services.common.errors import ServiceError
-from services.http import errors
+from lookahead_rag.services.common import scopes
+from lookahead_rag.services.common.auth import AUTHORIZATION, Authenticator, Principal
+from lookahead_rag.services.common.errors import ServiceError
+from lookahead_rag.services.http import errors
 
 if TYPE_CHECKING:
-    from services.http.routes import Frontend
+    from lookahead_rag.services.http.routes import Frontend
 
 PRINCIPAL = "principal"  # request.state.principal: the authenticated caller (None: auth off, or an open route)
 CONTENT_LENGTH = "content-length"

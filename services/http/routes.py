@@ -5,8 +5,8 @@
     front = Frontend(engine, settings)       # settings: HttpSettings
     app = make_app(front)                    # served by services.http.server.HttpServer
 
-Every request passes ``services.http.guard.RequestGuard`` first: the credential and the route's scope
-(``services.common.scopes``) are checked and the body limited before FastAPI reads it; the routes
+Every request passes ``lookahead_rag.services.http.guard.RequestGuard`` first: the credential and the route's scope
+(``lookahead_rag.services.common.scopes``) are checked and the body limited before FastAPI reads it; the routes
 only authorize the tenant, with the caller the guard put on ``request.state``. The schema pages
 (/docs, /redoc, /openapi.json) are routed only with ``[http] docs = true``.
 """
@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from services.common.auth import Authenticator, Principal
-from services.common.errors import (
+from lookahead_rag.services.common.auth import Authenticator, Principal
+from lookahead_rag.services.common.errors import (
     DeadlineExceeded,
     InvalidArgument,
     NotFound,
@@ -33,13 +33,13 @@ from services.common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from services.common.logs import REQUEST_ID_HEADER, request_context
-from services.generator.domain import AnswerChunk, FinalInfo, TextDelta
-from services.http import errors, translate
-from services.http.guard import PRINCIPAL, RequestGuard
-from services.http.schema import ChatCompletionRequest
-from services.http.settings import HttpSettings
-from services.http.streaming import (
+from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
+from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, TextDelta
+from lookahead_rag.services.http import errors, translate
+from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
+from lookahead_rag.services.http.schema import ChatCompletionRequest
+from lookahead_rag.services.http.settings import HttpSettings
+from lookahead_rag.services.http.streaming import (
     DONE,
     SSE_MEDIA_TYPE,
     ClientDisconnected,
@@ -51,7 +51,7 @@ from services.http.streaming import (
 )
 
 if TYPE_CHECKING:
-    from services.generator.engine import GeneratorEngine
+    from lookahead_rag.services.generator.engine import GeneratorEngine
 
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
 OWNER = "lookahead-rag"

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 import uvicorn
 
-from services.common.tls import TlsSettings, uvicorn_ssl
-from services.http.routes import Frontend, make_app
-from services.http.settings import HttpSettings
+from lookahead_rag.services.common.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.http.routes import Frontend, make_app
+from lookahead_rag.services.http.settings import HttpSettings
 
 if TYPE_CHECKING:
-    from services.common.auth import Authenticator
-    from services.generator.engine import GeneratorEngine
+    from lookahead_rag.services.common.auth import Authenticator
+    from lookahead_rag.services.generator.engine import GeneratorEngine
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ from typing import ClassVar
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
-from services.common.ports import HTTP_PORT
-from services.common.settings import ServiceSettings
+from lookahead_rag.services.common.ports import HTTP_PORT
+from lookahead_rag.services.common.settings import ServiceSettings
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY_BYTES = 4 * MIB  # a longest prompt ([limits] max_prompt_chars) fits even JSON-escaped

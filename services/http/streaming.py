@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Message, Send
 
-from services.common.errors import SendTimeout
-from services.common.send_timeout import send_within
+from lookahead_rag.services.common.errors import SendTimeout
+from lookahead_rag.services.common.send_timeout import send_within
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from services.common.errors import InvalidArgument
-from services.generator.domain import (
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.generator.domain import (
     AnswerQuery,
     ChatMessage,
     FinalInfo,
@@ -26,7 +26,7 @@ from services.generator.domain import (
     GenerationParams,
     TextDelta,
 )
-from services.http.schema import ChatCompletionRequest, Message
+from lookahead_rag.services.http.schema import ChatCompletionRequest, Message
 
 UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1

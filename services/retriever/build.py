@@ -16,21 +16,21 @@ import asyncio
 import logging
 from typing import Any
 
-from lookahead_rag.v1 import retriever_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.limits import RequestLimits
-from services.common.model_settings import ModelSettings
-from services.common.service import Service
-from services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
-from services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP, EventBus, EventPublisher
-from services.events.streams import DOCUMENTS
-from services.retriever.core import RetrieverCore
-from services.retriever.doc_applier import DocumentsApplier
-from services.retriever.doc_writer import DocumentWriter
-from services.retriever.forget import ForgetWriter
-from services.retriever.servicer import SERVICE_NAME, RetrieverServicer
-from services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
+from lookahead_rag.services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP, EventBus, EventPublisher
+from lookahead_rag.services.events.streams import DOCUMENTS
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.doc_applier import DocumentsApplier
+from lookahead_rag.services.retriever.doc_writer import DocumentWriter
+from lookahead_rag.services.retriever.forget import ForgetWriter
+from lookahead_rag.services.retriever.servicer import SERVICE_NAME, RetrieverServicer
+from lookahead_rag.services.retriever.settings import RetrieverSettings
+from lookahead_rag.v1 import retriever_pb2_grpc
 
 log = logging.getLogger(__name__)
 

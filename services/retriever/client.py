@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from pydantic import SecretStr
 
-from services.common.auth import call_metadata
-from services.common.errors import reraise_bad_input
-from services.retriever.convert import retrieve_response
-from services.retriever.core import RetrieverCore
+from lookahead_rag.services.common.auth import call_metadata
+from lookahead_rag.services.common.errors import reraise_bad_input
+from lookahead_rag.services.retriever.convert import retrieve_response
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 
 class GrpcRetrieverClient:

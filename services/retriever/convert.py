@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
+from lookahead_rag.services.retriever.core import DeleteResult, IngestResult, RetrieveResult, RetrieverStats
+from lookahead_rag.services.retriever.documents import Document, ScoredChunk
+from lookahead_rag.services.retriever.sessions import ScoredSession
 from lookahead_rag.v1 import retriever_pb2
-
-from services.retriever.core import DeleteResult, IngestResult, RetrieveResult, RetrieverStats
-from services.retriever.documents import Document, ScoredChunk
-from services.retriever.sessions import ScoredSession
 
 
 def chunk_to_proto(found: ScoredChunk) -> retriever_pb2.Chunk:

@@ -26,19 +26,19 @@ from lookahead_core.models import load_tokenizer, resolve_model_path
 from lookahead_core.vocab import tokenizer_id
 from transformers import AutoConfig
 
-from services.common.errors import FailedPrecondition, InvalidArgument
-from services.common.limits import RequestLimits
-from services.common.model_settings import ModelSettings
-from services.retriever.doc_events import delete_change, upsert_change
-from services.retriever.documents import Document, ScoredChunk
-from services.retriever.embeddings import Embedder, Encoder
-from services.retriever.index import TenantIndex
-from services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
-from services.retriever.sessions import PastSessions, ScoredSession
-from services.retriever.settings import RetrieverSettings
-from services.retriever.store import IndexStore
-from services.retriever.tenants import TenantIndexes
-from services.retriever.vector_cache import with_cache
+from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
+from lookahead_rag.services.retriever.documents import Document, ScoredChunk
+from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
+from lookahead_rag.services.retriever.index import TenantIndex
+from lookahead_rag.services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
+from lookahead_rag.services.retriever.sessions import PastSessions, ScoredSession
+from lookahead_rag.services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.retriever.store import IndexStore
+from lookahead_rag.services.retriever.tenants import TenantIndexes
+from lookahead_rag.services.retriever.vector_cache import with_cache
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import json
 
+from lookahead_rag.services.events.protocols import StaleSnapshot
+from lookahead_rag.services.retriever.doc_events import change_of
+from lookahead_rag.services.retriever.tenants import TenantIndexes
 from lookahead_rag.v1 import events_pb2
-
-from services.events.protocols import StaleSnapshot
-from services.retriever.doc_events import change_of
-from services.retriever.tenants import TenantIndexes
 
 SNAPSHOT_FORMAT = 1
 

@@ -18,9 +18,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from lookahead_rag.services.retriever.documents import Document
 from lookahead_rag.v1 import events_pb2
-
-from services.retriever.documents import Document
 
 MS_PER_S = 1000
 

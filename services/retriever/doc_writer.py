@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from services.common.logs import current_request_id
-from services.events.protocols import EventPublisher
-from services.retriever.core import DeleteResult, IngestResult, RetrieverCore
-from services.retriever.doc_events import Change, change_event, delete_change, upsert_change
-from services.retriever.documents import Document
+from lookahead_rag.services.common.logs import current_request_id
+from lookahead_rag.services.events.protocols import EventPublisher
+from lookahead_rag.services.retriever.core import DeleteResult, IngestResult, RetrieverCore
+from lookahead_rag.services.retriever.doc_events import Change, change_event, delete_change, upsert_change
+from lookahead_rag.services.retriever.documents import Document
 
 
 class DocumentWriter:

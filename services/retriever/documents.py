@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from services.retriever.chunking import chunk_spans
+from lookahead_rag.services.retriever.chunking import chunk_spans
 
 CHUNK_ID_SEP = "#"  # chunk id = "<doc id>#<n>"
 

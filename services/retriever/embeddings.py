@@ -15,7 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
-from services.retriever.settings import default_embedder_path
+from lookahead_rag.services.retriever.settings import default_embedder_path
 
 DEFAULT_BATCH_SIZE = 64
 DEFAULT_PROGRESS_MIN_TEXTS = 256

@@ -15,11 +15,11 @@ idempotent in effect). The documents themselves stay: Delete removes those.
 
 from __future__ import annotations
 
-from services.common.errors import InvalidArgument
-from services.common.logs import current_request_id
-from services.events.forget import EVERYTHING, forget_event
-from services.events.protocols import EventPublisher
-from services.retriever.core import RetrieverCore
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.logs import current_request_id
+from lookahead_rag.services.events.forget import EVERYTHING, forget_event
+from lookahead_rag.services.events.protocols import EventPublisher
+from lookahead_rag.services.retriever.core import RetrieverCore
 
 
 def check_forget(core: RetrieverCore, tenant: str, doc_id: str) -> None:

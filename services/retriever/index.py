@@ -18,8 +18,8 @@ from dataclasses import dataclass, fields
 import faiss
 import numpy as np
 
-from services.retriever.documents import ChunkRecord, ScoredChunk
-from services.retriever.settings import IndexKind, RetrieverSettings
+from lookahead_rag.services.retriever.documents import ChunkRecord, ScoredChunk
+from lookahead_rag.services.retriever.settings import IndexKind, RetrieverSettings
 
 FORMAT_VERSION = 1
 

@@ -11,8 +11,8 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from services.common.errors import InvalidArgument
-from services.retriever.documents import Document
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.retriever.documents import Document
 
 JSONL_SUFFIXES = frozenset({".jsonl"})
 TEXT_SUFFIXES = frozenset({".txt", ".text"})

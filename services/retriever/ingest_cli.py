@@ -14,17 +14,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import grpc
-from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from tqdm import tqdm
 
-from services.common.auth import add_key_argument, bearer_metadata
-from services.common.errors import ServiceError
-from services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, open_channel
-from services.common.ports import RETRIEVER_GRPC_PORT
-from services.common.settings import ConfigError
-from services.common.tls import TlsSettings, add_tls_arguments, tls_from_args
-from services.retriever.documents import Document
-from services.retriever.ingest import read_documents
+from lookahead_rag.services.common.auth import add_key_argument, bearer_metadata
+from lookahead_rag.services.common.errors import ServiceError
+from lookahead_rag.services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, open_channel
+from lookahead_rag.services.common.ports import RETRIEVER_GRPC_PORT
+from lookahead_rag.services.common.settings import ConfigError
+from lookahead_rag.services.common.tls import TlsSettings, add_tls_arguments, tls_from_args
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.ingest import read_documents
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 DEFAULT_TARGET = f"127.0.0.1:{RETRIEVER_GRPC_PORT}"  # a retriever served on its default port
 DEFAULT_BATCH_DOCS = 64

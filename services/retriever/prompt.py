@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from services.common.errors import InvalidArgument
+from lookahead_rag.services.common.errors import InvalidArgument
 
 DOCUMENTS_HEADER = "Documents:"
 PAST_HEADER = "Past answers to similar questions:"

@@ -1,6 +1,6 @@
 """The Retriever gRPC service: a thin grpc.aio layer over RetrieverCore.
 
-Built and served by ``services.retriever.build`` (``build_retriever``, ``retriever_service``).
+Built and served by ``lookahead_rag.services.retriever.build`` (``build_retriever``, ``retriever_service``).
 Blocking work (embedding, FAISS, tokenization) runs in a worker thread so the event loop stays
 responsive. Errors map to status codes in services.common.errors; protobuf conversions live in
 services.retriever.convert. Notes about a request and ``unknown_tenant`` are RetrieveResponse fields.
@@ -14,20 +14,20 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
-from services.common.errors import grpc_errors
-from services.common.quota import TenantQuotas
-from services.retriever.convert import (
+from lookahead_rag.services.common.errors import grpc_errors
+from lookahead_rag.services.common.quota import TenantQuotas
+from lookahead_rag.services.retriever.convert import (
     delete_response,
     document_from_proto,
     ingest_response,
     retrieve_response,
     stats_response,
 )
-from services.retriever.core import RetrieverCore
-from services.retriever.doc_writer import DocumentWriter
-from services.retriever.forget import ForgetWriter
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.doc_writer import DocumentWriter
+from lookahead_rag.services.retriever.forget import ForgetWriter
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 SERVICE_NAME: str = retriever_pb2.DESCRIPTOR.services_by_name["Retriever"].full_name
 

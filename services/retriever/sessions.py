@@ -10,7 +10,7 @@ Tenants never mix: each tenant has its own rows and vectors, and a search only s
 
 ``ForgetRequested`` events (same stream, same ``apply``) drop a tenant's sessions: all of them, or
 those grounded on one document (each session keeps the doc ids of its answer). The forgets applied
-and their horizons (``services.events.forget.ForgetLedger``) ride in the snapshot: an answer that
+and their horizons (``lookahead_rag.services.events.forget.ForgetLedger``) ride in the snapshot: an answer that
 began before a forget covering it is recorded as applied and never indexed.
 """
 
@@ -24,10 +24,10 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from lookahead_rag.v1 import events_pb2
 
-from services.events.forget import ForgetLedger, grounded_on
-from services.retriever.embeddings import Encoder
+from lookahead_rag.services.events.forget import ForgetLedger, grounded_on
+from lookahead_rag.services.retriever.embeddings import Encoder
+from lookahead_rag.v1 import events_pb2
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from lookahead_core.defaults import cache_dir
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
-from services.common.settings import ServerSettings, metrics_port_field, port_field
-from services.retriever.corpus import bundled_vectors_path
-from services.retriever.prompt import PassageOrder
+from lookahead_rag.services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
+from lookahead_rag.services.common.settings import ServerSettings, metrics_port_field, port_field
+from lookahead_rag.services.retriever.corpus import bundled_vectors_path
+from lookahead_rag.services.retriever.prompt import PassageOrder
 
 
 def default_data_dir() -> Path:

@@ -1,6 +1,6 @@
 """Build the bundled corpus: docstrings of common standard-library modules, from this interpreter.
 
-``python -m services.retriever.stdlib_corpus --out services/data/stdlib_corpus.jsonl`` writes one
+``python -m lookahead_rag.services.retriever.stdlib_corpus --out services/data/stdlib_corpus.jsonl`` writes one
 JSONL line ``{"id", "title", "text", "source"}`` per documented public module, class, function and
 method: id ``json.dumps``, title ``json.dumps(obj, *, skipkeys=False, ...)``, text its docstring.
 Every Python installation carries these texts, so the corpus needs no download; the committed
@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-from services.retriever.documents import make_chunks
-from services.retriever.embeddings import Embedder
-from services.retriever.ingest import read_jsonl
-from services.retriever.settings import RetrieverSettings
-from services.retriever.vector_cache import VectorCache
+from lookahead_rag.services.retriever.documents import make_chunks
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.ingest import read_jsonl
+from lookahead_rag.services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.retriever.vector_cache import VectorCache
 
 # Curated, commonly used modules; dotted names are imported as such.
 MODULES: tuple[str, ...] = (

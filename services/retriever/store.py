@@ -16,8 +16,8 @@ import logging
 import re
 from pathlib import Path
 
-from services.common.atomic import remove_stale_temps, write_bytes_atomic
-from services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
+from lookahead_rag.services.common.atomic import remove_stale_temps, write_bytes_atomic
+from lookahead_rag.services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
 
 log = logging.getLogger(__name__)
 

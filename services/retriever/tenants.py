@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from services.retriever.doc_events import Change, plan_changes
-from services.retriever.documents import make_chunks
-from services.retriever.embeddings import Encoder
-from services.retriever.index import IndexConfig, TenantIndex
-from services.retriever.settings import RetrieverSettings
-from services.retriever.store import IndexStore
+from lookahead_rag.services.retriever.doc_events import Change, plan_changes
+from lookahead_rag.services.retriever.documents import make_chunks
+from lookahead_rag.services.retriever.embeddings import Encoder
+from lookahead_rag.services.retriever.index import IndexConfig, TenantIndex
+from lookahead_rag.services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.retriever.store import IndexStore
 
 NEVER_SAVED = -1  # change count of a tenant index with no file written by this process
 

@@ -1,7 +1,7 @@
 """Precomputed embeddings, looked up by text: the bundled corpus ingests in seconds instead of a minute.
 
 Embedding ~1,300 chunks takes about a minute on a 2-core CPU; the project ships their vectors
-(``services/data/stdlib_corpus.vectors.npz``, float16, made by ``services.retriever.stdlib_corpus
+(``services/data/stdlib_corpus.vectors.npz``, float16, made by ``lookahead_rag.services.retriever.stdlib_corpus
 --vectors``) so the embedded default is ready at once. ``CachingEncoder`` answers a text from the
 cache when the exact text (and embedding model) matches and encodes the rest; a stale or foreign
 cache only costs speed, never correctness beyond float16 rounding of the cached vectors.
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from services.retriever.embeddings import Encoder
+from lookahead_rag.services.retriever.embeddings import Encoder
 
 log = logging.getLogger(__name__)
 

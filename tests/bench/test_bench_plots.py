@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from bench import dataset
-from bench.plot import PLOTTERS, kind_of, main, plot_result
-from bench.plot_common import UNKNOWN, machine_label, title
+from lookahead_rag.bench import dataset
+from lookahead_rag.bench.plot import PLOTTERS, kind_of, main, plot_result
+from lookahead_rag.bench.plot_common import UNKNOWN, machine_label, title
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 GREEDY_ROW = {"new_tokens": 100, "wall_s": 10.0, "tokens_per_s": 10.0, "forward_steps": 98,
@@ -195,7 +195,7 @@ def test_the_bundled_set_loads_and_every_question_has_its_document() -> None:
 
 
 def test_the_bundled_set_covers_the_default_limit_and_calibration() -> None:
-    from bench.decoding_args import DEFAULT_CALIBRATE, DEFAULT_LIMIT
+    from lookahead_rag.bench.decoding_args import DEFAULT_CALIBRATE, DEFAULT_LIMIT
 
     assert len(_rows(dataset.bundled().questions)) >= DEFAULT_LIMIT + DEFAULT_CALIBRATE
 
@@ -218,7 +218,7 @@ def test_no_flags_mean_the_bundled_set_and_your_files_go_in_pairs(tmp_path: Path
 
 
 def test_the_serve_workload_reads_the_bundled_set() -> None:
-    from bench.serve_load import load_workload
+    from lookahead_rag.bench.serve_load import load_workload
 
     ds = dataset.bundled()
     wl = load_workload(ds.corpus, ds.questions, pool=100, by_title=True)
@@ -226,7 +226,7 @@ def test_the_serve_workload_reads_the_bundled_set() -> None:
 
 
 def test_the_decoding_flags_default_to_the_bundled_set() -> None:
-    from bench.decoding_args import parse_args
+    from lookahead_rag.bench.decoding_args import parse_args
 
     args = parse_args([])
     assert args.dataset == dataset.BUNDLED_NAME and args.corpus == dataset.bundled().corpus

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.energy import (
+from lookahead_rag.bench.energy import (
     NOT_AVAILABLE,
     NvidiaSmiMeter,
     PowerIntegrator,
@@ -85,7 +85,7 @@ def test_a_gpu_run_without_nvidia_smi_is_not_available(tmp_path: Path) -> None:
 
 
 def test_mode_rows_report_joules_per_token_only_when_measured() -> None:
-    from bench.decoding import ModeTotals
+    from lookahead_rag.bench.decoding import ModeTotals
 
     base = ModeTotals(new_tokens=100, wall_s=2.0, forward_steps=50, questions=1, exact=1)
     measured = ModeTotals(new_tokens=100, wall_s=1.0, forward_steps=25, questions=1, exact=1, joules=10.0)

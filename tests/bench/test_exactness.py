@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench.exactness_args import parse_args
-from bench.exactness_compare import Mismatch, compare_pass, first_mismatch, margin_summary, min_margin
+from lookahead_rag.bench.exactness_args import parse_args
+from lookahead_rag.bench.exactness_compare import Mismatch, compare_pass, first_mismatch, margin_summary, min_margin
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -67,7 +67,7 @@ def test_the_flags() -> None:
 def test_a_tiny_run_writes_every_field_and_reports_a_forced_mismatch(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from bench import exactness
+    from lookahead_rag.bench import exactness
 
     real = exactness.baseline_answer
     forced: dict[str, Any] = {}

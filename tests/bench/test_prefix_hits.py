@@ -1,8 +1,8 @@
-"""bench.prefix_hits: what an unbounded per-tenant prefix cache reuses of each prompt."""
+"""lookahead_rag.bench.prefix_hits: what an unbounded per-tenant prefix cache reuses of each prompt."""
 
 from __future__ import annotations
 
-from bench.prefix_hits import prefix_hits
+from lookahead_rag.bench.prefix_hits import prefix_hits
 
 
 def test_each_prompt_hits_its_longest_prefix_shared_with_an_earlier_one() -> None:

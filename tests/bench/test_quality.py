@@ -1,11 +1,11 @@
-"""bench.quality.answer_logprob: the target's log-likelihood of an answer, the measure of mjsd's cost."""
+"""lookahead_rag.bench.quality.answer_logprob: the target's log-likelihood of an answer, the measure of mjsd's cost."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from bench.quality import answer_logprob
+from lookahead_rag.bench.quality import answer_logprob
 from tests.core.helpers import tiny_model
 
 

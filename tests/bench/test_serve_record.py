@@ -14,14 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lookahead_rag.v1 import events_pb2, generator_pb2
 
-from bench.sampling_args import Sampling
-from bench.serve_args import parse_args
-from bench.serve_client import closed_loop
-from bench.serve_load import Question, ReplayPrompt
-from bench.serve_record import Recording, bench_args, load_replay, record_data, write_record
-from bench.serve_stats import EngineStats, RequestRecord
+from lookahead_rag.bench.sampling_args import Sampling
+from lookahead_rag.bench.serve_args import parse_args
+from lookahead_rag.bench.serve_client import closed_loop
+from lookahead_rag.bench.serve_load import Question, ReplayPrompt
+from lookahead_rag.bench.serve_record import Recording, bench_args, load_replay, record_data, write_record
+from lookahead_rag.bench.serve_stats import EngineStats, RequestRecord
+from lookahead_rag.v1 import events_pb2, generator_pb2
 
 # what the peer's load_requests / _items / load_references read
 PEER_TOP = {"kind", "format", "source", "exact", "note", "bench_args", "sequence", "levels", "bench"}

@@ -1,10 +1,10 @@
-"""bench.squad_eval: SQuAD's exact match and F1, as the official evaluation script defines them."""
+"""lookahead_rag.bench.squad_eval: SQuAD's exact match and F1, as the official evaluation script defines them."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.squad_eval import Score, exact_match, mean_score, normalize_answer, score, token_f1
+from lookahead_rag.bench.squad_eval import Score, exact_match, mean_score, normalize_answer, score, token_f1
 
 
 def test_normalization_drops_case_punctuation_articles_and_extra_spaces() -> None:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.thread_cpu import ENGINE, NATIVE, OTHER, role, since, thread_cpu
+from lookahead_rag.bench.thread_cpu import ENGINE, NATIVE, OTHER, role, since, thread_cpu
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from bench.ties import TIE_LOGIT_GAP, Divergence, divergences, first_difference
+from lookahead_rag.bench.ties import TIE_LOGIT_GAP, Divergence, divergences, first_difference
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from lookahead_rag.v1 import (
     draftcache_pb2,
     draftcache_pb2_grpc,
@@ -26,7 +27,6 @@ from lookahead_rag.v1 import (
     retriever_pb2,
     retriever_pb2_grpc,
 )
-
 from tests.fuzz.process import ServerInfo, ServerProcess
 from tests.fuzz.targets import SERVICE_FILES
 

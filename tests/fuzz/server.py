@@ -42,7 +42,7 @@ def _settings_ints(*sections: Any) -> list[int]:
 def auth_section(root: Path) -> tuple[dict[str, Any], str]:
     """``[auth]`` requiring a key, with a key file of two keys: the known tenant's (returned, for the
     driver) and the services' own (every tenant, for the generator's calls to the other two)."""
-    from services.common.keys import KeyFile
+    from lookahead_rag.services.common.keys import KeyFile
 
     keys = KeyFile(root / "keys.json")
     _, tenant_key = keys.add([KNOWN_TENANT], "fuzz-known-tenant", ["answer", "write"])  # every tenant RPC
@@ -53,7 +53,7 @@ def auth_section(root: Path) -> tuple[dict[str, Any], str]:
 async def serve(root: Path, max_new_tokens: int, max_doc_chars: int, auth: bool) -> None:
     from lookahead_core.config import DraftMode
 
-    from services.app import Pipeline
+    from lookahead_rag.services.app import Pipeline
     from tests.pipeline.helpers import DOCS, QUESTION, pipeline_settings, shared_model
 
     auth_settings, api_key = auth_section(root) if auth else ({}, "")

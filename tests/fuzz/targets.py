@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from google.protobuf.descriptor import Descriptor, FileDescriptor
+
 from lookahead_rag.v1 import draftcache_pb2, generator_pb2, retriever_pb2
 
 # service (as Pipeline names it) -> the proto file declaring its gRPC service(s)

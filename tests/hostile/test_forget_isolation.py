@@ -16,17 +16,17 @@ from types import SimpleNamespace
 
 import grpc
 import numpy as np
-from lookahead_rag.v1 import events_pb2, retriever_pb2, retriever_pb2_grpc
 
-from services.common.grpcutil import open_channel, start_server, stop_server
-from services.common.limits import RequestLimits
-from services.draftcache import codec
-from services.draftcache.store import DraftCacheStore
-from services.events.forget import MAX_HORIZONS, ForgetLedger, forget_event
-from services.generator.forget import PrefixForgets
-from services.retriever.forget import ForgetWriter
-from services.retriever.servicer import SERVICE_NAME, RetrieverServicer
-from services.retriever.sessions import PastSessions
+from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache import codec
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events.forget import MAX_HORIZONS, ForgetLedger, forget_event
+from lookahead_rag.services.generator.forget import PrefixForgets
+from lookahead_rag.services.retriever.forget import ForgetWriter
+from lookahead_rag.services.retriever.servicer import SERVICE_NAME, RetrieverServicer
+from lookahead_rag.services.retriever.sessions import PastSessions
+from lookahead_rag.v1 import events_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.services.draftcache_helpers import small_settings
 from tests.services.test_forget import DIM, EARLIER_MS, LATER_MS, NOW_MS, HashEncoder, answer
 

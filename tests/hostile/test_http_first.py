@@ -20,13 +20,13 @@ import openai
 import pytest
 import pytest_asyncio
 
-from services.common.auth import Authenticator
-from services.common.auth_settings import AuthSettings
-from services.common.keys import KeyFile
-from services.generator.domain import FinalInfo, GenerationStats, TextDelta
-from services.http.routes import Frontend, make_app
-from services.http.server import HttpServer
-from services.http.settings import HttpSettings
+from lookahead_rag.services.common.auth import Authenticator
+from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.keys import KeyFile
+from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats, TextDelta
+from lookahead_rag.services.http.routes import Frontend, make_app
+from lookahead_rag.services.http.server import HttpServer
+from lookahead_rag.services.http.settings import HttpSettings
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 

@@ -18,8 +18,8 @@ from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import StepScheduler
 from lookahead_core.kv.prefix_cache import KV
 
-from services.generator.engine import GeneratorEngine
-from services.generator.settings import MIB, GeneratorSettings
+from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.settings import MIB, GeneratorSettings
 from tests.core.helpers import Client, StubTokenizer, random_prompt, run_all, tiny_model
 
 CACHE_MB = 1  # the whole prefix cache

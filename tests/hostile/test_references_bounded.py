@@ -16,14 +16,14 @@ import pytest
 from lookahead_core.config import DecodingConfig
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.vocab import tokenizer_id, vocab_size_of
-from lookahead_rag.v1 import draftcache_pb2, generator_pb2
 
-import services.generator.engine as engine_module
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.store import DraftCacheStore
-from services.generator.prepared import Prepared
+import lookahead_rag.services.generator.engine as engine_module
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.generator.prepared import Prepared
+from lookahead_rag.v1 import draftcache_pb2, generator_pb2
 from tests.pipeline import helpers as ph
 from tests.pipeline.helpers import module_loop
 

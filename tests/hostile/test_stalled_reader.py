@@ -30,12 +30,12 @@ import grpc
 import pytest
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.proposers.draft_model import DraftModelProposer
-from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
-from services.common.quota import Quota, TenantQuotas
-from services.generator.domain import AnswerQuery, FinalInfo, GenerationParams, TextDelta
-from services.generator.servicer import GeneratorServicer
-from services.http.streaming import DONE
+from lookahead_rag.services.common.quota import Quota, TenantQuotas
+from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams, TextDelta
+from lookahead_rag.services.generator.servicer import GeneratorServicer
+from lookahead_rag.services.http.streaming import DONE
+from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 from tests.http.helpers import TENANT_HEADER, ask, model
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
@@ -283,7 +283,7 @@ async def read_to_close(sock: socket.socket) -> tuple[bytes, bool]:
 
 async def test_an_http_client_that_stops_reading_has_its_stream_closed(
         pipe: RunningPipeline, small_send_buffers: None, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="services.http.streaming")
+    caplog.set_level(logging.INFO, logger="lookahead_rag.services.http.streaming")
     pipe.ingest(HTTP)
     body = {"model": model(pipe), "messages": ask(QUESTION), "max_tokens": SHORT_ANSWER, "stream": True}
 

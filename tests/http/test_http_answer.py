@@ -12,8 +12,8 @@ import json
 from typing import Any
 
 import openai
-from lookahead_rag.v1 import generator_pb2
 
+from lookahead_rag.v1 import generator_pb2
 from tests.http.helpers import ask, extra, model, openai_client, raw_client
 from tests.pipeline.helpers import QUESTION, RunningPipeline, module_loop, module_pipeline, params
 

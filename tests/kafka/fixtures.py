@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.events.kafka.broker import LocalBroker
 from tests.kafka.helpers import require_tansu
 
 

@@ -16,11 +16,11 @@ from typing import TypeVar
 
 import pytest
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
-from lookahead_rag.v1 import events_pb2
 
-from services.events.kafka.broker import TansuMissingError, tansu_binary
-from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import EventApplier, EventBus
+from lookahead_rag.services.events.kafka.broker import TansuMissingError, tansu_binary
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.protocols import EventApplier, EventBus
+from lookahead_rag.v1 import events_pb2
 
 Bus = TypeVar("Bus", bound=EventBus)
 

@@ -7,12 +7,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from lookahead_rag.v1 import events_pb2
 
-from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP, EventApplier, EventBus
-from services.events.factory import make_bus
-from services.events.inprocess import InProcessBus
-from services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP, EventApplier, EventBus
+from lookahead_rag.services.events.factory import make_bus
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.v1 import events_pb2
 from tests.builders import completed_events
 from tests.kafka.helpers import RecordingApplier, deliver, expected_by_tenant, run, started
 

@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP, BusStats, ConsumerCounters, EventBus, OutboxStats
-from services.events.inprocess import InProcessBus
-from services.events.kafka.broker import LocalBroker
-from services.events.kafka.bus import KafkaBus
-from services.events.metrics import ConsumerMetrics, OutboxMetrics, consumer_jobs, outbox_job
+from lookahead_rag.services.events import (
+    DRAFTCACHE_GROUP,
+    RETRIEVER_GROUP,
+    BusStats,
+    ConsumerCounters,
+    EventBus,
+    OutboxStats,
+)
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.metrics import ConsumerMetrics, OutboxMetrics, consumer_jobs, outbox_job
 from tests.builders import completed_events
 from tests.kafka.helpers import RecordingApplier, fast_settings, new_topic, run
 

@@ -9,13 +9,15 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 CHECK = """
 import importlib, pkgutil, sys
-import services.events
-names = [m.name for m in pkgutil.walk_packages(services.events.__path__, "services.events.")]
-assert "services.events.kafka.bus" in names and "services.events.metrics" in names, names
+import lookahead_rag.services.events
+events = lookahead_rag.services.events
+names = [m.name for m in pkgutil.walk_packages(events.__path__, "lookahead_rag.services.events.")]
+assert "lookahead_rag.services.events.kafka.bus" in names and "lookahead_rag.services.events.metrics" in names, names
 for name in names:
     importlib.import_module(name)
-services_loaded = [m for m in sys.modules if m.startswith(("services.retriever", "services.draftcache",
-                                                            "services.generator"))]
+svc = "lookahead_rag.services."
+prefixes = tuple(svc + s for s in ("retriever", "draftcache", "generator"))
+services_loaded = [m for m in sys.modules if m.startswith(prefixes)]
 assert not services_loaded, services_loaded
 print(len(names))
 """

@@ -6,15 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lookahead_rag.v1 import events_pb2
 
-from services.draftcache.fetch import Continuation
-from services.draftcache.store import DraftCacheStore
-from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
-from services.events.kafka.broker import LocalBroker
-from services.events.kafka.bus import KafkaBus
-from services.retriever.embeddings import Embedder
-from services.retriever.sessions import PastSessions
+from lookahead_rag.services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.sessions import PastSessions
+from lookahead_rag.v1 import events_pb2
 from tests.builders import TOKENIZER, completed
 from tests.kafka.helpers import deliver, fast_settings, new_topic, run, started
 from tests.services.draftcache_helpers import small_settings

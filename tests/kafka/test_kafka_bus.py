@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
-from services.events.factory import make_bus
-from services.events.kafka.broker import LocalBroker
-from services.events.kafka.bus import KafkaBus
-from services.events.kafka.consumer import KafkaConsumerRunner
-from services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.factory import make_bus
+from lookahead_rag.services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
+from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
 from tests.builders import completed_events
 from tests.kafka.helpers import RecordingApplier, deliver, expected_by_tenant, fast_settings, new_topic, run, started
 

@@ -7,17 +7,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.grpcutil import open_channel
-from services.common.service import Service
-from services.events.kafka.broker import LocalBroker
-from services.events.kafka.bus import KafkaBus
-from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import RETRIEVER_DOCUMENTS_GROUP
-from services.retriever.build import wire_retriever
-from services.retriever.core import RetrieverCore
+from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.protocols import RETRIEVER_DOCUMENTS_GROUP
+from lookahead_rag.services.retriever.build import wire_retriever
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from tests.builders import completed
 from tests.kafka.helpers import fast_settings, new_topic, run
 from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer

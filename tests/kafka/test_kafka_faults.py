@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from lookahead_rag.v1 import events_pb2
 
-from services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
-from services.events.kafka.broker import LocalBroker, ensure_topics
-from services.events.kafka.bus import KafkaBus
-from services.events.kafka.cluster_offsets import cluster_view, log_end_offsets
-from services.events.kafka.consumer import KafkaConsumerRunner
-from services.events.kafka.publisher import KafkaPublisher
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.state import read_state, state_path
+from lookahead_rag.services.events import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.kafka.broker import LocalBroker, ensure_topics
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.kafka.cluster_offsets import cluster_view, log_end_offsets
+from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
+from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.state import read_state, state_path
+from lookahead_rag.v1 import events_pb2
 from tests.builders import completed_events
 from tests.kafka.helpers import (
     CrashAfter,

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from services.events import DRAFTCACHE_GROUP
-from services.events.factory import make_bus
-from services.events.kafka.bus import KafkaBus
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.state import (
+from lookahead_rag.services.events import DRAFTCACHE_GROUP
+from lookahead_rag.services.events.factory import make_bus
+from lookahead_rag.services.events.kafka.bus import KafkaBus
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.state import (
     ConsumerState,
     StateFileError,
     encode,

@@ -6,11 +6,11 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from lookahead_rag.v1 import events_pb2
 
-from services.events.kafka.broker import LocalBroker, free_port
-from services.events.kafka.outbox import Outbox
-from services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.services.events.kafka.broker import LocalBroker, free_port
+from lookahead_rag.services.events.kafka.outbox import Outbox
+from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.v1 import events_pb2
 from tests.builders import completed_events
 from tests.kafka.helpers import fast_settings, new_topic, read_topic, require_tansu, run
 

@@ -38,11 +38,11 @@ import pytest
 import pytest_asyncio
 import torch
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
-from services.app import Pipeline
-from services.config import AllSettings
-from services.retriever.documents import Document
+from lookahead_rag.services.app import Pipeline
+from lookahead_rag.services.config import AllSettings
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
 CALL_TIMEOUT_S = 300.0  # generous: 2 shared cores; a hung call fails instead of stalling
 STOP_TIMEOUT_S = 300.0  # the longest a pipeline's graceful stop may take

@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from lookahead_rag.v1 import generator_pb2
-
 from tests.pipeline.helpers import CALL_TIMEOUT_S, RunningPipeline, collect
 
 NEW_TOKENS = 24  # answers long enough that a hit drafts most of its answer from the tenant's cache...

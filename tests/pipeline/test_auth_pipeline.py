@@ -17,14 +17,14 @@ from typing import Any
 import grpc
 import pytest
 import pytest_asyncio
+
+from lookahead_rag.services import keys_cli
+from lookahead_rag.services.common.errors import FailedPrecondition
+from lookahead_rag.services.common.keys import KeyFile
+from lookahead_rag.services.draftcache.client import GrpcDraftCacheClient
+from lookahead_rag.services.retriever.client import GrpcRetrieverClient
 from lookahead_rag.v1 import draftcache_pb2 as dpb
 from lookahead_rag.v1 import draftcache_pb2_grpc, generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc
-
-from services import keys_cli
-from services.common.errors import FailedPrecondition
-from services.common.keys import KeyFile
-from services.draftcache.client import GrpcDraftCacheClient
-from services.retriever.client import GrpcRetrieverClient
 from tests.http.helpers import raw_client
 from tests.pipeline.helpers import QUESTION, RunningPipeline, collect, module_loop, params, running_pipeline
 from tests.services.auth_cases import Cases, md

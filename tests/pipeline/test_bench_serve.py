@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.serve_load import draw_sequence, load_workload, zipf_weights
-from bench.serve_stats import EngineStats, RequestRecord, percentile, serial_queue, summarize
+from lookahead_rag.bench.serve_load import draw_sequence, load_workload, zipf_weights
+from lookahead_rag.bench.serve_stats import EngineStats, RequestRecord, percentile, serial_queue, summarize
 
 W_KEYS = {"completed", "errors", "goodput_tokens_per_s", "ttft_p50_s", "ttft_p99_s", "itl_p50_s", "itl_p99_s",
           "mean_accepted_per_step", "mean_tokens_per_forward", "prefix_hit_tokens", "exact_match"}
@@ -98,7 +98,7 @@ GREEDY_ROW_KEYS = ["new_tokens", "wall_s", "tokens_per_s", "forward_steps", "mea
 
 
 def test_mode_rows_against_greedy_keep_their_keys_and_against_the_reference_rename_them() -> None:
-    from bench.decoding import ModeTotals
+    from lookahead_rag.bench.decoding import ModeTotals
 
     ref = ModeTotals(new_tokens=40, wall_s=8.0, forward_steps=40, exact=2, questions=2)
     none = ModeTotals(new_tokens=40, wall_s=4.0, forward_steps=40, exact=2, questions=2)
@@ -114,7 +114,7 @@ def test_mode_rows_against_greedy_keep_their_keys_and_against_the_reference_rena
 
 
 def test_modes_put_the_baseline_first_greedy_or_reference() -> None:
-    from bench.decoding import DEFAULT_MODES, resolve_modes
+    from lookahead_rag.bench.decoding import DEFAULT_MODES, resolve_modes
 
     assert resolve_modes(DEFAULT_MODES, sampling=False) == [
         "greedy", "none", "prompt-lookup", "llma", "parallel", "hierarchical"]
@@ -133,8 +133,8 @@ def test_modes_put_the_baseline_first_greedy_or_reference() -> None:
 def test_jacobi_modes_carry_the_window_shape_and_the_others_do_not() -> None:
     from lookahead_core import DecodingConfig, DraftMode
 
-    from bench.decoding import mode_config
-    from bench.decoding_args import parse_args
+    from lookahead_rag.bench.decoding import mode_config
+    from lookahead_rag.bench.decoding_args import parse_args
 
     base = DecodingConfig()
     shape = parse_args(["--jacobi", "5,4,3"]).jacobi
@@ -149,7 +149,7 @@ def test_jacobi_modes_carry_the_window_shape_and_the_others_do_not() -> None:
 
 
 def test_sampling_flags_map_to_the_config_hf_and_the_json() -> None:
-    from bench.sampling_args import Sampling, speedup
+    from lookahead_rag.bench.sampling_args import Sampling, speedup
 
     greedy = Sampling()
     assert not greedy.enabled and greedy.config_kwargs() == {} and greedy.hf_kwargs() == {"do_sample": False}
@@ -161,7 +161,7 @@ def test_sampling_flags_map_to_the_config_hf_and_the_json() -> None:
 
 
 def test_bad_sampling_flags_are_usage_errors() -> None:
-    from bench.decoding import parse_args
+    from lookahead_rag.bench.decoding import parse_args
 
     base = ["--corpus", "c", "--questions", "q"]
     assert parse_args([*base, "--temperature", "0.7", "--top-p", "0.9", "--seed", "1"]).sampling.enabled
@@ -171,8 +171,8 @@ def test_bad_sampling_flags_are_usage_errors() -> None:
 
 
 def test_requests_carry_the_sampling_params_and_greedy_ones_none() -> None:
-    from bench.sampling_args import Sampling
-    from bench.serve_client import generation_params
+    from lookahead_rag.bench.sampling_args import Sampling
+    from lookahead_rag.bench.serve_client import generation_params
 
     g = generation_params("none", 16)
     assert (g.max_new_tokens, g.mode, g.temperature, g.HasField("seed")) == (16, "none", 0.0, False)
@@ -183,10 +183,9 @@ def test_requests_carry_the_sampling_params_and_greedy_ones_none() -> None:
 
 
 def test_a_sampling_request_answered_greedily_or_with_another_seed_is_an_error() -> None:
+    from lookahead_rag.bench.sampling_args import Sampling
+    from lookahead_rag.bench.serve_client import sampling_mismatch
     from lookahead_rag.v1 import events_pb2
-
-    from bench.sampling_args import Sampling
-    from bench.serve_client import sampling_mismatch
 
     s = Sampling(temperature=0.7, seed=3)
     assert sampling_mismatch(events_pb2.GenerationStats(sampled=True, seed=3), s) is None

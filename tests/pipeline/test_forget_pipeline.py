@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 
 import grpc
-from lookahead_rag.v1 import generator_pb2, retriever_pb2, retriever_pb2_grpc
 
-from services.events.forget import CLOCK_SKEW_MS, MS_PER_S, forget_event
-from services.events.protocols import DRAFTCACHE_GROUP, GENERATOR_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.forget import CLOCK_SKEW_MS, MS_PER_S, forget_event
+from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, GENERATOR_GROUP, RETRIEVER_GROUP
+from lookahead_rag.v1 import generator_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.pipeline.helpers import QUESTION, RunningPipeline, module_loop, module_pipeline
 
 pytestmark = module_loop

@@ -17,11 +17,11 @@ import torch
 from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from lookahead_core.threads import new_thread_default, usable_cores
-from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2, retriever_pb2, retriever_pb2_grpc
 
-from services.draftcache.servicer import SERVICE_NAME as DRAFTCACHE_SERVICE
-from services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
-from services.retriever.servicer import SERVICE_NAME as RETRIEVER_SERVICE
+from lookahead_rag.services.draftcache.servicer import SERVICE_NAME as DRAFTCACHE_SERVICE
+from lookahead_rag.services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
+from lookahead_rag.services.retriever.servicer import SERVICE_NAME as RETRIEVER_SERVICE
+from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.pipeline.helpers import QUESTION, RunningPipeline, greedy, module_loop, module_pipeline, params
 
 pytestmark = module_loop

@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 import pytest
-from lookahead_rag.v1 import generator_pb2
 
+from lookahead_rag.v1 import generator_pb2
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     Answered,

@@ -18,7 +18,7 @@ import grpc
 import pytest_asyncio
 from grpc_health.v1 import health_pb2
 
-from services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
+from lookahead_rag.services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
     QUESTION,

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
-from lookahead_rag.v1 import generator_pb2
 
-from services.common.errors import DeadlineExceeded
-from services.generator.convert import generate_query
-from services.generator.domain import AnswerChunk
+from lookahead_rag.services.common.errors import DeadlineExceeded
+from lookahead_rag.services.generator.convert import generate_query
+from lookahead_rag.services.generator.domain import AnswerChunk
+from lookahead_rag.v1 import generator_pb2
 from tests.pipeline import helpers as calls  # collect a stream, check a status, greedy ids
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
-from services.common.errors import FailedPrecondition
-from services.generator.build import check_same_model
+from lookahead_rag.services.common.errors import FailedPrecondition
+from lookahead_rag.services.generator.build import check_same_model
+from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from tests.pipeline.helpers import RunningPipeline, assert_status, collect, module_loop, module_pipeline, rpc_error
 
 pipe = module_pipeline()

@@ -12,8 +12,8 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
-from lookahead_rag.v1 import generator_pb2, retriever_pb2, retriever_pb2_grpc
 
+from lookahead_rag.v1 import generator_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.http.helpers import TENANT_HEADER, ask, model, raw_client
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,

@@ -19,8 +19,8 @@ from typing import Any
 
 import grpc
 import pytest
-from lookahead_rag.v1 import events_pb2, generator_pb2
 
+from lookahead_rag.v1 import events_pb2, generator_pb2
 from tests.http.helpers import TENANT_HEADER, ask, raw_client
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,

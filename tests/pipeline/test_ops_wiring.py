@@ -28,15 +28,15 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.app import Pipeline
-from services.common.logs import REQUEST_ID_HEADER, setup_logging
-from services.events.kafka.broker import LocalBroker
-from services.generator.convert import answer_query
-from services.generator.domain import FinalInfo
+from lookahead_rag.services.app import Pipeline
+from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, setup_logging
+from lookahead_rag.services.events.kafka.broker import LocalBroker
+from lookahead_rag.services.generator.convert import answer_query
+from lookahead_rag.services.generator.domain import FinalInfo
+from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from tests.kafka.helpers import fast_settings, new_topic
 from tests.logcapture import json_lines, json_logs
 from tests.pipeline.helpers import (
@@ -148,10 +148,10 @@ async def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, 
 
 def test_trie_sizes_are_measured_only_for_tenants_that_changed() -> None:
     """Cheap by construction: an applied event marks its tenant; a refresh measures only marked ones."""
-    from services.draftcache.meter import StoreMeter
-    from services.draftcache.metrics import DraftCacheMetrics
-    from services.draftcache.store import DraftCacheStore
-    from services.events.metrics import ConsumerMetrics
+    from lookahead_rag.services.draftcache.meter import StoreMeter
+    from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
+    from lookahead_rag.services.draftcache.store import DraftCacheStore
+    from lookahead_rag.services.events.metrics import ConsumerMetrics
     from tests.builders import completed
     from tests.services.draftcache_helpers import small_settings, store_with
 
@@ -182,8 +182,8 @@ def test_trie_sizes_are_measured_only_for_tenants_that_changed() -> None:
 def test_outbox_job_samples_depth_and_acknowledged_events() -> None:
     from types import SimpleNamespace
 
-    from services.events import BusStats, OutboxStats
-    from services.events.metrics import OutboxMetrics, outbox_job
+    from lookahead_rag.services.events import BusStats, OutboxStats
+    from lookahead_rag.services.events.metrics import OutboxMetrics, outbox_job
 
     registry = CollectorRegistry()
     counters = SimpleNamespace(sent=0)
@@ -335,7 +335,7 @@ async def test_serve_all_exposes_metrics_per_service_and_stops_on_sigterm(tmp_pa
                     prefix + "DATA_DIR": str(tmp_path / name), prefix + "METRICS_REFRESH_S": "0.2"})
     log_path = tmp_path / "serve.log"
     with log_path.open("w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "all"], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", "lookahead_rag.services.cli", "serve", "all"], cwd=REPO, env=env,
                                 stdout=log_file, stderr=subprocess.STDOUT)
     try:
 

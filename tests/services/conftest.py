@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.embeddings import Embedder
 from tests.services.retriever_helpers import shared_embedder, shared_tokenizer
 from tests.services.tls_helpers import Pki, make_pki
 

@@ -11,9 +11,9 @@ from typing import Any
 
 import yaml
 
-from services.common import ports
-from services.common.settings import ServerSettings
-from services.config import SECTIONS
+from lookahead_rag.services.common import ports
+from lookahead_rag.services.common.settings import ServerSettings
+from lookahead_rag.services.config import SECTIONS
 
 REPO = Path(__file__).resolve().parents[2]
 

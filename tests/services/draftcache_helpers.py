@@ -6,8 +6,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.store import DraftCacheStore
 from tests.builders import TOKENIZER
 
 # Small on purpose: depth-4 tries and bigram seeds make expected continuations easy to write by hand.

@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from services.common.model_settings import ModelSettings
-from services.retriever.embeddings import Embedder
-from services.retriever.settings import RetrieverSettings
+from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.settings import RetrieverSettings
 
 
 @functools.cache

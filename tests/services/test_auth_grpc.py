@@ -19,18 +19,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_rag.v1 import draftcache_pb2 as pb
-from lookahead_rag.v1 import draftcache_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.auth import Authenticator
-from services.common.auth_grpc import AuthInterceptor
-from services.common.auth_settings import AuthSettings
-from services.common.keys import KeyFile
-from services.common.limits import RequestLimits
-from services.common.observability import ObservabilityInterceptor
-from services.draftcache.build import build_draftcache
-from services.events.inprocess import InProcessBus
+from lookahead_rag.services.common.auth import Authenticator
+from lookahead_rag.services.common.auth_grpc import AuthInterceptor
+from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.keys import KeyFile
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.observability import ObservabilityInterceptor
+from lookahead_rag.services.draftcache.build import build_draftcache
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.v1 import draftcache_pb2 as pb
+from lookahead_rag.v1 import draftcache_pb2_grpc
 from tests.builders import TOKENIZER
 from tests.services.auth_cases import Cases, bad_credentials, md
 from tests.services.draftcache_helpers import small_settings

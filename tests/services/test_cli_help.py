@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from bench.cli import COMMANDS as BENCH_COMMANDS
-from services.cli import COMMANDS
+from lookahead_rag.bench.cli import COMMANDS as BENCH_COMMANDS
+from lookahead_rag.services.cli import COMMANDS
 
 HEAVY = ("torch", "transformers", "sentence_transformers", "faiss")
 PROBE = """
@@ -34,10 +34,10 @@ def help_probe(module: str, command: str) -> list[str]:
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_lookahead_rag_help_imports_no_torch(command: str) -> None:
     # `lookahead-rag <command> --help`: exit 0, and none of the heavy modules loaded
-    assert help_probe("services.cli", command) == ["0"]
+    assert help_probe("lookahead_rag.services.cli", command) == ["0"]
 
 
 @pytest.mark.parametrize("command", sorted(BENCH_COMMANDS))
 def test_bench_help_imports_no_torch(command: str) -> None:
     # `lookahead-rag-bench <command> --help`: exit 0, and none of the heavy modules loaded
-    assert help_probe("bench.cli", command) == ["0"]
+    assert help_probe("lookahead_rag.bench.cli", command) == ["0"]

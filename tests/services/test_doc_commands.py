@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "ARCHITECTURE.md", *sorted((ROOT / "docs").glob("*.md")),
         *sorted((ROOT / "deploy").glob("*.md")), ROOT / "bench" / "README.md"]
-CLIS = {"lookahead-rag": "services.cli", "lookahead-rag-bench": "bench.cli"}
+CLIS = {"lookahead-rag": "lookahead_rag.services.cli", "lookahead-rag-bench": "lookahead_rag.bench.cli"}
 FENCE = "```"
 WORD = re.compile(r"[a-z][a-z0-9-]*$")  # a (sub)command name; anything else is an argument or a flag
 SPAN = re.compile(r"`([^`\n]+)`")

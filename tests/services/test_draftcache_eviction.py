@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from services.draftcache.fetch import Continuation
-from services.draftcache.meter import StoreMeter
-from services.draftcache.metrics import DraftCacheMetrics
-from services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.meter import StoreMeter
+from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
+from lookahead_rag.services.draftcache.store import DraftCacheStore
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings
 
@@ -115,7 +115,7 @@ def test_gauge_shown_before_the_eviction_is_removed() -> None:
 
 
 def test_eviction_is_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="services.draftcache.store"):
+    with caplog.at_level(logging.INFO, logger="lookahead_rag.services.draftcache.store"):
         evicted_b()
     lines = [r.getMessage() for r in caplog.records if "evicted" in r.getMessage()]
     # one line, naming the evicted tenant and the cap

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.fetch import Continuation
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings, store_with
 

@@ -10,17 +10,17 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_rag.v1 import draftcache_pb2 as pb
-from lookahead_rag.v1 import draftcache_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.grpcutil import open_channel
-from services.common.limits import RequestLimits
-from services.draftcache.build import build_draftcache
-from services.draftcache.codec import SnapshotError
-from services.draftcache.servicer import SERVICE_NAME
-from services.draftcache.settings import DraftCacheSettings
-from services.events.inprocess import InProcessBus
+from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache.build import build_draftcache
+from lookahead_rag.services.draftcache.codec import SnapshotError
+from lookahead_rag.services.draftcache.servicer import SERVICE_NAME
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.v1 import draftcache_pb2 as pb
+from lookahead_rag.v1 import draftcache_pb2_grpc
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from services.draftcache.codec import MAGIC, SnapshotError
-from services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.draftcache.codec import MAGIC, SnapshotError
+from lookahead_rag.services.draftcache.store import DraftCacheStore
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import InvalidArgument, ResourceExhausted
-from services.draftcache.fetch import Continuation
-from services.draftcache.store import DraftCacheStore
-from services.events import EventApplier
-from services.events.inprocess import InProcessBus
+from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted
+from lookahead_rag.services.draftcache.fetch import Continuation
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events import EventApplier
+from lookahead_rag.services.events.inprocess import InProcessBus
 from tests.builders import TOKENIZER, completed
 from tests.services.draftcache_helpers import small_settings, store_with
 

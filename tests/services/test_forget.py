@@ -16,18 +16,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from google.protobuf.message import DecodeError
-from lookahead_rag.v1 import events_pb2
 
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.draftcache.store import DraftCacheStore
-from services.events.forget import CLOCK_SKEW_MS, EVERYTHING, ForgetLedger, forget_event
-from services.events.inprocess import InProcessBus
-from services.events.protocols import DRAFTCACHE_GROUP
-from services.events.streams import GENERATIONS, encode_event, stream_of
-from services.generator.forget import PrefixForgets
-from services.retriever.forget import ForgetWriter
-from services.retriever.sessions import PastSessions
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.events.forget import CLOCK_SKEW_MS, EVERYTHING, ForgetLedger, forget_event
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP
+from lookahead_rag.services.events.streams import GENERATIONS, encode_event, stream_of
+from lookahead_rag.services.generator.forget import PrefixForgets
+from lookahead_rag.services.retriever.forget import ForgetWriter
+from lookahead_rag.services.retriever.sessions import PastSessions
+from lookahead_rag.v1 import events_pb2
 from tests.builders import TOKENIZER, completed
 from tests.services.draftcache_helpers import small_settings
 

@@ -12,15 +12,15 @@ from typing import Any
 import grpc
 import pytest
 from lookahead_core import DecodingConfig
-from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.generator import ask
-from services.generator.convert import params_from_proto
-from services.generator.domain import GenerationParams
-from services.generator.params import decoding_config, sampling_fields, server_config
-from services.generator.settings import GeneratorSettings
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.generator import ask
+from lookahead_rag.services.generator.convert import params_from_proto
+from lookahead_rag.services.generator.domain import GenerationParams
+from lookahead_rag.services.generator.params import decoding_config, sampling_fields, server_config
+from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.v1 import events_pb2, generator_pb2, generator_pb2_grpc
 
 NAN, INF = float("nan"), float("inf")
 

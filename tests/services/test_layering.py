@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SERVICE_PACKAGES = ("services.retriever", "services.draftcache", "services.generator")
-TOP = ("services.app", "services.serve", "services.config", "services.config_cli", "services.demo", "services.cli")
+SVC = "lookahead_rag.services"
+BENCH = "lookahead_rag.bench"
+SERVICE_PACKAGES = (f"{SVC}.retriever", f"{SVC}.draftcache", f"{SVC}.generator")
+TOP = tuple(f"{SVC}.{m}" for m in ("app", "serve", "config", "config_cli", "demo", "cli"))
 
 # (files, module prefixes they must never import)
 RULES: dict[str, tuple[Path, tuple[str, ...]]] = {
-    "core is a library": (REPO / "libs" / "lookahead_core", ("services", "bench", "grpc", "aiokafka", "lookahead_rag")),
-    "events import no service": (REPO / "services" / "events", (*SERVICE_PACKAGES, *TOP, "bench")),
-    "common imports no service": (REPO / "services" / "common", (*SERVICE_PACKAGES, *TOP, "services.events", "bench")),
-    "services never import bench": (REPO / "services", ("bench",)),
+    "core is a library": (REPO / "libs" / "lookahead_core", ("lookahead_rag", "services", "bench", "grpc", "aiokafka")),
+    "events import no service": (REPO / "services" / "events", (*SERVICE_PACKAGES, *TOP, BENCH)),
+    "common imports no service": (REPO / "services" / "common", (*SERVICE_PACKAGES, *TOP, f"{SVC}.events", BENCH)),
+    "services never import bench": (REPO / "services", (BENCH,)),
 }
 
 
@@ -52,5 +54,6 @@ def test_imports_point_one_way(rule: str) -> None:
 
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("def f():\n    from services.generator.engine import GeneratorEngine\n")  # hidden in a function
-    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports services.generator.engine"]
+    # hidden in a function
+    bad.write_text("def f():\n    from lookahead_rag.services.generator.engine import GeneratorEngine\n")
+    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports lookahead_rag.services.generator.engine"]

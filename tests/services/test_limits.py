@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from services.common.errors import InvalidArgument
-from services.common.limits import RequestLimits
-from services.draftcache.settings import DraftCacheSettings
-from services.draftcache.store import DraftCacheStore
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache.settings import DraftCacheSettings
+from lookahead_rag.services.draftcache.store import DraftCacheStore
 
 LIMITS = RequestLimits(default_k=3, max_k=5, default_m=1, max_m=2, default_max_new_tokens=8, max_new_tokens=16,
                        max_tenant_chars=4, max_question_chars=10, max_prompt_chars=20)

@@ -15,9 +15,9 @@ import pytest
 import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from services.common import ports
-from services.common.settings import ServerSettings, env_prefix
-from services.config import SECTIONS
+from lookahead_rag.services.common import ports
+from lookahead_rag.services.common.settings import ServerSettings, env_prefix
+from lookahead_rag.services.config import SECTIONS
 from tests.services.deploy_helpers import (
     DEPLOY,
     DEPLOYED_SERVER_FIELDS,

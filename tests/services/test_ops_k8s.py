@@ -14,10 +14,10 @@ import pytest
 import yaml
 from lookahead_core.defaults import DEFAULT_MODEL
 
-from services.common import ports
-from services.common.settings import ConfigError, load_settings
-from services.config import SECTIONS
-from services.config_cli import toml_value
+from lookahead_rag.services.common import ports
+from lookahead_rag.services.common.settings import ConfigError, load_settings
+from lookahead_rag.services.config import SECTIONS
+from lookahead_rag.services.config_cli import toml_value
 from tests.services.deploy_helpers import (
     ALL_TOPICS,
     CONFIGMAP,

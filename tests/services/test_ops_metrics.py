@@ -13,15 +13,15 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from services.common.observability import (
+from lookahead_rag.services.common.observability import (
     ObservabilityInterceptor,
     RpcMetrics,
     start_metrics_server,
     stop_metrics_server,
 )
-from services.draftcache.metrics import DraftCacheMetrics
-from services.events.metrics import ConsumerMetrics, OutboxMetrics
-from services.generator.metrics import DRAFT_SOURCES, GeneratorMetrics
+from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
+from lookahead_rag.services.events.metrics import ConsumerMetrics, OutboxMetrics
+from lookahead_rag.services.generator.metrics import DRAFT_SOURCES, GeneratorMetrics
 
 CHECK = "/grpc.health.v1.Health/Check"
 WATCH = "/grpc.health.v1.Health/Watch"

@@ -15,11 +15,11 @@ import pytest
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services import config_cli
-from services.common import settings
-from services.common.ports import CONFIG_ENV
-from services.common.settings import ConfigError, LoggingSettings, ServiceSettings, load_settings
-from services.config import SECTIONS, AllSettings
+from lookahead_rag.services import config_cli
+from lookahead_rag.services.common import settings
+from lookahead_rag.services.common.ports import CONFIG_ENV
+from lookahead_rag.services.common.settings import ConfigError, LoggingSettings, ServiceSettings, load_settings
+from lookahead_rag.services.config import SECTIONS, AllSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SECTION = "opstest"

@@ -7,6 +7,8 @@ picks it.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import tomllib
 from pathlib import Path
@@ -83,3 +85,24 @@ def test_every_package_directory_is_installed() -> None:
         if "tests" not in init.parts
     }
     assert found <= listed, sorted(found - listed)
+
+
+def test_the_wheel_installs_no_generic_top_level_package() -> None:
+    # every installed package lives under the project's own names, so no `services` or `bench` collides
+    packages = PYPROJECT["tool"]["setuptools"]["packages"]
+    assert {p.split(".")[0] for p in packages} == {"lookahead_core", "lookahead_rag"}
+    assert all(PYPROJECT["project"]["scripts"][c].startswith("lookahead_rag.") for c in PYPROJECT["project"]["scripts"])
+
+
+def test_both_commands_print_the_installed_version() -> None:
+    from importlib.metadata import version
+
+    from lookahead_rag.bench.cli import main as bench_main
+    from lookahead_rag.services.cli import main as service_main
+
+    for main, prog in ((service_main, "lookahead-rag"), (bench_main, "lookahead-rag-bench")):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            assert main(["--version"]) == 0
+        # the distribution's own version, not a constant in the code
+        assert out.getvalue().strip() == f"{prog} {version('lookahead-rag')}"

@@ -10,12 +10,12 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from services.common import quota as quota_module
-from services.common.errors import InvalidArgument, ResourceExhausted, retry_after_of, retry_status
-from services.common.limits import RequestLimits
-from services.common.quota import Quota, TenantQuotas, TokenBucket
-from services.common.settings import ConfigError, load_settings
-from services.http.errors import error_response, retry_after_header
+from lookahead_rag.services.common import quota as quota_module
+from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted, retry_after_of, retry_status
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.quota import Quota, TenantQuotas, TokenBucket
+from lookahead_rag.services.common.settings import ConfigError, load_settings
+from lookahead_rag.services.http.errors import error_response, retry_after_header
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.retriever.chunking import chunk_spans
-from services.retriever.documents import Document, make_chunks
+from lookahead_rag.services.retriever.chunking import chunk_spans
+from lookahead_rag.services.retriever.documents import Document, make_chunks
 
 PARAGRAPHS = "\n\n".join(
     " ".join(f"Sentence {p}.{s} says something about topic {p} with a few more words." for s in range(6))

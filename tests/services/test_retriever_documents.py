@@ -10,17 +10,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from lookahead_rag.v1 import events_pb2
 
-from services.events.protocols import StaleSnapshot
-from services.events.streams import DOCUMENTS, document_key, stream_of
-from services.retriever.core import IngestResult
-from services.retriever.doc_applier import DocumentsApplier
-from services.retriever.doc_events import change_event, delete_change, plan_changes, upsert_change
-from services.retriever.doc_writer import DocumentWriter
-from services.retriever.documents import Document
-from services.retriever.store import IndexStore
-from services.retriever.tenants import TenantIndexes
+from lookahead_rag.services.events.protocols import StaleSnapshot
+from lookahead_rag.services.events.streams import DOCUMENTS, document_key, stream_of
+from lookahead_rag.services.retriever.core import IngestResult
+from lookahead_rag.services.retriever.doc_applier import DocumentsApplier
+from lookahead_rag.services.retriever.doc_events import change_event, delete_change, plan_changes, upsert_change
+from lookahead_rag.services.retriever.doc_writer import DocumentWriter
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.store import IndexStore
+from lookahead_rag.services.retriever.tenants import TenantIndexes
+from lookahead_rag.v1 import events_pb2
 from tests.services.retriever_helpers import settings
 
 TENANT = "acme"

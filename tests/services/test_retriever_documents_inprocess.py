@@ -9,15 +9,15 @@ from typing import Any
 
 import grpc
 import pytest
-from lookahead_rag.v1 import events_pb2, retriever_pb2, retriever_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from services.common.grpcutil import open_channel
-from services.events.inprocess import InProcessBus
-from services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP
-from services.events.streams import DOCUMENTS
-from services.retriever.build import wire_retriever
-from services.retriever.core import RetrieverCore
+from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.streams import DOCUMENTS
+from lookahead_rag.services.retriever.build import wire_retriever
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.v1 import events_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer
 
 TENANT = "acme"

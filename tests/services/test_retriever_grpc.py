@@ -14,15 +14,15 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 
-from services.common.errors import InvalidArgument, ResourceExhausted, grpc_errors
-from services.common.grpcutil import open_channel, start_server, stop_server
-from services.common.limits import RequestLimits
-from services.retriever.build import retriever_service
-from services.retriever.core import RetrieverCore
-from services.retriever.documents import Document
-from services.retriever.servicer import SERVICE_NAME
+from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted, grpc_errors
+from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.retriever.build import retriever_service
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.servicer import SERVICE_NAME
+from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc
 from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer
 
 TENANT = "acme"

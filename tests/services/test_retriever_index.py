@@ -9,15 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from bench.retrieval import measure_retrieval, variants
-from services.common import atomic
-from services.retriever.core import RetrieverCore
-from services.retriever.documents import Document, make_chunks
-from services.retriever.embeddings import Embedder
-from services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
-from services.retriever.settings import IndexKind
-from services.retriever.store import INDEX_DIR
-from services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
+from lookahead_rag.bench.retrieval import measure_retrieval, variants
+from lookahead_rag.services.common import atomic
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.documents import Document, make_chunks
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.index import CorruptIndex, IndexConfig, TenantIndex
+from lookahead_rag.services.retriever.settings import IndexKind
+from lookahead_rag.services.retriever.store import INDEX_DIR
+from lookahead_rag.services.retriever.vector_cache import CachingEncoder, VectorCache, with_cache
 from tests.services.retriever_helpers import settings
 
 DOCS = [

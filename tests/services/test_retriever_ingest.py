@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from services.common.errors import InvalidArgument
-from services.retriever import ingest_cli
-from services.retriever.build import retriever_service
-from services.retriever.core import RetrieverCore
-from services.retriever.corpus import bundled_corpus_path, bundled_vectors_path, sample_questions_path
-from services.retriever.documents import Document
-from services.retriever.ingest import read_documents, read_jsonl
-from services.retriever.stdlib_corpus import chunk_texts, module_entries
-from services.retriever.vector_cache import VectorCache
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.retriever import ingest_cli
+from lookahead_rag.services.retriever.build import retriever_service
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.corpus import bundled_corpus_path, bundled_vectors_path, sample_questions_path
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.ingest import read_documents, read_jsonl
+from lookahead_rag.services.retriever.stdlib_corpus import chunk_texts, module_entries
+from lookahead_rag.services.retriever.vector_cache import VectorCache
 from tests.services.retriever_helpers import settings, shared_embedder, shared_tokenizer
 
 MAX_CORPUS_BYTES = 3_000_000

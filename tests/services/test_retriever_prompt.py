@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from services.retriever.prompt import Passage, PassageOrder, PastAnswer, PromptTooLong, build_prompt
+from lookahead_rag.services.retriever.prompt import Passage, PassageOrder, PastAnswer, PromptTooLong, build_prompt
 
 SYSTEM = "Answer from the documents."
 QUESTION = "How do I serialize an object to a JSON string?"

@@ -11,10 +11,17 @@ from typing import Any
 
 import pytest
 
-from services.retriever.core import RetrieverCore
-from services.retriever.documents import Document, make_chunks
-from services.retriever.embeddings import Embedder
-from services.retriever.prompt import PAST_HEADER, QUESTION_LABEL, Passage, PassageOrder, PastAnswer, build_prompt
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.documents import Document, make_chunks
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.prompt import (
+    PAST_HEADER,
+    QUESTION_LABEL,
+    Passage,
+    PassageOrder,
+    PastAnswer,
+    build_prompt,
+)
 from tests.services.retriever_helpers import settings
 
 SYSTEM = "Answer from the documents."

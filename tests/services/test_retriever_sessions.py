@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lookahead_rag.v1 import events_pb2
 
-from services.retriever.core import RetrieverCore
-from services.retriever.embeddings import Embedder
-from services.retriever.sessions import PastSessions
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.embeddings import Embedder
+from lookahead_rag.services.retriever.sessions import PastSessions
+from lookahead_rag.v1 import events_pb2
 from tests.builders import completed
 from tests.services.retriever_helpers import settings, shared_tokenizer
 

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 from lookahead_core.engine.detok import TextStreamer
-from lookahead_rag.v1 import generator_pb2
 
-from services.common.errors import InvalidArgument
-from services.generator.convert import MIN_PADDING, chunk_to_proto, delta_to_proto, pad, padded_bytes
-from services.generator.domain import AnswerChunk, DocumentChunk, FinalInfo, GenerationStats, TextDelta
-from services.generator.safe_stream import (
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.generator.convert import MIN_PADDING, chunk_to_proto, delta_to_proto, pad, padded_bytes
+from lookahead_rag.services.generator.domain import AnswerChunk, DocumentChunk, FinalInfo, GenerationStats, TextDelta
+from lookahead_rag.services.generator.safe_stream import (
     Chunker,
     SafeStreamConfig,
     max_token_bytes,
@@ -25,6 +24,7 @@ from services.generator.safe_stream import (
     text_budget,
     utf8_prefix,
 )
+from lookahead_rag.v1 import generator_pb2
 
 # id -> bytes: ASCII words, the two halves of "é", a 4-byte emoji, and a long token
 VOCAB = [b"a", b"bc", b"\xc3", b"\xa9", "😀".encode(), b" hello", b"de", b"x" * 20]
@@ -236,7 +236,7 @@ async def test_closing_the_safe_stream_closes_the_engine_stream() -> None:
 
 # ---- bench-serve's on_safe and on_tls ways --------------------------------------------------------
 def test_bench_serve_cost_ways_parse_in_run_order() -> None:
-    from bench.serve_args import parse_args
+    from lookahead_rag.bench.serve_args import parse_args
 
     assert parse_args(["--ways", "on_safe,on,on_tls"]).ways == ["on", "on_tls", "on_safe"]
     assert parse_args([]).ways == ["on", "off", "serial_hf"]  # the cost ways are asked for by name
@@ -245,7 +245,7 @@ def test_bench_serve_cost_ways_parse_in_run_order() -> None:
 
 
 def test_bench_serve_tls_stack_serves_and_verifies_a_run_time_ca(tmp_path: Path) -> None:
-    from bench.serve_stack import StackConfig
+    from lookahead_rag.bench.serve_stack import StackConfig
 
     stack = StackConfig(tmp_path, "smollm2-135m-instruct", 8, 1, 0, 10.0)
     tls = stack.settings("on_tls", tls=True).tls
@@ -274,8 +274,8 @@ class FakeStub:
 
 @pytest.mark.asyncio
 async def test_bench_serve_client_asks_for_the_safe_stream_and_counts_its_tokens() -> None:
-    from bench.serve_client import one_request
-    from bench.serve_load import Question
+    from lookahead_rag.bench.serve_client import one_request
+    from lookahead_rag.bench.serve_load import Question
 
     stub = FakeStub()
     question = Question(qid="q1", tenant="acme", question="q")

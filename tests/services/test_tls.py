@@ -20,13 +20,12 @@ from typing import Any
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lookahead_rag.v1 import draftcache_pb2 as pb
 from prometheus_client import CollectorRegistry
 
-from services.common import grpcutil
-from services.common.grpcutil import open_channel
-from services.common.limits import RequestLimits
-from services.common.tls import (
+from lookahead_rag.services.common import grpcutil
+from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.tls import (
     TARGET_NAME_OVERRIDE,
     TlsSettings,
     add_tls_arguments,
@@ -35,8 +34,9 @@ from services.common.tls import (
     tls_from_args,
     uvicorn_ssl,
 )
-from services.draftcache.build import build_draftcache
-from services.events.inprocess import InProcessBus
+from lookahead_rag.services.draftcache.build import build_draftcache
+from lookahead_rag.services.events.inprocess import InProcessBus
+from lookahead_rag.v1 import draftcache_pb2 as pb
 from tests.builders import TOKENIZER
 from tests.services.draftcache_helpers import small_settings
 from tests.services.tls_helpers import LOOPBACK_V4, RPC_TIMEOUT_S, Pki, Stub, T, client_tls, server_tls
@@ -161,9 +161,9 @@ def test_open_channel_gets_tls_credentials(pki: Pki, monkeypatch: pytest.MonkeyP
 def test_generator_channels_use_tls_when_configured(pki: Pki, tmp_path: Path) -> None:
     # the pipeline's channels to a retriever and a draft cache not built here (generator -> upstream)
     # use [tls]: with the CA they reach a TLS draft cache, without TLS the same call is refused
-    from services.app import Pipeline
-    from services.common.refresher import Refresher
-    from services.config import AllSettings
+    from lookahead_rag.services.app import Pipeline
+    from lookahead_rag.services.common.refresher import Refresher
+    from lookahead_rag.services.config import AllSettings
 
     def settings(port: int, tls: dict[str, Any]) -> AllSettings:
         target = f"{LOOPBACK_V4}:{port}"
@@ -192,8 +192,8 @@ def test_generator_channels_use_tls_when_configured(pki: Pki, tmp_path: Path) ->
 
 def test_pipeline_serves_tls_from_settings(pki: Pki, tmp_path: Path) -> None:
     # Pipeline.start(grpc_servers=True) binds with [tls]'s certificate: health answers over TLS only
-    from services.app import Pipeline
-    from services.config import AllSettings
+    from lookahead_rag.services.app import Pipeline
+    from lookahead_rag.services.config import AllSettings
 
     settings = AllSettings.load(None, draftcache={"data_dir": str(tmp_path), "host": LOOPBACK_V4},
                                 tls={"cert_file": str(pki.server_cert), "key_file": str(pki.server_key),
@@ -243,8 +243,8 @@ def get_health(port: int, context: ssl.SSLContext | None) -> int:
 def test_http_endpoint_serves_https_and_mutual_tls(pki: Pki) -> None:
     # the OpenAI endpoint with [tls]: HTTPS verified against the CA answers; plain HTTP gets no answer;
     # under mutual TLS a client without a certificate is cut off and one with the CA's certificate answers
-    from services.http.server import HttpServer
-    from services.http.settings import HttpSettings
+    from lookahead_rag.services.http.server import HttpServer
+    from lookahead_rag.services.http.settings import HttpSettings
 
     def context(cert: bool) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(pki.ca))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from services.common.settings import ConfigError, load_settings
-from services.common.tls import (
+from lookahead_rag.services.common.settings import ConfigError, load_settings
+from lookahead_rag.services.common.tls import (
     InsecureBindError,
     TlsSettings,
     check_bind,
@@ -62,7 +62,7 @@ def test_serve_refuses_a_public_host_without_tls(tmp_path: Path, monkeypatch: py
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     # `serve draftcache` on 0.0.0.0 without [tls]: exit 2 with one line on stderr, nothing served
     # (were the check missing, the stubbed signal wait would return at once and serve would exit 0)
-    from services import serve
+    from lookahead_rag.services import serve
 
     async def no_wait() -> None:
         return None

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from services.common.settings import ConfigError, load_settings
-from services.events.kafka import broker, cluster_offsets, consumer, dead_letter, publisher
-from services.events.kafka.security import client_security
-from services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.common.settings import ConfigError, load_settings
+from lookahead_rag.services.events.kafka import broker, cluster_offsets, consumer, dead_letter, publisher
+from lookahead_rag.services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from tests.services.tls_helpers import Pki
 
 pytestmark = pytest.mark.usefixtures("no_lar_env")
@@ -127,7 +127,7 @@ def test_every_kafka_client_gets_the_security_kwargs(pki: Pki, tmp_path: Path,
                                                      built: list[tuple[str, dict[str, Any]]]) -> None:
     # each construction site (publisher, its topic creation, dead letters, the group consumer, the
     # every-partition consumer, the cluster-id check, end offsets) passes SASL_SSL, its context and login
-    from services.events.kafka.replica_consumer import EveryPartitionRunner
+    from lookahead_rag.services.events.kafka.replica_consumer import EveryPartitionRunner
 
     s = kafka(pki, "SASL_SSL", topic="events")
 

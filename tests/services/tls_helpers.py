@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from lookahead_rag.services.common.devpki import LOOPBACK_V4, Pki, make_pki
+from lookahead_rag.services.common.tls import TlsSettings
 from lookahead_rag.v1 import draftcache_pb2_grpc
-
-from services.common.devpki import LOOPBACK_V4, Pki, make_pki
-from services.common.tls import TlsSettings
 
 __all__ = ["LOOPBACK_V4", "RPC_TIMEOUT_S", "Pki", "Stub", "T", "client_tls", "make_pki", "server_tls"]
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.topics import all_topics
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.topics import all_topics
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ async def ensure_topics(
     security: Mapping[str, Any] | None = None,
 ) -> None:
     """Create each topic (name -> partitions) that does not exist yet; ``security``: the TLS/SASL
-    kwargs (``services.events.kafka.security.client_security``; None: plaintext)."""
+    kwargs (``lookahead_rag.services.events.kafka.security.client_security``; None: plaintext)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms,
                                 **(security or {}))
     await admin.start()

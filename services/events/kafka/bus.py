@@ -2,7 +2,7 @@
 
 ``KafkaBus`` has the in-process bus's interface (publish, subscribe(group, applier), start, stop,
 drain, counters, stats), so services do not care which one ``make_bus`` gave them. Each stream
-(``services.events.streams``) has its topic and its outbox (``topics``); a group subscribed
+(``lookahead_rag.services.events.streams``) has its topic and its outbox (``topics``); a group subscribed
 ``every_replica`` reads all partitions in every process (``replica_consumer``).
 """
 
@@ -14,14 +14,14 @@ import logging
 import threading
 from pathlib import Path
 
-from services.events.kafka.cluster_offsets import log_end_offsets
-from services.events.kafka.consumer import KafkaConsumerRunner
-from services.events.kafka.publisher import KafkaPublisher
-from services.events.kafka.replica_consumer import EveryPartitionRunner
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.topics import stream_outbox_path, stream_settings
-from services.events.protocols import BusStats, ConsumerCounters, EventApplier, OutboxStats
-from services.events.streams import GENERATIONS, Event, Stream, stream_of
+from lookahead_rag.services.events.kafka.cluster_offsets import log_end_offsets
+from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
+from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
+from lookahead_rag.services.events.kafka.replica_consumer import EveryPartitionRunner
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.topics import stream_outbox_path, stream_settings
+from lookahead_rag.services.events.protocols import BusStats, ConsumerCounters, EventApplier, OutboxStats
+from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream, stream_of
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from services.events.kafka.security import client_security
-from services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
 
 MS_PER_S = 1000
 

@@ -32,14 +32,14 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
 
-from services.events.kafka.broker import ensure_topics
-from services.events.kafka.cluster_offsets import cluster_view
-from services.events.kafka.dead_letter import DeadLetterSender
-from services.events.kafka.record_handler import RecordHandler, decode_event
-from services.events.kafka.security import client_security
-from services.events.kafka.settings import KafkaSettings
-from services.events.kafka.state import ConsumerState, read_state, state_path, write_state
-from services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
+from lookahead_rag.services.events.kafka.broker import ensure_topics
+from lookahead_rag.services.events.kafka.cluster_offsets import cluster_view
+from lookahead_rag.services.events.kafka.dead_letter import DeadLetterSender
+from lookahead_rag.services.events.kafka.record_handler import RecordHandler, decode_event
+from lookahead_rag.services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.state import ConsumerState, read_state, state_path, write_state
+from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import logging
 
 from aiokafka import AIOKafkaProducer, ConsumerRecord
 
-from services.events.kafka.security import client_security
-from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import error_text
+from lookahead_rag.services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.protocols import error_text
 
 log = logging.getLogger(__name__)
 

@@ -8,12 +8,12 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from services.events.kafka.broker import ensure_topics
-from services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher
-from services.events.kafka.security import client_security
-from services.events.kafka.settings import KafkaSettings
-from services.events.protocols import OutboxStats
-from services.events.streams import Event, encode_event, tenant_key
+from lookahead_rag.services.events.kafka.broker import ensure_topics
+from lookahead_rag.services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher
+from lookahead_rag.services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.protocols import OutboxStats
+from lookahead_rag.services.events.streams import Event, encode_event, tenant_key
 
 
 class KafkaPublisher:

@@ -7,9 +7,9 @@ from typing import Any
 
 from aiokafka import ConsumerRecord
 
-from services.events.kafka.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
-from services.events.protocols import ConsumerCounters, EventApplier, apply_with_retries
-from services.events.streams import GENERATIONS
+from lookahead_rag.services.events.kafka.dead_letter import REASON_APPLY, REASON_DECODE, DeadLetterSender
+from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, apply_with_retries
+from lookahead_rag.services.events.streams import GENERATIONS
 
 
 def decode_event(value: bytes | None) -> Any:

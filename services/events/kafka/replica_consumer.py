@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from services.events.kafka.cluster_offsets import MS_PER_S, cluster_view
-from services.events.kafka.consumer import KafkaConsumerRunner
-from services.events.kafka.security import client_security
+from lookahead_rag.services.events.kafka.cluster_offsets import MS_PER_S, cluster_view
+from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
+from lookahead_rag.services.events.kafka.security import client_security
 
 
 class TopicNotReady(RuntimeError):

@@ -11,7 +11,7 @@ from typing import Any
 
 from aiokafka.helpers import create_ssl_context
 
-from services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})

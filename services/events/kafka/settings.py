@@ -1,4 +1,4 @@
-"""Settings of the feedback-loop event bus (``services.events.factory.make_bus`` reads them).
+"""Settings of the feedback-loop event bus (``lookahead_rag.services.events.factory.make_bus`` reads them).
 
 Empty ``bootstrap_servers`` (the default) means the embedded in-process bus; anything else means
 Kafka. Every field can be set from the environment with the ``LAR_KAFKA_`` prefix, e.g.
@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_GROUP
 
 OUTBOX_FILE = "outbox.sqlite3"
 STATE_DIR = "bus-state"

@@ -14,7 +14,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from services.common.atomic import write_bytes_atomic
+from lookahead_rag.services.common.atomic import write_bytes_atomic
 
 MAGIC = b"LARSTATE1\n"
 _LEN = struct.Struct(">I")

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from services.events.kafka.settings import KafkaSettings
-from services.events.streams import DOCUMENTS, GENERATIONS, STREAMS, Stream
+from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.streams import DOCUMENTS, GENERATIONS, STREAMS, Stream
 
 TOPIC_FIELDS: dict[str, str] = {  # stream name -> the KafkaSettings field naming its topic
     GENERATIONS.name: "topic",
