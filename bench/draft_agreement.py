@@ -26,11 +26,11 @@ def one_token_ms(model: torch.nn.Module, prompt: list[int]) -> float:
     """Median ms of a one-token forward after ``prompt`` is cached."""
     cache = DynamicCache()
     with torch.inference_mode():
-        model(input_ids=torch.tensor([prompt]), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        model(input_ids=torch.tensor([prompt]), cache=cache, use_cache=True, logits_to_keep=1)
         times = []
         for _ in range(TIMED_FORWARDS):
             t0 = time.perf_counter()
-            model(input_ids=torch.tensor([[prompt[-1]]]), past_key_values=cache, use_cache=True)
+            model(input_ids=torch.tensor([[prompt[-1]]]), cache=cache, use_cache=True)
             times.append(time.perf_counter() - t0)
             rollback_cache(cache, len(prompt))
     return statistics.median(times) * 1000.0

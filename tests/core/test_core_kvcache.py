@@ -131,20 +131,20 @@ def test_cache_after_failed_forward_and_rollback_gives_exact_logits(family: str)
 
     with torch.inference_mode():
         cache = DynamicCache()
-        model(prompt, past_key_values=cache, use_cache=True)
+        model(prompt, cache=cache, use_cache=True)
         hook = model.model.layers[1].register_forward_pre_hook(boom)
         try:
             with pytest.raises(Boom):
-                model(nxt, past_key_values=cache, use_cache=True)
+                model(nxt, cache=cache, use_cache=True)
         finally:
             hook.remove()
         assert cache.layers[0].keys.shape[-2] == 8  # the failure really left the layers uneven
         assert cache.layers[1].keys.shape[-2] == 6
         rollback_cache(cache, 6)
-        got = model(nxt, past_key_values=cache, use_cache=True).logits  # [1, 2, vocab]
+        got = model(nxt, cache=cache, use_cache=True).logits  # [1, 2, vocab]
         fresh = DynamicCache()
-        model(prompt, past_key_values=fresh, use_cache=True)
-        want = model(nxt, past_key_values=fresh, use_cache=True).logits
+        model(prompt, cache=fresh, use_cache=True)
+        want = model(nxt, cache=fresh, use_cache=True).logits
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 

@@ -101,7 +101,7 @@ class DraftModelProposer(Proposer):
         """Run the draft on ``ids`` after what the cache holds; the next-token logits after the last one."""
         x = torch.tensor([list(ids)], dtype=torch.long, device=self.device)  # [1, n]
         with torch.inference_mode():
-            out = self.model(input_ids=x, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+            out = self.model(input_ids=x, cache=self.cache, use_cache=True, logits_to_keep=1)
         self.seen += list(ids)
         self.forwards += 1
         return out.logits[0, -1]  # [vocab]

@@ -70,7 +70,7 @@ class MjsdProposer(Proposer):
         with torch.inference_mode():
             for _ in range(depth - 1):
                 x = torch.tensor([[s[-1]] for s in seqs], dtype=torch.long, device=device)  # [B, 1]
-                out = draft(input_ids=x, past_key_values=cache, use_cache=True)
+                out = draft(input_ids=x, cache=cache, use_cache=True)
                 self.follower.forwards += 1
                 lp = self._logprobs(out.logits[:, -1], banned)  # [B, vocab]
                 total = scores[:, None] + lp  # [B, vocab]: each continuation's joint log-prob

@@ -45,7 +45,7 @@ def generate_sampled(
     with torch.inference_mode():
         ids = torch.tensor([prompt], dtype=torch.long, device=device)  # [1, prompt]
         while True:
-            out = model(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1)
+            out = model(input_ids=ids, cache=cache, use_cache=True, logits_to_keep=1)
             logits = out.logits  # [1, 1, vocab]
             token = chooser.choose(logits[0, -1:], prompt + output, position=len(output))[0]
             kept, reason = trim_step(output, [token], eos, config.max_new_tokens, config.stop_strings, decode)
