@@ -2,7 +2,9 @@
 
 Publish enqueues a copy; one background task applies each event to every subscriber of its stream,
 in publish order across streams (and across the message types one stream carries). One process is
-one replica: ``every_replica`` changes nothing here.
+one replica: ``every_replica`` changes nothing here. Events are queued as Kafka's records are
+(``events.records``: the bare protobuf, its type in a header), without trace context: the applier runs
+on the bus's task, and nothing leaves the process.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from lookahead_rag.services.events.protocols import (
     apply_with_retries,
     error_text,
 )
+from lookahead_rag.services.events.records import Record, encode_record, parse_record
 from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream, stream_of
 
 log = logging.getLogger(__name__)
@@ -47,7 +50,7 @@ class InProcessBus:
     ) -> None:
         self._max_attempts = max_attempts
         self._backoff_s = retry_backoff_s
-        self._queue: asyncio.Queue[tuple[Stream, bytes]] = asyncio.Queue()
+        self._queue: asyncio.Queue[tuple[Stream, Record]] = asyncio.Queue()
         self._subscribers: dict[str, _Subscriber] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -57,8 +60,7 @@ class InProcessBus:
     # --- publisher side ---
     def publish(self, event: Event) -> None:
         """Enqueue a copy of the event; safe from the loop thread and from other threads."""
-        stream = stream_of(event)
-        item = (stream, stream.encode(event))  # a copy: the caller may reuse its message
+        item = (stream_of(event), encode_record(event))  # a copy: the caller may reuse its message
         if self._loop is not None and threading.get_ident() != self._loop_thread:
             self._loop.call_soon_threadsafe(self._queue.put_nowait, item)
         else:
@@ -108,11 +110,11 @@ class InProcessBus:
 
     async def _run(self) -> None:
         while True:
-            stream, data = await self._queue.get()
+            stream, record = await self._queue.get()
             try:
                 for sub in list(self._subscribers.values()):
                     if sub.stream is stream:
-                        await self._deliver(sub, stream.parse(data))
+                        await self._deliver(sub, parse_record(stream, record.value, record.headers))
             finally:
                 self._queue.task_done()
 

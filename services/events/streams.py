@@ -10,11 +10,13 @@
 
 ``publish(event)`` picks the stream from the event's type (``stream_of``).
 
-Record values: a stream's first message type (``message``) is its bare protobuf, as it always was;
-every other type a stream carries (``others``) is framed: ``FRAME_MARK`` (0x00: a protobuf tag of
-field number 0 is illegal, so no bare message starts with it), one byte of name length, the message's
-full name, then its protobuf. A consumer that predates a framed type cannot parse it and
-dead-letters it rather than misreading it.
+Kafka records (``events.records``): every value is its message's bare protobuf, its type in a
+``ce_type`` header. ``Stream.encode``/``parse`` are the value format from before headers, still read
+(a record without ``ce_type``) and written with ``KafkaSettings.record_format = "framed"``: a stream's
+first message type (``message``) is its bare protobuf; every other type a stream carries (``others``)
+is framed: ``FRAME_MARK`` (0x00: a protobuf tag of field number 0 is illegal, so no bare message starts
+with it), one byte of name length, the message's full name, then its protobuf. A consumer that
+predates a framed type cannot parse it and dead-letters it rather than misreading it.
 """
 
 from __future__ import annotations
@@ -55,8 +57,15 @@ class Stream:
     def messages(self) -> tuple[type[Any], ...]:
         return (self.message, *self.others)
 
+    def message_named(self, full_name: str) -> type[Any] | None:
+        """The protobuf class of this stream whose full name is ``full_name`` (None: not carried here)."""
+        for message in self.messages:
+            if message.DESCRIPTOR.full_name == full_name:
+                return message
+        return None
+
     def encode(self, event: Any) -> bytes:
-        """The record value of an event of this stream (see the module's doc for the framing)."""
+        """The pre-header record value of an event of this stream (see the module's doc for the framing)."""
         if type(event) is self.message:
             return bytes(event.SerializeToString())
         if type(event) not in self.others:
@@ -67,7 +76,8 @@ class Stream:
         return FRAME_MARK + bytes([len(name)]) + name + event.SerializeToString()
 
     def parse(self, data: bytes | None) -> Any:
-        """A record value back into its event (no checks beyond parsing; raises on bytes it cannot parse)."""
+        """A pre-header record value back into its event (no checks beyond parsing; raises on bytes it
+        cannot parse)."""
         data = data or b""
         if not data.startswith(FRAME_MARK):
             return self.message.FromString(data)
@@ -76,13 +86,13 @@ class Stream:
         size = data[len(FRAME_MARK)]
         start = len(FRAME_MARK) + 1
         name = data[start : start + size].decode(errors="replace")
-        for message in self.others:
-            if message.DESCRIPTOR.full_name == name:
-                return message.FromString(data[start + size :])
+        message = self.message_named(name)
+        if message is not None and message is not self.message:
+            return message.FromString(data[start + size :])
         raise ValueError(f"stream {self.name!r} does not carry {name!r} events")
 
     def decode(self, data: bytes | None) -> Any:
-        """Parse a serialized event; raises on bytes that are not a usable event of this stream."""
+        """Parse a pre-header value; raises on bytes that are not a usable event of this stream."""
         event = self.parse(data)
         if not event.event_id:
             raise ValueError(f"{type(event).__name__} without event_id")
@@ -104,5 +114,5 @@ def stream_of(event: Any) -> Stream:
 
 
 def encode_event(event: Any) -> bytes:
-    """The record value of an event on its stream (``stream_of(event).encode``)."""
+    """The pre-header record value of an event on its stream (``stream_of(event).encode``)."""
     return stream_of(event).encode(event)

@@ -49,7 +49,7 @@ class KafkaBus:
             publisher = self._publishers.get(stream.name)
             if publisher is None:
                 outbox = stream_outbox_path(self.settings, stream, self.data_dir)
-                publisher = KafkaPublisher(stream_settings(self.settings, stream), outbox, stream.key)
+                publisher = KafkaPublisher(stream_settings(self.settings, stream), outbox, stream=stream)
                 self._publishers[stream.name] = publisher
             return publisher
 
@@ -75,7 +75,7 @@ class KafkaBus:
         else:
             runner_class, group_id, state_name = KafkaConsumerRunner, s.group_id(group), None
         self.runners[group] = runner_class(
-            s.bootstrap_servers, s.topic, group_id, applier, state_dir, settings=s, decode=stream.decode,
+            s.bootstrap_servers, s.topic, group_id, applier, state_dir, settings=s, stream=stream,
             state_name=state_name,
         )  # fmt: skip
         self._streams[stream.name] = stream

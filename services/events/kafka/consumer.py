@@ -24,22 +24,23 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.structs import OffsetAndMetadata
+from opentelemetry.trace import Tracer
 
 from lookahead_rag.services.events.kafka.broker import ensure_topics
 from lookahead_rag.services.events.kafka.cluster_offsets import cluster_view
 from lookahead_rag.services.events.kafka.dead_letter import DeadLetterSender
-from lookahead_rag.services.events.kafka.record_handler import RecordHandler, decode_event
+from lookahead_rag.services.events.kafka.record_handler import RecordHandler
 from lookahead_rag.services.events.kafka.security import client_security
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.events.kafka.state import ConsumerState, read_state, state_path, write_state
 from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
+from lookahead_rag.services.events.streams import GENERATIONS, Stream
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +71,13 @@ class KafkaConsumerRunner:
         state_dir: Path,
         *,
         settings: KafkaSettings | None = None,
-        decode: Callable[[bytes | None], Any] = decode_event,
+        stream: Stream = GENERATIONS,
         state_name: str | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
-        """``decode``: a record value into an event (the stream's); ``state_name``: the state file's
-        name in ``state_dir`` (default: the group id)."""
+        """``stream``: what the topic carries (how records decode); ``state_name``: the state file's
+        name in ``state_dir`` (default: the group id); ``tracer``: the consumer spans' (default: the
+        global provider's)."""
         base = settings or KafkaSettings()
         self.settings = base.model_copy(update={"bootstrap_servers": bootstrap, "topic": topic})
         self.topic = topic
@@ -96,7 +99,7 @@ class KafkaConsumerRunner:
         self._dlt = DeadLetterSender(self.settings, group)
         self._records = RecordHandler(
             applier, self._dlt, self.counters, self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s,
-            decode,
+            stream, tracer,
         )
         self._resync = False  # the assignment callback failed: seek again before applying anything
         self._task: asyncio.Task[None] | None = None

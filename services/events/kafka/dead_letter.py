@@ -1,4 +1,8 @@
-"""Dead-letter topic: records a consumer gave up on, with headers saying why, sent acknowledged."""
+"""Dead-letter topic: records a consumer gave up on, with headers saying why, sent acknowledged.
+
+A dead letter keeps the original record's key, value and headers (its ``ce_type``, its trace context),
+followed by the ``dlt.*`` headers: replaying it (value + the original headers) reads as the original did.
+"""
 
 from __future__ import annotations
 
@@ -14,22 +18,27 @@ from lookahead_rag.services.events.protocols import error_text
 
 log = logging.getLogger(__name__)
 
-REASON_DECODE = "decode"  # the value is not a usable GenerationCompleted
+DLT_HEADER_PREFIX = "dlt."  # the headers a dead letter adds to the original record's
+REASON_DECODE = "decode"  # the record is not a usable event of its stream (or of a type it does not carry)
 REASON_APPLY = "apply"  # the applier raised on every attempt
 
 
 def dlt_headers(
     record: ConsumerRecord, group: str, reason: str, exc: BaseException, attempts: int
 ) -> list[tuple[str, bytes]]:
-    """Where the record came from and why it was given up on."""
+    """The original record's headers (minus earlier ``dlt.*`` ones), then where it came from and why it was
+    given up on."""
+    original = [(name, bytes(value or b"")) for name, value in record.headers or ()
+                if not name.startswith(DLT_HEADER_PREFIX)]  # fmt: skip
     return [
-        ("dlt.reason", reason.encode()),
-        ("dlt.error", error_text(exc).encode()),
-        ("dlt.attempts", str(attempts).encode()),
-        ("dlt.group", group.encode()),
-        ("dlt.topic", record.topic.encode()),
-        ("dlt.partition", str(record.partition).encode()),
-        ("dlt.offset", str(record.offset).encode()),
+        *original,
+        (DLT_HEADER_PREFIX + "reason", reason.encode()),
+        (DLT_HEADER_PREFIX + "error", error_text(exc).encode()),
+        (DLT_HEADER_PREFIX + "attempts", str(attempts).encode()),
+        (DLT_HEADER_PREFIX + "group", group.encode()),
+        (DLT_HEADER_PREFIX + "topic", record.topic.encode()),
+        (DLT_HEADER_PREFIX + "partition", str(record.partition).encode()),
+        (DLT_HEADER_PREFIX + "offset", str(record.offset).encode()),
     ]
 
 

@@ -3,12 +3,17 @@
 A row leaves the outbox only after the broker acknowledged it (acks=all), so a broker outage or a
 process restart loses nothing; a row whose acknowledgement was lost is sent again, and consumers
 drop the duplicate by event id.
+
+A row holds the record's key, value and headers (the event's type, its trace context: ``events.records``).
+An outbox file of an older version has no ``headers`` column: opening it adds one, and its rows (headers
+NULL: values in the pre-header format) go through the flusher's ``upgrade`` before they are sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 import threading
@@ -30,9 +35,27 @@ CREATE TABLE IF NOT EXISTS outbox (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- send order
     key BLOB,                              -- Kafka key (tenant)
     value BLOB NOT NULL,                   -- serialized event
-    created_ms INTEGER NOT NULL            -- when it was appended
+    created_ms INTEGER NOT NULL,           -- when it was appended
+    headers TEXT                           -- record headers as JSON [[name, value]]; NULL: an old row
 )
 """
+_HEADERS_COLUMN = "headers"  # added to outbox files of versions before record headers
+_ADD_HEADERS = f"ALTER TABLE outbox ADD COLUMN {_HEADERS_COLUMN} TEXT"
+HEADER_TEXT_ERRORS = "surrogateescape"  # header bytes <-> JSON text, losslessly for any bytes
+
+Headers = tuple[tuple[str, bytes], ...]  # Kafka record headers (as events.records.Headers)
+
+
+def headers_to_text(headers: Headers) -> str:
+    """Headers as the JSON text stored in a row."""
+    return json.dumps([[name, value.decode("utf-8", HEADER_TEXT_ERRORS)] for name, value in headers])
+
+
+def headers_from_text(text: str | None) -> Headers | None:
+    """A row's stored headers (None: a row written before headers existed)."""
+    if text is None:
+        return None
+    return tuple((str(name), str(value).encode("utf-8", HEADER_TEXT_ERRORS)) for name, value in json.loads(text))
 
 
 @dataclass(frozen=True)
@@ -40,6 +63,7 @@ class OutboxRow:
     id: int
     key: bytes | None
     value: bytes
+    headers: Headers | None = None  # None: stored by a version before record headers (value in the old format)
 
 
 class Outbox:
@@ -56,6 +80,9 @@ class Outbox:
         self._lock = threading.Lock()
         self._appender = self._connect(synchronous)
         self._appender.execute(_SCHEMA)
+        columns = {row[1] for row in self._appender.execute("PRAGMA table_info(outbox)")}
+        if _HEADERS_COLUMN not in columns:  # an outbox file of an older version
+            self._appender.execute(_ADD_HEADERS)
         self._remover = self._connect(REMOVE_SYNCHRONOUS)
 
     def _connect(self, synchronous: str) -> sqlite3.Connection:
@@ -64,21 +91,21 @@ class Outbox:
         db.execute(f"PRAGMA synchronous={synchronous}")
         return db
 
-    def append(self, value: bytes, key: bytes | None = None) -> int:
+    def append(self, value: bytes, key: bytes | None = None, headers: Headers = ()) -> int:
         """Store one row durably (one small transaction); its id."""
         with self._lock:
             cur = self._appender.execute(
-                "INSERT INTO outbox (key, value, created_ms) VALUES (?, ?, ?)",
-                (key, value, int(time.time() * MS_PER_S)),
+                "INSERT INTO outbox (key, value, created_ms, headers) VALUES (?, ?, ?, ?)",
+                (key, value, int(time.time() * MS_PER_S), headers_to_text(headers)),
             )
             return int(cur.lastrowid or 0)
 
     def pending(self, limit: int) -> list[OutboxRow]:
         """The oldest ``limit`` rows not yet acknowledged, in append order."""
         with self._lock:
-            cur = self._remover.execute("SELECT id, key, value FROM outbox ORDER BY id LIMIT ?", (limit,))
+            cur = self._remover.execute("SELECT id, key, value, headers FROM outbox ORDER BY id LIMIT ?", (limit,))
             rows = cur.fetchall()
-        return [OutboxRow(int(i), k, v) for i, k, v in rows]
+        return [OutboxRow(int(i), k, v, headers_from_text(h)) for i, k, v, h in rows]
 
     def remove(self, ids: Sequence[int]) -> None:
         """Forget acknowledged rows (one transaction)."""
@@ -130,13 +157,17 @@ class OutboxFlusher:
         producer_factory: Callable[[], AIOKafkaProducer],
         config: FlusherConfig,
         on_connect: Callable[[], Awaitable[None]] | None = None,
+        upgrade: Callable[[OutboxRow], OutboxRow] | None = None,
     ) -> None:
+        """``upgrade``: a row stored by an older version (headers None) in today's record format
+        (default: sent as stored, without headers)."""
         self.outbox = outbox
         self.topic = topic
         self.counters = FlusherCounters()
         self._factory = producer_factory
         self._config = config
         self._on_connect = on_connect
+        self._upgrade = upgrade
         self._producer: AIOKafkaProducer | None = None
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -215,7 +246,10 @@ class OutboxFlusher:
         try:
             futures = []
             for row in rows:
-                future = await producer.send(self.topic, row.value, key=row.key)
+                if row.headers is None and self._upgrade is not None:
+                    row = self._upgrade(row)
+                headers = list(row.headers or ())
+                future = await producer.send(self.topic, row.value, key=row.key, headers=headers or None)
                 future.add_done_callback(lambda f, row_id=row.id: on_done(f, row_id))
                 futures.append(future)
             results = await asyncio.gather(*futures, return_exceptions=True)

@@ -1,7 +1,14 @@
-"""``KafkaPublisher``: publish appends to the durable SQLite outbox; a flusher sends it to Kafka."""
+"""``KafkaPublisher``: publish appends to the durable SQLite outbox; a flusher sends it to Kafka.
+
+Each row is the event's record (``events.records``): its bare protobuf, its type in CloudEvents headers,
+and the publishing span's trace context (``events.trace_context``), stored with it so a send after a
+restart still carries the request's context. Rows an older version left in the outbox (values in the
+pre-header format, no headers) are re-encoded in today's format when sent.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -9,20 +16,31 @@ from typing import Any
 from aiokafka import AIOKafkaProducer
 
 from lookahead_rag.services.events.kafka.broker import ensure_topics
-from lookahead_rag.services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher
+from lookahead_rag.services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher, OutboxRow
 from lookahead_rag.services.events.kafka.security import client_security
-from lookahead_rag.services.events.kafka.settings import KafkaSettings
+from lookahead_rag.services.events.kafka.settings import FRAMED_FORMAT, KafkaSettings
 from lookahead_rag.services.events.protocols import OutboxStats
-from lookahead_rag.services.events.streams import Event, encode_event, tenant_key
+from lookahead_rag.services.events.records import encode_record, upgrade_legacy
+from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream
+from lookahead_rag.services.events.trace_context import context_headers
 
 
 class KafkaPublisher:
     """``publish`` appends to the SQLite outbox (about a millisecond); a flusher sends it to Kafka."""
 
-    def __init__(self, settings: KafkaSettings, outbox_path: Path, key: Callable[[Any], bytes] = tenant_key) -> None:
-        """Sends to ``settings.topic``; ``key``: the record key of an event (the stream's)."""
+    def __init__(
+        self,
+        settings: KafkaSettings,
+        outbox_path: Path,
+        key: Callable[[Any], bytes] | None = None,
+        stream: Stream = GENERATIONS,
+    ) -> None:
+        """Sends ``stream``'s events to ``settings.topic``; ``key``: the record key of an event (default:
+        the stream's)."""
         self.settings = settings
-        self._key = key
+        self.stream = stream
+        self._key = key or stream.key
+        self._framed = settings.record_format == FRAMED_FORMAT
         self.outbox = Outbox(outbox_path, settings.outbox_synchronous)
         config = FlusherConfig(
             batch_size=settings.outbox_batch_size,
@@ -33,12 +51,19 @@ class KafkaPublisher:
             stop_timeout_s=settings.shutdown_timeout_s,
         )
         on_connect = self._ensure_topics if settings.create_topics else None
-        self.flusher = OutboxFlusher(self.outbox, settings.topic, self._producer, config, on_connect)
+        self.flusher = OutboxFlusher(self.outbox, settings.topic, self._producer, config, on_connect, self._upgrade)
 
     def publish(self, event: Event) -> None:
-        """Durably queue the event under its key (the tenant by default); never waits on the broker."""
-        self.outbox.append(encode_event(event), self._key(event))  # framed when not its stream's first type
+        """Durably queue the event's record (with the caller's trace context) under its key; never waits on
+        the broker."""
+        record = encode_record(event, framed=self._framed, context=context_headers())
+        self.outbox.append(record.value, self._key(event), record.headers)
         self.flusher.wake()
+
+    def _upgrade(self, row: OutboxRow) -> OutboxRow:
+        """A row an older version stored (pre-header value, no headers) in today's record format."""
+        record = upgrade_legacy(self.stream, row.value, framed=self._framed)
+        return dataclasses.replace(row, value=record.value, headers=record.headers)
 
     def depth(self) -> int:
         """Events not yet acknowledged by the broker (a metric)."""

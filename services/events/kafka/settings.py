@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_GROUP
 
 OUTBOX_FILE = "outbox.sqlite3"
+FRAMED_FORMAT = "framed"  # record_format: the pre-header values (see events.records)
 STATE_DIR = "bus-state"
 
 
@@ -64,6 +65,10 @@ class KafkaSettings(BaseSettings):
     )
     linger_ms: int = Field(5, ge=0, description="producer batching delay in ms")
     request_timeout_ms: int = Field(10_000, ge=1, description="producer/consumer request timeout in ms")
+    record_format: Literal["headers", "framed"] = Field(
+        "headers", description="'headers': bare protobuf values, the type in a ce_type header; 'framed': the "
+        "pre-header values, only while consumers older than headers still run (a rolling upgrade)"
+    )
 
     # --- outbox ---
     outbox_path: Path | None = Field(None, description="SQLite outbox file; None = <data_dir>/outbox.sqlite3")
