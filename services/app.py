@@ -16,7 +16,10 @@ Metrics: one CollectorRegistry per pipeline (``pipeline.registry``; two pipeline
 never collide): gRPC calls of every server, each service's own groups, the consumers' counters
 and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 ``refresh_metrics()`` samples the state gauges now (a background task does it every
-``metrics_refresh_s``).
+``metrics_refresh_s``). The HTTP endpoint serves the same registry at its own ``/metrics``.
+
+Tracing: with an OTLP endpoint (``[tracing]``, services.common.tracing) every server, channel and
+the HTTP endpoint started here carry one trace per request; off, nothing is installed.
 
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
 (``lookahead_rag.services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
@@ -40,6 +43,7 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
+from lookahead_rag.services.common import tracing
 from lookahead_rag.services.common.auth import Authenticator
 from lookahead_rag.services.common.auth_grpc import server_interceptors
 from lookahead_rag.services.common.grpcutil import local_target, open_channel
@@ -120,6 +124,7 @@ class Pipeline:
             check_bind(listen_hosts(settings, names), settings.tls)
             credentials = server_credentials(settings.tls)
         registry = CollectorRegistry() if registry is None else registry
+        tracing.setup(settings.tracing, names)  # [tracing]: once per process, before any server or channel
         auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
         interceptors = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
         bus = make_bus(settings.kafka, _bus_dir(settings, names))
@@ -157,7 +162,7 @@ class Pipeline:
             await pipeline._add(generator, grpc_servers, bind, interceptors)
             if grpc_servers and settings.http.enabled:
                 pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"), settings.tls,
-                                                   auth)
+                                                   auth, registry)
                 pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:
@@ -198,7 +203,7 @@ class Pipeline:
         if name in self.ports:  # served by this process
             target = local_target(self.services[name].settings.host, self.ports[name])
         channel = open_channel(target or f"127.0.0.1:{default_port}", self.settings.generator.max_message_bytes,
-                               self.settings.tls)
+                               self.settings.tls, self.settings.channels)
         self.channels.append(channel)
         return channel
 

@@ -10,15 +10,23 @@ so an unknown table in the file is refused here with a did-you-mean.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic_settings import BaseSettings
 
 from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.channel_config import ChannelSettings
 from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
-from lookahead_rag.services.common.settings import LoggingSettings, PathArg, check_tables, config_path, load_settings
+from lookahead_rag.services.common.settings import (
+    LoggingSettings,
+    PathArg,
+    TracingSettings,
+    check_tables,
+    config_path,
+    load_settings,
+)
 from lookahead_rag.services.common.tls import TlsSettings
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
@@ -37,6 +45,8 @@ SECTIONS: dict[str, type[BaseSettings]] = {
     "auth": AuthSettings,
     "kafka": KafkaSettings,
     "tls": TlsSettings,
+    "channels": ChannelSettings,
+    "tracing": TracingSettings,
     "logging": LoggingSettings,
 }
 
@@ -54,6 +64,8 @@ class AllSettings:
     http: HttpSettings
     auth: AuthSettings
     tls: TlsSettings
+    channels: ChannelSettings
+    tracing: TracingSettings = field(default_factory=TracingSettings)  # off unless an OTLP endpoint is set
 
     @classmethod
     def load(cls, config_file: PathArg = None, **sections: dict[str, Any]) -> AllSettings:
@@ -71,4 +83,6 @@ class AllSettings:
             http=load_settings(HttpSettings, "http", path, **sections.get("http", {})),
             auth=load_settings(AuthSettings, "auth", path, **sections.get("auth", {})),
             tls=load_settings(TlsSettings, "tls", path, **sections.get("tls", {})),
+            channels=load_settings(ChannelSettings, "channels", path, **sections.get("channels", {})),
+            tracing=load_settings(TracingSettings, "tracing", path, **sections.get("tracing", {})),
         )

@@ -7,10 +7,15 @@ LAR_KAFKA_BOOTSTRAP_SERVERS); there each configured metrics port serves the whol
 metrics, so scrape one of them. A single service needs Kafka to receive events from the others;
 its Kafka state (consumer snapshot + offsets, the generator's outbox) lives under its own data_dir.
 Logging follows the ``[logging]`` settings (LAR_LOG_LEVEL, LAR_LOG_FORMAT). SIGINT/SIGTERM stop
-gracefully (each server's shutdown_grace_s) and the process exits 0.
+gracefully and the process exits 0: every gRPC server's health reports NOT_SERVING at once and it
+keeps serving for its ``drain_s`` (readiness fails, balancers move away; the HTTP endpoint serves
+on meanwhile), then the HTTP endpoint and the servers refuse new calls and in-flight ones get
+their ``shutdown_grace_s``; then the bus drains and state is saved.
 
 Transport security follows ``[tls]`` (services.common.tls): without a server certificate, a host
 other than loopback is refused (exit 2) unless ``allow_insecure = true``, which logs a warning.
+Traces go to ``[tracing] otlp_endpoint`` (or $OTEL_EXPORTER_OTLP_ENDPOINT) when one is set
+(services.common.tracing); the HTTP endpoint also serves the process's metrics at /metrics.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
+from lookahead_rag.services.common import tracing
 from lookahead_rag.services.common.logs import setup_logging
 from lookahead_rag.services.common.observability import start_metrics_server, stop_metrics_server
 from lookahead_rag.services.common.ports import SERVICES
+from lookahead_rag.services.common.service import graceful_stop
 from lookahead_rag.services.common.settings import ConfigError, LoggingSettings, ServerSettings, load_settings
 from lookahead_rag.services.config import AllSettings
 
@@ -93,9 +100,13 @@ async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None)
     print(f"serving {ports} (Ctrl-C to stop)", flush=True)
     await _wait_for_signal()
     log.info("stopping %s", ", ".join(names))
-    for stop in exporters:
-        await stop()
-    await pipeline.stop()
+
+    async def stop_all() -> None:
+        await pipeline.stop()
+        for stop in exporters:  # last: /metrics stays scrapeable while the services drain and stop
+            await stop()
+
+    await graceful_stop(list(pipeline.services.values()), stop_all)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,4 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:  # e.g. [tls]: plaintext beyond loopback, an unreadable certificate
         print(f"lookahead-rag serve: {exc}", file=sys.stderr)
         return 2
+    finally:
+        tracing.shutdown()  # [tracing]: export the spans still batched (nothing when tracing is off)
     return 0

@@ -10,11 +10,19 @@
 
 Every listed service (and the overall "" service) reports SERVING through grpc.health.v1 while the
 server runs and NOT_SERVING from the moment shutdown starts; reflection lists the services.
+
+Shutdown (``stop_server``, what SIGTERM runs through services.common.service.graceful_stop) has two
+phases: draining, ``drain_s`` long, in which health reports NOT_SERVING (the pod's readiness fails,
+clients' health-checking balancers move to other replicas) but calls are still served, so a
+client that has not noticed yet loses nothing; then the server refuses new calls (a client's
+retry policy sends them to another replica) and in-flight calls get ``grace_s`` to finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -23,6 +31,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from lookahead_rag.services.common import tracing
+from lookahead_rag.services.common.channel_config import ChannelSettings
+from lookahead_rag.services.common.channel_config import channel_options as balancing_options
 from lookahead_rag.services.common.decode_guard import DecodeGuard
 from lookahead_rag.services.common.tls import TlsSettings, channel_credentials, channel_options
 
@@ -37,6 +48,8 @@ AddFn = Callable[[Any, grpc.aio.Server], None]
 
 # server -> its health servicer, so stop_server can flip every service to NOT_SERVING first.
 _HEALTH: weakref.WeakKeyDictionary[grpc.aio.Server, health.aio.HealthServicer] = weakref.WeakKeyDictionary()
+# server -> time.monotonic() when it started draining (health NOT_SERVING, calls still served).
+_DRAINING: weakref.WeakKeyDictionary[grpc.aio.Server, float] = weakref.WeakKeyDictionary()
 
 
 def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -66,7 +79,8 @@ async def start_server(
     """
     server = grpc.aio.server(
         options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs,
-        interceptors=[*interceptors, DecodeGuard()],  # innermost: undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
+        # outermost: the trace span (tracing on), innermost: undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
+        interceptors=[*tracing.server_interceptors(), *interceptors, DecodeGuard()],
     )
     for add_fn, servicer in servicers:
         add_fn(servicer, server)
@@ -89,11 +103,26 @@ async def start_server(
     return server, bound
 
 
-async def stop_server(server: grpc.aio.Server, grace_s: float) -> None:
-    """Graceful shutdown: health goes NOT_SERVING, new calls are refused, in-flight calls get ``grace_s``."""
-    health_servicer = _HEALTH.pop(server, None)
+async def start_draining(server: grpc.aio.Server) -> None:
+    """Health goes NOT_SERVING for good (every service, and the server); calls are still served."""
+    if server in _DRAINING:
+        return
+    _DRAINING[server] = time.monotonic()
+    health_servicer = _HEALTH.get(server)
     if health_servicer is not None:
         await health_servicer.enter_graceful_shutdown()
+
+
+async def stop_server(server: grpc.aio.Server, grace_s: float, drain_s: float = 0.0) -> None:
+    """Graceful shutdown: health goes NOT_SERVING (if ``start_draining`` has not done it), calls are
+    still served until ``drain_s`` has passed since then, then new calls are refused and in-flight
+    calls get ``grace_s``."""
+    await start_draining(server)
+    remaining = drain_s - (time.monotonic() - _DRAINING.pop(server))
+    if remaining > 0:
+        log.info("draining for %.1f s more before refusing new calls", remaining)
+        await asyncio.sleep(remaining)
+    _HEALTH.pop(server, None)
     await server.stop(grace_s)
 
 
@@ -107,11 +136,14 @@ def local_target(host: str, port: int) -> str:
 
 
 def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
-                 tls: TlsSettings | None = None) -> grpc.aio.Channel:
-    """A grpc.aio channel to ``target`` (HOST:PORT) with the same message size limits: TLS when
-    ``tls`` turns it on for clients (services.common.tls), else plaintext."""
-    options = message_size_options(max_message_bytes)
+                 tls: TlsSettings | None = None, channels: ChannelSettings | None = None) -> grpc.aio.Channel:
+    """A grpc.aio channel to ``target`` (HOST:PORT, or ``dns:///HOST:PORT`` / ``ipv4:///A:P,B:P`` for
+    several replicas) with the same message size limits: TLS when ``tls`` turns it on for clients
+    (services.common.tls), else plaintext; load balancing and retries on UNAVAILABLE from ``channels``
+    (services.common.channel_config; None: its defaults)."""
+    options = [*message_size_options(max_message_bytes), *balancing_options(channels)]
     credentials = channel_credentials(tls)
     if credentials is None:
-        return grpc.aio.insecure_channel(target, options=options)
-    return grpc.aio.secure_channel(target, credentials, options=[*options, *channel_options(tls)])
+        return grpc.aio.insecure_channel(target, options=options, interceptors=tracing.client_interceptors())
+    return grpc.aio.secure_channel(target, credentials, options=[*options, *channel_options(tls)],
+                                   interceptors=tracing.client_interceptors())  # [] unless tracing is on

@@ -6,11 +6,12 @@ in-process instances do not collide::
     registry = CollectorRegistry()                       # or None: prometheus_client.REGISTRY
     GeneratorMetrics.of(registry).record_answer(new_tokens=128, forward_steps=40, ...)
 
-Groups live with what they measure: ``common.observability`` (gRPC calls),
-``generator.metrics``, ``draftcache.metrics`` and ``events.metrics``
-(consumers and the outbox). Names start with ``lookahead_rag_``. Tenant appears as a label only on
-the draft cache's size gauges (bounded by its max_tenants setting); nothing else is labelled by
-request data.
+Groups live with what they measure: ``common.observability`` (gRPC calls), ``http.metrics`` (HTTP
+requests), ``generator.metrics`` (with ``RequestMetrics``: vLLM's request metrics under our prefix,
+e.g. ``lookahead_rag_e2e_request_latency_seconds``), ``draftcache.metrics`` and ``events.metrics``
+(consumers and the outbox). Names start with ``lookahead_rag_``; docs/OBSERVABILITY.md lists them.
+Tenant appears as a label only on the draft cache's size gauges (bounded by its max_tenants
+setting); nothing else is labelled by request data.
 """
 
 from __future__ import annotations

@@ -40,6 +40,9 @@ DOCUMENTS_DLT_TOPIC = DOCUMENTS_TOPIC + DLT_SUFFIX
 
 # Configuration: TOML file path variable and the env prefix of each settings section.
 CONFIG_ENV = "LAR_CONFIG"
+# A directory of secret files, one per field, named like its env variable (LAR_KAFKA_SASL_PLAIN_PASSWORD):
+# a Kubernetes Secret mounted as files (services.common.settings; unset: none is read).
+SECRETS_DIR_ENV = "LAR_SECRETS_DIR"
 ENV_PREFIXES: dict[str, str] = {
     "retriever": "LAR_RETRIEVER_",
     "draftcache": "LAR_DRAFTCACHE_",
@@ -51,6 +54,8 @@ ENV_PREFIXES: dict[str, str] = {
     "http": "LAR_HTTP_",
     "auth": "LAR_AUTH_",
     "tls": "LAR_TLS_",
+    "tracing": "LAR_TRACING_",
+    "channels": "LAR_CHANNELS_",
 }
 
 # Fields of the generator's settings that point it at the other two services (HOST:PORT).

@@ -9,6 +9,9 @@ assembly (``lookahead_rag.services.app``) then either calls ``core`` in-process 
     port = await service.serve(port=0)         # gRPC + health + reflection + the interceptors
     ...
     await service.stop()                       # graceful: server first, then the service's own closers
+
+SIGTERM (``lookahead-rag serve``) runs ``graceful_stop``: every server drains at once (health
+NOT_SERVING, calls still served for the longest ``drain_s``), then the process stops as above.
 """
 
 from __future__ import annotations
@@ -21,7 +24,13 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
-from lookahead_rag.services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, AddFn, start_server, stop_server
+from lookahead_rag.services.common.grpcutil import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    AddFn,
+    start_draining,
+    start_server,
+    stop_server,
+)
 from lookahead_rag.services.common.settings import ServerSettings
 
 T = TypeVar("T")
@@ -65,10 +74,17 @@ class Service(Generic[T]):
         )
         return self.port
 
-    async def stop_serving(self, grace_s: float | None = None) -> None:
-        """Graceful: the server finishes in-flight calls within the grace (the settings' by default)."""
+    async def start_draining(self) -> None:
+        """Health reports NOT_SERVING from now on; calls are still served until ``stop_serving``."""
         if self.server is not None:
-            await stop_server(self.server, self.settings.shutdown_grace_s if grace_s is None else grace_s)
+            await start_draining(self.server)
+
+    async def stop_serving(self, grace_s: float | None = None) -> None:
+        """Graceful: what is left of ``drain_s`` since draining started (health NOT_SERVING, calls
+        served), then the server finishes in-flight calls within the grace (the settings' by default)."""
+        if self.server is not None:
+            await stop_server(self.server, self.settings.shutdown_grace_s if grace_s is None else grace_s,
+                              self.settings.drain_s)
             self.server = None
 
     async def close(self) -> None:
@@ -85,3 +101,19 @@ class Service(Generic[T]):
         """``stop_serving`` then ``close`` (a pipeline drains its bus in between)."""
         await self.stop_serving(grace_s)
         await self.close()
+
+
+async def drain(services: Sequence[Service[Any]]) -> None:
+    """Every server's health reports NOT_SERVING at once; they keep serving for the longest ``drain_s``
+    (readiness fails and balancers move away meanwhile, so no caller meets a refused call)."""
+    serving = [service for service in services if service.server is not None]
+    for service in serving:
+        await service.start_draining()
+    await asyncio.sleep(max((service.settings.drain_s for service in serving), default=0.0))
+
+
+async def graceful_stop(services: Sequence[Service[Any]], stop: Step) -> None:
+    """What SIGINT/SIGTERM run: ``drain`` the servers, then ``stop`` (each server refuses new calls and
+    gives in-flight ones its ``shutdown_grace_s``; then the bus drains and state is saved)."""
+    await drain(services)
+    await stop()

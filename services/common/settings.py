@@ -6,7 +6,12 @@ Every service reads its settings the same way::
 
 ``config_file`` (``--config FILE``) or else ``$LAR_CONFIG`` names a TOML file with one table per
 section (``[retriever]``, ``[draftcache]``, ``[generator]``, ``[kafka]``, ``[logging]``); the
-section's environment variables (``LAR_RETRIEVER_CHUNK_CHARS=...``) override the file. An unknown
+section's environment variables (``LAR_RETRIEVER_CHUNK_CHARS=...``) override the file. Secrets may
+also come from files: with ``$LAR_SECRETS_DIR`` set (unset by default; nothing is read implicitly),
+a file there named like a field's variable (``LAR_KAFKA_SASL_PLAIN_PASSWORD``, any case) sets that
+field, as a Kubernetes Secret mounted as a volume provides it. Precedence, lowest first: default <
+TOML file < secrets file < environment variable < overrides (env wins, so one variable can still
+replace a mounted value). An unknown
 field (in the file or as a prefixed variable), an unknown table or an ill-typed value raises
 ``ConfigError`` with one line naming the section, the field and where the value came from.
 
@@ -19,7 +24,7 @@ from __future__ import annotations
 import difflib
 import os
 import tomllib
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
@@ -27,12 +32,13 @@ from pydantic import Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
+    SecretsSettingsSource,
     SettingsConfigDict,
     SettingsError,
     TomlConfigSettingsSource,
 )
 
-from lookahead_rag.services.common.ports import CONFIG_ENV
+from lookahead_rag.services.common.ports import CONFIG_ENV, SECRETS_DIR_ENV
 
 S = TypeVar("S", bound=BaseSettings)
 PathArg = str | os.PathLike[str] | None
@@ -41,15 +47,33 @@ class ConfigError(ValueError):
     """A configuration problem, in one line that names the field and where its value came from."""
 
 
-def config_path(config_file: PathArg = None) -> Path | None:
-    """The TOML file to read: ``config_file``, else ``$LAR_CONFIG``, else none."""
-    raw = os.fspath(config_file) if config_file else os.environ.get(CONFIG_ENV, "")
+def _existing(raw: str, is_there: Callable[[Path], bool], what: str, source: str) -> Path | None:
+    """``raw`` as a path (None when empty); one that is not there is a ConfigError naming ``what`` and ``source``."""
     if not raw:
         return None
     path = Path(raw).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"config file {path} not found (from --config or ${CONFIG_ENV})")
+    if not is_there(path):
+        raise ConfigError(f"{what} {path} not found (from {source})")
     return path
+
+
+def config_path(config_file: PathArg = None) -> Path | None:
+    """The TOML file to read: ``config_file``, else ``$LAR_CONFIG``, else none."""
+    raw = os.fspath(config_file) if config_file else os.environ.get(CONFIG_ENV, "")
+    return _existing(raw, Path.is_file, "config file", f"--config or ${CONFIG_ENV}")
+
+
+def secrets_dir() -> Path | None:
+    """The directory of secret files: ``$LAR_SECRETS_DIR``, else none (a set but missing one: ConfigError)."""
+    return _existing(os.environ.get(SECRETS_DIR_ENV, ""), Path.is_dir, "secrets directory", f"${SECRETS_DIR_ENV}")
+
+
+def secret_file(cls: type[BaseSettings], field: str, directory: Path | None) -> Path | None:
+    """The file of ``directory`` that sets ``field`` (named like its env variable, any case), if any."""
+    if directory is None:
+        return None
+    wanted = env_name(cls, field)
+    return next((p for p in sorted(directory.iterdir()) if p.name.upper() == wanted and p.is_file()), None)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -107,6 +131,9 @@ def _origin(cls: type[BaseSettings], section: str, field: str, table: dict[str, 
     for var in os.environ:
         if var.upper() == wanted:
             return f"env {var}"
+    found = secret_file(cls, field, secrets_dir())
+    if found is not None:
+        return f"secrets file {found}"
     if field in table:
         return f"{path} [{section}]"
     return "default"
@@ -149,9 +176,12 @@ def _file_then_env(
     dotenv_settings: PydanticBaseSettingsSource,
     file_secret_settings: PydanticBaseSettingsSource,
 ) -> tuple[PydanticBaseSettingsSource, ...]:
-    """settings_customise_sources: init > env > ``[cls.section]`` of ``cls.config_file`` or $LAR_CONFIG."""
+    """settings_customise_sources: init > env > a file of $LAR_SECRETS_DIR > ``[cls.section]`` of
+    ``cls.config_file`` or $LAR_CONFIG."""
     path = getattr(cls, "config_file", None) or config_path(None)
-    return (init_settings, env_settings, *toml_sources(settings_cls, path, getattr(cls, "section", "")))
+    directory = secrets_dir()
+    secrets = [] if directory is None else [SecretsSettingsSource(settings_cls, secrets_dir=directory)]
+    return (init_settings, env_settings, *secrets, *toml_sources(settings_cls, path, getattr(cls, "section", "")))
 
 
 def _loader(cls: type[S], section: str, path: Path | None) -> type[S]:
@@ -237,8 +267,9 @@ class ServerSettings(ServiceSettings):
     metrics_refresh_s: float = Field(
         5.0, gt=0, description="seconds between samples of state gauges (consumer lag, outbox depth, trie sizes)"
     )
+    drain_s: float = Field(0.0, ge=0, description="graceful stop: first, seconds served while health is NOT_SERVING")
     shutdown_grace_s: float = Field(
-        5.0, ge=0, description="graceful stop: seconds in-flight calls may finish"
+        5.0, ge=0, description="graceful stop: then seconds in-flight calls may finish (new ones refused)"
     )
 
 
@@ -254,3 +285,45 @@ class LoggingSettings(ServiceSettings):
     format: Literal["json", "text"] = Field(
         "json", description="json: one JSON object a line; text: for humans"
     )
+
+
+OTEL_ENDPOINT_ENVS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")  # OTel's, first wins
+OTEL_SERVICE_NAME_ENV = "OTEL_SERVICE_NAME"  # OTel's service name variable
+OTEL_DISABLED_ENV = "OTEL_SDK_DISABLED"  # OTel's off switch ("true": no tracing whatever else says)
+
+
+class TracingSettings(ServiceSettings):
+    """OpenTelemetry traces (``lookahead_rag.services.common.tracing``): off unless an OTLP endpoint is set."""
+
+    model_config = SettingsConfigDict(env_prefix="LAR_TRACING_")
+    section: ClassVar[str] = "tracing"
+
+    otlp_endpoint: str = Field(
+        "", description="OTLP/gRPC collector, e.g. http://otel-collector:4317 (empty: $OTEL_EXPORTER_OTLP_ENDPOINT; "
+                        "neither: tracing off)"
+    )
+    service_name: str = Field(
+        "", description="service.name of the spans (empty: $OTEL_SERVICE_NAME, else lookahead-rag-<service>, "
+                        "or lookahead-rag for several)"
+    )
+    sample_ratio: float = Field(
+        1.0, ge=0.0, le=1.0, description="share of new traces kept (a caller's sampled traceparent is followed)"
+    )
+
+    @property
+    def endpoint(self) -> str:
+        """Where spans go: ``otlp_endpoint``, else OTel's own variables; "" (off) when OTEL_SDK_DISABLED=true."""
+        if os.environ.get(OTEL_DISABLED_ENV, "").strip().lower() == "true":
+            return ""
+        return self.otlp_endpoint or next((os.environ[v] for v in OTEL_ENDPOINT_ENVS if os.environ.get(v)), "")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.endpoint)
+
+    def name_for(self, services: Collection[str]) -> str:
+        """service.name for a process serving ``services``: the setting, $OTEL_SERVICE_NAME, or derived."""
+        own = self.service_name or os.environ.get(OTEL_SERVICE_NAME_ENV, "")
+        if own:
+            return own
+        return f"lookahead-rag-{next(iter(services))}" if len(services) == 1 else "lookahead-rag"

@@ -28,6 +28,8 @@ import grpc
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from lookahead_rag.services.common.channel_config import ChannelSettings
+from lookahead_rag.services.common.channel_config import channel_options as balancing_options
 from lookahead_rag.services.common.settings import ConfigError, PathArg, ServiceSettings, load_settings
 
 log = logging.getLogger(__name__)
@@ -145,12 +147,14 @@ def channel_options(tls: TlsSettings | None) -> list[tuple[str, str]]:
     return [(TARGET_NAME_OVERRIDE, tls.server_name_override)]
 
 
-def sync_channel(target: str, tls: TlsSettings | None) -> grpc.Channel:
-    """A blocking channel to ``target`` (HOST:PORT): TLS when ``tls`` says so, else plaintext."""
+def sync_channel(target: str, tls: TlsSettings | None, channels: ChannelSettings | None = None) -> grpc.Channel:
+    """A blocking channel to ``target`` (HOST:PORT): TLS when ``tls`` says so, else plaintext; load
+    balancing and retries from ``channels`` (services.common.channel_config; None: its defaults)."""
     credentials = channel_credentials(tls)
+    balancing = balancing_options(channels)
     if credentials is None:
-        return grpc.insecure_channel(target)
-    return grpc.secure_channel(target, credentials, options=channel_options(tls))
+        return grpc.insecure_channel(target, options=balancing)
+    return grpc.secure_channel(target, credentials, options=[*balancing, *channel_options(tls)])
 
 
 # --- HTTP (uvicorn) ---

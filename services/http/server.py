@@ -2,6 +2,7 @@
 
     http = await HttpServer.start(engine, settings.http, port=0)   # port: None = the settings'
     http.port                                                      # the bound port
+    GET /metrics                                                   # the same registry as the metrics port
     await http.stop()                                              # graceful, within shutdown_grace_s
 
 We bind the socket ourselves (a port in use raises OSError here, where uvicorn would call
@@ -18,8 +19,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import uvicorn
+from prometheus_client import CollectorRegistry
+from starlette.types import ASGIApp
 
+from lookahead_rag.services.common import tracing
 from lookahead_rag.services.common.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.http.metrics import HttpMetrics, HttpMetricsMiddleware, MetricsRoute
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 
@@ -53,6 +58,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def serving_app(front: Frontend, registry: CollectorRegistry | None = None) -> ASGIApp:
+    """The API (``make_app``; its server spans when tracing is on) behind ``GET /metrics`` and the
+    request metrics, both on ``registry`` (None: prometheus_client's default)."""
+    api = make_app(front)
+    tracing.instrument_app(api)
+    metrics = HttpMetrics.of(registry)
+    return HttpMetricsMiddleware(MetricsRoute(api, metrics.registry, front.auth), metrics, api.router)
+
+
 class HttpServer:
     """The OpenAI-compatible endpoint served over one engine."""
 
@@ -64,15 +78,17 @@ class HttpServer:
 
     @classmethod
     async def start(cls, engine: GeneratorEngine, settings: HttpSettings, port: int | None = None,
-                    tls: TlsSettings | None = None, auth: Authenticator | None = None) -> HttpServer:
+                    tls: TlsSettings | None = None, auth: Authenticator | None = None,
+                    registry: CollectorRegistry | None = None) -> HttpServer:
         """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port); HTTPS with
         ``tls``'s server certificate when it has one (client certificates required with its client_ca_file);
-        ``auth`` (``[auth] mode = "required"``) asks every request for an API key of its tenant."""
+        ``auth`` (``[auth] mode = "required"``) asks every request for an API key of its tenant;
+        ``registry`` is served at /metrics and holds the HTTP request metrics (None: the default one)."""
         sock = bind_socket(settings.host, settings.port if port is None else port)
         bound = int(sock.getsockname()[1])
         front = Frontend(engine, settings, auth)
-        config = uvicorn.Config(make_app(front), host=settings.host, port=bound, lifespan="off", log_config=None,
-                                access_log=settings.access_log, ws="none",
+        config = uvicorn.Config(serving_app(front, registry), host=settings.host, port=bound, lifespan="off",
+                                log_config=None, access_log=settings.access_log, ws="none",
                                 timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
                                 **uvicorn_ssl(tls))
         server = _Server(config)

@@ -182,7 +182,7 @@ def test_k8s_config_points_services_at_each_other() -> None:
         kill_after = workload(service)["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
         assert config[service]["shutdown_grace_s"] + flush_s < kill_after, service
     for upstream, field in ports.GENERATOR_UPSTREAM_FIELDS.items():
-        host, _, port = config["generator"][field].rpartition(":")
+        host, _, port = config["generator"][field].removeprefix("dns:///").rpartition(":")
         assert host.split(".")[:2] == [upstream, NAMESPACE] and int(port) == ports.GRPC_PORTS[upstream]
         k8s("Service", upstream)
     assert config["kafka"]["bootstrap_servers"] == configmap_data()["kafka-bootstrap"]  # the Job's BOOTSTRAP
@@ -228,7 +228,7 @@ def test_unready_service_check_catches_a_target() -> None:
     headless["spec"]["publishNotReadyAddresses"] = True
     (configmap,) = [d for _, d in docs if d["kind"] == "ConfigMap"]
     configmap["data"]["config.toml"] = configmap["data"]["config.toml"].replace(
-        '"retriever.lookahead-rag.svc:', '"retriever-headless.lookahead-rag.svc:')
+        '"dns:///retriever.lookahead-rag.svc:', '"dns:///retriever-headless.lookahead-rag.svc:')
     # the generator pointed at a Service listing unready pods is found (short names and pod names too)
     assert "ConfigMap/lookahead-rag-config[config.toml]" in traffic_targets(docs)["retriever-headless"]
     for text in ("retriever-headless:50051", "retriever-0.retriever-headless.lookahead-rag.svc:50051"):
@@ -259,7 +259,7 @@ def test_disruption_budget_check_catches_gaps() -> None:
 def test_every_lar_variable_in_the_docs_names_a_real_field() -> None:
     for path in documents():
         for var in set(re.findall(r"\bLAR_[A-Z0-9_]*[A-Z0-9]\b", path.read_text())):
-            if var == ports.CONFIG_ENV or var + "_" in ports.ENV_PREFIXES.values():
+            if var in (ports.CONFIG_ENV, ports.SECRETS_DIR_ENV) or var + "_" in ports.ENV_PREFIXES.values():
                 continue
             section, field = split_env(var)
             assert field in section_fields(section), f"{path.name}: {var} sets no field of [{section}]"
@@ -288,7 +288,7 @@ def test_every_lar_variable_in_deploy_names_a_real_field() -> None:
     found = all_lar_env()
     assert len(found) > 20
     for where, var, _ in found:
-        if var == ports.CONFIG_ENV:
+        if var in (ports.CONFIG_ENV, ports.SECRETS_DIR_ENV):
             continue
         section, field = split_env(var)
         known = section_fields(section)
@@ -312,7 +312,9 @@ def test_deploy_values_load_into_the_real_settings(section: str, tmp_path, monke
         assert str(getattr(loaded, key)).lower() == str(value).lower(), key
     envs = {}
     for where, var, value in all_lar_env():
-        if var != ports.CONFIG_ENV and split_env(var)[0] == section and split_env(var)[1] in cls.model_fields:
+        if var in (ports.CONFIG_ENV, ports.SECRETS_DIR_ENV):
+            continue
+        if split_env(var)[0] == section and split_env(var)[1] in cls.model_fields:
             envs.setdefault(where, {})[var] = value
     for where, env in envs.items():
         with monkeypatch.context() as patch:

@@ -146,9 +146,9 @@ def test_open_channel_gets_tls_credentials(pki: Pki, monkeypatch: pytest.MonkeyP
     # the message size limits and the name override; without it an insecure one
     made: list[tuple[str, Any, Any]] = []
     monkeypatch.setattr(grpcutil.grpc.aio, "secure_channel",
-                        lambda target, creds, options: made.append(("secure", creds, options)))
+                        lambda target, creds, options, interceptors=(): made.append(("secure", creds, options)))
     monkeypatch.setattr(grpcutil.grpc.aio, "insecure_channel",
-                        lambda target, options: made.append(("insecure", None, options)))
+                        lambda target, options, interceptors=(): made.append(("insecure", None, options)))
     tls = TlsSettings(ca_file=pki.ca, server_name_override="localhost")
     open_channel("retriever:50051", 1024, tls)
     open_channel("retriever:50051", 1024, TlsSettings())

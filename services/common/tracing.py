@@ -1,0 +1,178 @@
+"""OpenTelemetry traces: one trace per request across HTTP -> generator -> retriever -> draft cache.
+
+Off unless an OTLP endpoint is configured (``[tracing] otlp_endpoint``, env ``LAR_TRACING_OTLP_ENDPOINT``,
+or OTel's own ``OTEL_EXPORTER_OTLP_ENDPOINT``). Off, nothing is installed: the interceptor lists are
+empty, the FastAPI app is not wrapped, ``request_spans`` returns at once, and the OTel SDK and the
+instrumentation packages are never imported. On, once per process::
+
+    setup(settings.tracing, ("generator",))   # services.app.Pipeline.start: a TracerProvider, OTLP/gRPC export
+    grpc.aio.server(interceptors=[*server_interceptors(), ...])   # services.common.grpcutil.start_server
+    grpc.aio.insecure_channel(target, interceptors=client_interceptors())   # grpcutil.open_channel
+    instrument_app(app)                       # services.http.server: FastAPI's server spans
+    shutdown()                                # lookahead-rag serve, at exit: flush what is batched
+
+The gRPC and FastAPI spans come from the OTel instrumentation packages, which carry the W3C
+``traceparent`` in gRPC metadata; the engine's own steps (queue, prefill, decode) are recorded by
+``request_spans`` once a request ends. The provider is also the global one, so code that only uses
+the OTel API (``opentelemetry.trace.get_tracer``, ``opentelemetry.propagate.inject/extract``, e.g. the
+Kafka records' headers in services/events) joins the same traces. Tests install their own provider
+(an in-memory exporter) with ``install(provider, set_global=False)`` and ``uninstall()`` it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Collection
+from typing import TYPE_CHECKING, Any, Protocol
+
+import grpc
+from opentelemetry import trace
+
+from lookahead_rag.services.common.settings import TracingSettings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+    from opentelemetry.sdk.trace import TracerProvider
+
+log = logging.getLogger(__name__)
+
+TRACER_NAME = "lookahead_rag"  # instrumentation scope of our own spans
+NS_PER_S = 1_000_000_000
+UNTRACED_HTTP_PATHS = "health,metrics"  # FastAPI: probes and scrapes start no trace (OTel's excluded_urls)
+UNTRACED_GRPC_PREFIXES = ("grpc.health.v1.", "grpc.reflection.")  # gRPC services whose calls start no span
+QUEUE, PREFILL, DECODE = "generator.queue", "generator.prefill", "generator.decode"  # the engine's spans
+
+_lock = threading.Lock()
+_provider: TracerProvider | None = None  # the installed provider; None: tracing is off
+
+
+class RequestTimes(Protocol):
+    """What ``request_spans`` reads (``lookahead_core.engine.request.ServeStats``): seconds from submission."""
+
+    queue_wait_s: float  # submitted -> admitted
+    first_token_s: float  # submitted -> first token verified (0: none)
+    wall_s: float  # submitted -> released
+    new_tokens: int
+    forward_steps: int
+    draft_tokens: int
+    finish_reason: str
+
+
+def active() -> bool:
+    """A provider is installed (tracing on)."""
+    return _provider is not None
+
+
+def provider() -> TracerProvider | None:
+    return _provider
+
+
+def install(tracer_provider: TracerProvider, set_global: bool = True) -> None:
+    """Make ``tracer_provider`` the one our interceptors, app and spans use; with ``set_global`` also
+    OTel's global provider (once per process: a later one is refused by OTel and logged)."""
+    global _provider
+    with _lock:
+        _provider = tracer_provider
+    if set_global:
+        trace.set_tracer_provider(tracer_provider)
+
+
+def uninstall() -> TracerProvider | None:
+    """Tracing off again for what starts next (tests); returns the provider that was installed."""
+    global _provider
+    with _lock:
+        old, _provider = _provider, None
+    return old
+
+
+def setup(settings: TracingSettings, services: Collection[str]) -> bool:
+    """Install a provider exporting to the configured OTLP endpoint, once per process; a no-op when
+    tracing is off or a provider is installed already. Returns whether tracing is on."""
+    if _provider is not None or not settings.enabled:
+        return _provider is not None
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+
+    name = settings.name_for(services)
+    tracer_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}),
+                                     sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint)))
+    install(tracer_provider)
+    log.info("tracing on: %s spans to %s (sample ratio %g)", name, settings.endpoint, settings.sample_ratio)
+    return True
+
+
+def shutdown() -> None:
+    """Flush and stop the installed provider (the end of a process); tracing is off afterwards."""
+    old = uninstall()
+    if old is not None:
+        old.shutdown()
+
+
+# --- instrumentation -------------------------------------------------------------------------------
+
+
+def _traced_call(details: Any) -> bool:
+    """Calls that get spans: not health checks, not reflection."""
+    method = getattr(details, "method", "") or ""
+    if isinstance(method, bytes):  # a client call's details carry it encoded
+        method = method.decode("utf-8", "replace")
+    method = str(method).lstrip("/")
+    return not method.startswith(UNTRACED_GRPC_PREFIXES)
+
+
+def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
+    """The OTel gRPC server interceptor (outermost: its span covers the others); [] when tracing is off."""
+    if _provider is None:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_server_interceptor
+
+    return [aio_server_interceptor(tracer_provider=_provider, filter_=_traced_call)]
+
+
+def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
+    """The OTel gRPC client interceptors (a span per call, ``traceparent`` sent); [] when tracing is off."""
+    if _provider is None:
+        return []
+    from opentelemetry.instrumentation.grpc import aio_client_interceptors
+
+    return list(aio_client_interceptors(tracer_provider=_provider, filter_=_traced_call))
+
+
+def instrument_app(app: FastAPI) -> None:
+    """FastAPI's server span for each request (not /health, /metrics); nothing when tracing is off."""
+    if _provider is None:
+        return
+    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+
+    FastAPIInstrumentor.instrument_app(app, tracer_provider=_provider, excluded_urls=UNTRACED_HTTP_PATHS,
+                                       exclude_spans=["receive", "send"])  # not one span per SSE chunk
+
+
+# --- the engine's steps ----------------------------------------------------------------------------
+
+
+def request_spans(st: RequestTimes, model_name: str) -> None:
+    """A finished request's queue, prefill and decode as spans of the current trace (the caller's
+    HTTP or gRPC span), timed from ``st`` and ending now; nothing when tracing is off."""
+    if _provider is None or not trace.get_current_span().get_span_context().is_valid:
+        return
+    tracer = _provider.get_tracer(TRACER_NAME)
+    end = time.time_ns()
+    submitted = end - int(st.wall_s * NS_PER_S)
+    admitted = submitted + int(st.queue_wait_s * NS_PER_S)
+    first = max(admitted, submitted + int(st.first_token_s * NS_PER_S) if st.first_token_s else end)
+    steps = ((QUEUE, submitted, admitted), (PREFILL, admitted, first), (DECODE, first, end))
+    for name, start, stop in steps:
+        span = tracer.start_span(name, start_time=start, attributes={"gen_ai.request.model": model_name})
+        if name == DECODE:
+            span.set_attributes({
+                "gen_ai.usage.output_tokens": st.new_tokens, "gen_ai.response.finish_reasons": [st.finish_reason],
+                "lookahead.forward_steps": st.forward_steps, "lookahead.draft_tokens": st.draft_tokens,
+            })
+        span.end(end_time=stop)
