@@ -21,6 +21,7 @@ class DraftMode(StrEnum):
 
 
 LOSSY_MODES = frozenset({DraftMode.MJSD})  # output may differ from plain decoding: never a default
+MAX_TOP_LOGPROBS = 20  # most alternatives a request may ask per token (OpenAI's bound)
 
 
 def parse_mode(name: str) -> DraftMode:
@@ -73,6 +74,9 @@ class DecodingConfig:
     min_p: float = 0.0  # drop tokens under min_p x the most likely token's probability (0: off)
     repetition_penalty: float | None = None  # CTRL penalty on tokens already seen (None: the model's, else 1.0)
     seed: int | None = None  # sampling key: the draw for output position t is a function of (seed, t) only
+    # Log-probabilities of the emitted tokens (sampling/logprobs.py): raw model distribution, before processing.
+    logprobs: bool = False  # report each emitted token's logprob (ServeRequest.logprobs); off: no cost at all
+    top_logprobs: int = 0  # ... and its position's most likely alternatives, 0..MAX_TOP_LOGPROBS (needs logprobs)
     # The Jacobi lookahead window (jacobi.py): its tokens ride in the verification forward.
     # W: positions guessed per row; None = what the measured forward cost allows (jacobi.choose_window,
     # 0 on a 2-core CPU), 0 = no window (mode jacobi: at least 1)
@@ -116,6 +120,10 @@ class DecodingConfig:
                              f"{self.mjsd_threshold}")
         if self.mode is DraftMode.MJSD and self.sampling:
             raise ValueError("mode mjsd is greedy only (temperature 0)")
+        if not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS:
+            raise ValueError(f"top_logprobs must be in 0..{MAX_TOP_LOGPROBS}, got {self.top_logprobs}")
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs")
         if self.seed is not None and not 0 <= self.seed < 2**64:
             raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
 

@@ -57,6 +57,7 @@ OPEN_GRPC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")  # probes 
 # (HTTP method, the route's path template) -> its scope
 HTTP_SCOPES: dict[tuple[str, str], Scope] = {
     ("POST", "/v1/chat/completions"): Scope.ANSWER,
+    ("POST", "/v1/completions"): Scope.ANSWER,
     ("GET", "/v1/models"): Scope.ANSWER,
     ("GET", "/v1/models/{model:path}"): Scope.ANSWER,
     ("GET", "/health"): Scope.OPEN,

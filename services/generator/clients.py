@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from lookahead_rag.services.common.conversation import Message
 from lookahead_rag.v1 import draftcache_pb2, retriever_pb2
 
 
 class RetrieverClient(Protocol):
     async def retrieve(
-        self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str, timeout_s: float
+        self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
+        history: Sequence[Message], timeout_s: float,
     ) -> retriever_pb2.RetrieveResponse: ...
 
     async def served_model(self, timeout_s: float) -> tuple[str, str]: ...

@@ -26,6 +26,7 @@ from lookahead_rag.services.generator.domain import (
     GenerationStats,
     PromptIds,
     TextDelta,
+    TokenLogprob,
 )
 from lookahead_rag.services.generator.prepared import Prepared, grounding_doc_ids
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
@@ -44,11 +45,17 @@ def params_from_proto(params: generator_pb2.GenerationParams) -> GenerationParam
         branch_length=params.branch_length, stop=tuple(params.stop), temperature=params.temperature,
         top_p=params.top_p, top_k=params.top_k, min_p=params.min_p, repetition_penalty=params.repetition_penalty,
         seed=params.seed if params.HasField("seed") else None, safe_stream=params.safe_stream,
+        logprobs=params.logprobs, top_logprobs=params.top_logprobs,
     )
 
 
+def messages_from_proto(messages: Sequence[generator_pb2.ChatMessage]) -> tuple[ChatMessage, ...]:
+    return tuple(ChatMessage(m.role, m.content) for m in messages)
+
+
 def answer_query(request: generator_pb2.AnswerRequest) -> AnswerQuery:
-    return AnswerQuery(request.tenant, request.question, params_from_proto(request.params), request.k, request.m)
+    return AnswerQuery(request.tenant, request.question, params_from_proto(request.params), request.k, request.m,
+                       messages_from_proto(request.history))
 
 
 def generate_query(request: generator_pb2.GenerateRequest) -> GenerateQuery:
@@ -57,7 +64,7 @@ def generate_query(request: generator_pb2.GenerateRequest) -> GenerateQuery:
     if which == "prompt":
         prompt = request.prompt
     elif which == "messages":
-        prompt = tuple(ChatMessage(m.role, m.content) for m in request.messages.messages)
+        prompt = messages_from_proto(request.messages.messages)
     elif which == "prompt_ids":
         prompt = PromptIds(tuple(request.prompt_ids.ids))
     return GenerateQuery(request.tenant, prompt, tuple(request.references), tuple(request.reference_ids),
@@ -87,9 +94,15 @@ def final_to_proto(final: FinalInfo) -> generator_pb2.FinalInfo:
     )
 
 
+def logprob_to_proto(logprob: TokenLogprob) -> generator_pb2.TokenLogprob:
+    return generator_pb2.TokenLogprob(token_id=logprob.token_id, logprob=logprob.logprob,
+                                      top=[generator_pb2.TopLogprob(token_id=t, logprob=lp) for t, lp in logprob.top])
+
+
 def delta_to_proto(delta: TextDelta) -> generator_pb2.TextDelta:
     """The delta on the wire; a safe stream's padded to its fixed size."""
-    message = generator_pb2.TextDelta(text=delta.text, token_ids=delta.token_ids)
+    message = generator_pb2.TextDelta(text=delta.text, token_ids=delta.token_ids,
+                                      logprobs=[logprob_to_proto(p) for p in delta.logprobs])
     return pad(message, padded_bytes(delta.safe_bytes)) if delta.safe_bytes else message
 
 

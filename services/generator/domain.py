@@ -31,6 +31,8 @@ class GenerationParams:
     repetition_penalty: float = 0.0  # > 0; 0: the model's generation_config
     seed: int | None = None  # the sampling seed; None: a random one, reported in the final stats
     safe_stream: bool = False  # the side-channel-safe stream (services/generator/safe_stream.py)
+    logprobs: bool = False  # each token's logprob on the deltas (raw model distribution, before sampling's processing)
+    top_logprobs: int = 0  # 0..20: the most likely alternatives at each token's position (needs logprobs)
 
 
 @dataclass(frozen=True)
@@ -38,10 +40,14 @@ class AnswerQuery:
     """A tenant's question, answered on its retrieved documents (``GeneratorEngine.answer``)."""
 
     tenant: str  # whose documents, past sessions, drafts and quota
-    question: str  # the user's question; the retriever builds the prompt around it
+    question: str  # the user's question (a conversation's last user turn); the retriever builds the prompt around it
     params: GenerationParams = field(default_factory=GenerationParams)  # how to decode
     k: int = 0  # documents to retrieve (0: the server's)
     m: int = 0  # past sessions to include (0: the server's)
+    history: tuple[ChatMessage, ...] = ()  # the conversation before the question, oldest first (its newest turns fit)
+    # the OpenAI endpoint's max_tokens rule (not on the wire): max_new_tokens 0 is up to the context, within
+    # [limits] max_new_tokens, and one over that limit is clamped to it (False: gRPC's, the default / refused)
+    up_to_context: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,8 @@ class GenerateQuery:
     references: tuple[str, ...] = ()  # texts whose spans may be copied as drafts (LLMA)
     reference_ids: tuple[int, ...] = ()  # one more reference, as token ids of the served model
     params: GenerationParams = field(default_factory=GenerationParams)  # how to decode
+    # the OpenAI endpoint's max_tokens rule, as AnswerQuery.up_to_context (False: gRPC's, the default / refused)
+    up_to_context: bool = False
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,17 @@ class GenerationStats:
     sampled: bool = False  # sampled (temperature > 0) rather than greedy
     seed: int = 0  # the sampling seed used: the same seed gives the same text
     unverified: bool = False  # lossy mode (mjsd): the output may differ from plain decoding
+    history_turns_kept: int = 0  # Answer: the conversation's newest turns in the prompt (the oldest are cut first)
+    max_new_tokens: int = 0  # the most tokens the answer was allowed (the request's, its default or its rule's)
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """One emitted token's log-probability (GenerationParams.logprobs) and its position's top alternatives."""
+
+    token_id: int  # the token
+    logprob: float  # its log-probability under the model's raw next-token distribution
+    top: tuple[tuple[int, float], ...] = ()  # the top_logprobs most likely (token id, logprob), most likely first
 
 
 @dataclass(frozen=True)
@@ -118,6 +137,7 @@ class TextDelta:
     text: str = ""  # newly verified text (whole characters)
     token_ids: tuple[int, ...] = ()  # the tokens verified in this step
     safe_bytes: int = 0  # safe stream: the most serialized bytes any of its deltas holds, padded to more; 0: none
+    logprobs: tuple[TokenLogprob, ...] = ()  # GenerationParams.logprobs: one per token of token_ids (else empty)
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,15 @@
 """GeneratorEngine: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
 
-One request: the retriever gives the grounded prompt (if it is down or late, the question alone is
-templated and the stats say documents were unavailable); the draft cache gives the tenant's
-continuations once (how its past outputs went on; if down or late, the request drafts from its own
-prompt only); decoding
-runs on the engine's step scheduler (lookahead_core.engine.scheduler: one thread owns the model and
-verifies every in-flight request in one batched forward per step; a bounded queue with fair share
-by tenant holds the rest) and each verified step is streamed; the finished answer is published as
-a ``GenerationCompleted`` event. A dependency failing never fails the request, and drafts never
-change the answer (decoding is lossless: greedy, or sampled with draws keyed by the request's seed,
-so a sampled answer is plain sampling with that seed; the final stats carry the seed used).
+One request: the retriever gives the grounded prompt (if it is down or late, the question and its
+conversation are templated alone and the stats say documents were unavailable); the draft cache
+gives the tenant's continuations once (how its past outputs went on; if down or late, the request
+drafts from its own prompt only); decoding runs on the engine's step scheduler
+(lookahead_core.engine.scheduler: one thread owns the model and verifies every in-flight request in
+one batched forward per step; a bounded queue with fair share by tenant holds the rest) and each
+verified step is streamed; the finished answer is published as a ``GenerationCompleted`` event. A
+dependency failing never fails the request, and drafts never change the answer (decoding is
+lossless: greedy, or sampled with draws keyed by the request's seed, so a sampled answer is plain
+sampling with that seed; the final stats carry the seed used).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
 from lookahead_core.defaults import DEFAULT_MODEL
@@ -32,21 +32,16 @@ from lookahead_core.threads import usable_cores
 from lookahead_core.vocab import out_of_vocab
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lookahead_rag.services.common.errors import (
-    DeadlineExceeded,
-    FailedPrecondition,
-    InvalidArgument,
-    NotFound,
-    ResourceExhausted,
-    Unavailable,
-)
+from lookahead_rag.services.common.conversation import check_history
+from lookahead_rag.services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
 from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.logs import log_text
 from lookahead_rag.services.common.quota import TenantQuotas
+from lookahead_rag.services.common.tracing import request_spans
 from lookahead_rag.services.events import EventPublisher
 from lookahead_rag.services.generator.attribution import DraftAttribution
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
-from lookahead_rag.services.generator.convert import completed_event, documents_from_proto
+from lookahead_rag.services.generator.convert import completed_event
 from lookahead_rag.services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
@@ -56,9 +51,11 @@ from lookahead_rag.services.generator.domain import (
     GenerationStats,
     TextDelta,
 )
+from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
+from lookahead_rag.services.generator.logprobs import check_logprobs, step_logprobs
 from lookahead_rag.services.generator.params import decoding_config, server_config
-from lookahead_rag.services.generator.prepared import Prepared
-from lookahead_rag.services.generator.prompt_ids import chat_ids, check_vocabulary
+from lookahead_rag.services.generator.prepared import Prepared, PromptFacts
+from lookahead_rag.services.generator.prompt_ids import check_vocabulary
 from lookahead_rag.services.generator.prompt_ids import prompt_ids as prompt_ids_of
 from lookahead_rag.services.generator.read_ahead import read_ahead
 from lookahead_rag.services.generator.safe_stream import (
@@ -160,15 +157,13 @@ class GeneratorEngine:
                 f"the model's context of {self.context_tokens}"
             )
 
-    def _fallback_prompt(self, question: str) -> list[int]:
-        """The question alone in the chat template (used when the retriever cannot answer)."""
-        return chat_ids(self.tokenizer, [{"role": "user", "content": question}])
-
     # ---- entry points -----------------------------------------------------------------------------
-    async def answer(self, query: AnswerQuery, deadline: float | None = None,
-                     request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
-        """Answer a tenant's question, grounded on retrieved documents; streams TextDeltas, then a FinalInfo."""
-        async for chunk in self._served(query.tenant, query.params, self._answer(query, deadline, request_id)):
+    async def answer(self, query: AnswerQuery, deadline: float | None = None, request_id: str | None = None,
+                     on_prompt: Callable[[PromptFacts], None] | None = None) -> AsyncIterator[AnswerChunk]:
+        """Answer a tenant's question, grounded on retrieved documents; streams TextDeltas, then a FinalInfo.
+        ``on_prompt`` hears what the prompt came to before the first token (never for a safe stream)."""
+        told = None if self.is_safe(query.tenant, query.params) else on_prompt
+        async for chunk in self._served(query.tenant, query.params, self._answer(query, deadline, request_id, told)):
             yield chunk
 
     async def generate(self, query: GenerateQuery, deadline: float | None = None,
@@ -183,6 +178,7 @@ class GeneratorEngine:
         stream slot is freed when the request ends, even while a send still waits on a client that stopped
         reading), re-cut by the safe stream when the request or its tenant asks for it."""
         self.limits.check_tenant(tenant)
+        check_logprobs(params, self.is_safe(tenant, params))
         with self.quotas.admit(tenant) as release:
             ahead = read_ahead(chunks, release)
             stream = self._safe(ahead, params) if self.is_safe(tenant, params) else ahead
@@ -205,16 +201,21 @@ class GeneratorEngine:
         streamer = TextStreamer(self.tokenizer, params.stop)  # as _decode's (bad stops are refused there)
         return safe_stream(chunks, Chunker(streamer, config), config.interval_s)
 
-    async def _answer(self, query: AnswerQuery, deadline: float | None = None,
-                      request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
-        limits = self.limits
+    async def _answer(self, query: AnswerQuery, deadline: float | None = None, request_id: str | None = None,
+                      on_prompt: Callable[[PromptFacts], None] | None = None) -> AsyncIterator[AnswerChunk]:
+        limits, params = self.limits, query.params
         limits.check_tenant(query.tenant)
         question = limits.check_question(query.question)
+        check_history(query.history, limits)
         k, m = limits.resolve_k(query.k), limits.resolve_m(query.m)
-        config = self.decoding_config(query.params)
+        params = clamped(params, limits, query.up_to_context)  # the OpenAI endpoint's rule (0: filled after the prompt)
+        config = self.decoding_config(params)
         self._check_room()
-        prep = Prepared(query.tenant, question, [], [], config, request_id or uuid.uuid4().hex)
+        prep = Prepared(query.tenant, question, [], [], config, request_id or uuid.uuid4().hex, history=query.history,
+                        fill_context=query.up_to_context and not params.max_new_tokens)
         await self._retrieve(prep, k, m, deadline)
+        if on_prompt is not None:
+            on_prompt(PromptFacts(prep.history_turns_kept, prep.config.max_new_tokens))
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
@@ -222,9 +223,13 @@ class GeneratorEngine:
                         request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
         limits = self.limits
         limits.check_tenant(query.tenant)
-        config = self.decoding_config(query.params)
+        params = clamped(query.params, limits, query.up_to_context)  # the OpenAI endpoint's rule, as _answer's
+        config = self.decoding_config(params)
         prompt_ids = prompt_ids_of(query.prompt, self.tokenizer, self.tokenizer_size, self.limits)
-        self._check_fits(prompt_ids, config)
+        prep = Prepared(query.tenant, "", prompt_ids, [], config, request_id or uuid.uuid4().hex,
+                        fill_context=query.up_to_context and not params.max_new_tokens)
+        fill_room(prep, self.context_tokens, limits)
+        self._check_fits(prompt_ids, prep.config)
         refs = [t for t in query.references if t]
         if len(refs) + bool(query.reference_ids) > limits.max_references:
             raise InvalidArgument(f"too many references; the limit is {limits.max_references}")
@@ -235,7 +240,7 @@ class GeneratorEngine:
             references.append(list(query.reference_ids))
         limits.check_reference_tokens(sum(map(len, references)))
         self._check_room()
-        prep = Prepared(query.tenant, "", prompt_ids, references, config, request_id or uuid.uuid4().hex)
+        prep.references = references
         async for chunk in self._decode(prep, deadline):
             yield chunk
 
@@ -246,34 +251,16 @@ class GeneratorEngine:
         return max(0.001, min(limit, deadline - time.monotonic() - DEADLINE_MARGIN_S))
 
     async def _retrieve(self, prep: Prepared, k: int, m: int, deadline: float | None) -> None:
-        cfg = prep.config
+        """``prep``'s prompt (grounding.py): the retriever's, else the conversation alone; then its answer's room."""
         prep.prefix_epoch = self.scheduler.prefix_epoch(prep.tenant)  # before: a forget meanwhile makes it stale
-        if self.retriever is not None:
-            try:
-                resp = await self.retriever.retrieve(
-                    prep.tenant, prep.question, k, m, cfg.max_new_tokens, self.tokenizer_id,
-                    self._timeout(self.settings.retrieve_timeout_s, deadline),
-                )
-                if resp.unknown_tenant and not resp.chunks and not resp.sessions:
-                    raise NotFound(f"unknown tenant {prep.tenant!r}: no documents were ingested for it")
-                if resp.tokenizer_id and resp.tokenizer_id != self.tokenizer_id:  # a retriever that skips the check
-                    raise FailedPrecondition(f"the retriever's tokenizer {resp.tokenizer_id} is not the generator's "
-                                             f"{self.tokenizer_id}: set the same [model] name for both services")
-                prep.prompt_ids = list(resp.prompt_ids)
-                prep.documents = documents_from_proto(resp.chunks)
-                self._check_fits(prep.prompt_ids, cfg)
-                return
-            except (InvalidArgument, NotFound, FailedPrecondition):
-                raise  # the caller's input (a prompt that cannot fit, a tenant never ingested) or a set-up error
-            except (Exception, asyncio.CancelledError) as exc:
-                if isinstance(exc, asyncio.CancelledError) and asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                    raise
-                log.warning("retriever unavailable (%s); answering without documents", type(exc).__name__)
-        prep.documents_available = False
-        if self.metrics is not None:
-            self.metrics.record_degraded("retriever")  # type: ignore[attr-defined]
-        prep.prompt_ids = self._fallback_prompt(prep.question)
-        self._check_fits(prep.prompt_ids, cfg)
+        timeout = self._timeout(self.settings.retrieve_timeout_s, deadline)
+        if not await retrieve(self.retriever, self.tokenizer_id, prep, k, m, timeout):
+            if self.metrics is not None:
+                self.metrics.record_degraded("retriever")  # type: ignore[attr-defined]
+            budget = self.context_tokens - prep.config.max_new_tokens if self.context_tokens else None
+            fallback(self.tokenizer, prep, budget)
+        fill_room(prep, self.context_tokens, self.limits)
+        self._check_fits(prep.prompt_ids, prep.config)
 
     async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
         if self.draft_cache is None or not prep.config.speculative or not self.settings.draft_budget:
@@ -315,7 +302,8 @@ class GeneratorEngine:
         epoch = self.scheduler.prefix_epoch(prep.tenant) if prep.prefix_epoch is None else prep.prefix_epoch
         req = ServeRequest(
             prep.prompt_ids, prep.config, tenant=prep.tenant, trie=trie, references=prep.references,
-            deadline=deadline, on_tokens=lambda _r, ids: post("step", ids), on_done=lambda _r, exc: post("done", exc),
+            deadline=deadline, on_tokens=lambda r, ids: post("step", (ids, step_logprobs(r, len(ids)))),
+            on_done=lambda _r, exc: post("done", exc),
             prefix_epoch=epoch,
         )
         # the trie is built here, off the engine's thread: a large reference never stalls another's step
@@ -339,12 +327,13 @@ class GeneratorEngine:
                     if isinstance(value, BaseException):
                         raise value
                     break
-                new = list(value)  # type: ignore[call-overload]
+                ids, logprobs = value  # type: ignore[misc]
+                new = list(ids)
                 context_before = prep.prompt_ids[-prep.config.max_match:] + output
                 attribution.count_step(context_before, new)
                 output.extend(new)
                 text = streamer.push(new)
-                yield TextDelta(text=text, token_ids=tuple(new))
+                yield TextDelta(text=text, token_ids=tuple(new), logprobs=logprobs)
             tail = streamer.finish()
             if tail:
                 yield TextDelta(text=tail)
@@ -356,7 +345,7 @@ class GeneratorEngine:
         log.info("answered: %d tokens in %d steps (%.2f tokens/step, %.0f ms, waited %.0f ms, batch %.1f)",
                  stats.new_tokens, stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS,
                  stats.queue_wait_s * MS, stats.mean_batch_size)
-        self._record(req.stats, stats, attribution)
+        self._record(req.stats, stats, attribution, len(prep.prompt_ids))
         final = FinalInfo(request_id=prep.request_id, stats=stats, answer_text=streamer.text,
                           documents=prep.documents, prompt_ids=tuple(prep.prompt_ids), output_ids=tuple(output))
         if stats.finish_reason != "cancelled":
@@ -380,18 +369,14 @@ class GeneratorEngine:
             mean_tokens_per_forward=st.mean_tokens_per_forward, mean_draft_budget=st.mean_budget,
             kernel=",".join(sorted(st.kernels)),
             sampled=st.sampled, seed=st.seed or 0, unverified=st.unverified,
+            history_turns_kept=prep.history_turns_kept, max_new_tokens=prep.config.max_new_tokens,
         )
 
-    def _record(self, st: ServeStats, stats: GenerationStats, attribution: DraftAttribution) -> None:
-        if self.metrics is None:
-            return
-        m = self.metrics
-        m.record_steps(st.accepted_per_step)  # type: ignore[attr-defined]
-        if stats.time_to_first_token_s:
-            m.record_first_token(stats.time_to_first_token_s)  # type: ignore[attr-defined]
-        m.record_answer(stats.new_tokens, stats.forward_steps, st.wall_s,  # type: ignore[attr-defined]
-                        dict(attribution.hits))
-        m.record_serving(st.budgets, stats.prefix_hit_tokens)  # type: ignore[attr-defined]
+    def _record(self, st: ServeStats, stats: GenerationStats, attribution: DraftAttribution, prompt: int) -> None:
+        request_spans(st, self.model_name)  # queue, prefill and decode in the request's trace (tracing on)
+        if self.metrics is not None:  # services/generator/metrics.py: vLLM-named request metrics too
+            record = self.metrics.record_request  # type: ignore[attr-defined]
+            record(self.model_name, st, stats, dict(attribution.hits), prompt)
 
     def _publish(self, prep: Prepared, final: FinalInfo) -> None:
         if self.publisher is None:

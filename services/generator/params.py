@@ -90,6 +90,7 @@ def decoding_config(params: GenerationParams, base: DecodingConfig, s: Generator
     sampling = sampling_fields(params)
     try:
         return replace(base, mode=mode, max_new_tokens=max_new, decoding_length=length,
-                       stop_strings=tuple(params.stop), trie=trie, **sampling)
+                       stop_strings=tuple(params.stop), trie=trie, logprobs=params.logprobs,
+                       top_logprobs=params.top_logprobs, **sampling)
     except ValueError as exc:  # DecodingConfig's own checks: a value the lines above let through
         raise InvalidArgument(str(exc)) from None

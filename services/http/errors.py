@@ -2,7 +2,8 @@
 
 The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
 (``lookahead_rag.services.common.errors``); here each becomes a status and a body
-``{"error": {"message", "type", "code"}}`` (``code``: the gRPC status name in lower case)::
+``{"error": {"message", "type", "param", "code"}}`` (``code``: the gRPC status name in lower case;
+``param``: the request field at fault when known, else null)::
 
     InvalidArgument                      -> 400     NotFound           -> 404
     Unauthenticated                      -> 401     PermissionDenied   -> 403
@@ -22,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+from collections.abc import Collection
 from http import HTTPStatus
 from typing import Any
 
@@ -71,24 +74,50 @@ STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
 TYPES_BY_STATUS = {status: kind for _, status, kind in STATUSES}
 
 
-def error_body(message: str, kind: str, code: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code}}
+PARAM_WORD = re.compile(r"^([a-z_]+)\b")  # a message that starts with a field's name is about that field
 
 
-def http_error(exc: BaseException) -> tuple[int, dict[str, Any]]:
-    """The (status, body) ``exc`` maps to; an unexpected one is logged with its traceback."""
+class InvalidParam(InvalidArgument):
+    """An InvalidArgument about one request field, named in the error body's ``param``."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param  # the request body's field at fault
+
+
+def error_body(message: str, kind: str, code: str, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error body: ``param`` is the request field at fault, None (null) when not known."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def param_of(exc: BaseException, fields: Collection[str] = ()) -> str | None:
+    """The request field ``exc`` is about: its own ``param`` (InvalidParam), else the field among ``fields``
+    (the body's) its message starts with (the engine's checks name the field first: "top_p must be ...")."""
+    param = getattr(exc, "param", None)
+    if isinstance(param, str):
+        return param
+    if not isinstance(exc, InvalidArgument):
+        return None
+    match = PARAM_WORD.match(str(exc))
+    return match.group(1) if match and match.group(1) in fields else None
+
+
+def http_error(exc: BaseException, fields: Collection[str] = ()) -> tuple[int, dict[str, Any]]:
+    """The (status, body) ``exc`` maps to (``fields``: the request body's, to name the ``param`` at fault);
+    an unexpected one is logged with its traceback."""
     code, message = status_of(exc)
     for cls, status, kind in STATUSES:
         if isinstance(exc, cls):
             log.info("chat completion -> %d: %s", status, message)
-            return status, error_body(message, kind, code.name.lower())
+            return status, error_body(message, kind, code.name.lower(), param_of(exc, fields))
     log.error("chat completion failed", exc_info=exc)
     status, kind = INTERNAL
     return status, error_body(message, kind, grpc.StatusCode.INTERNAL.name.lower())
 
 
-def error_response(exc: BaseException, headers: dict[str, str] | None = None) -> JSONResponse:
-    status, body = http_error(exc)
+def error_response(exc: BaseException, headers: dict[str, str] | None = None,
+                   fields: Collection[str] = ()) -> JSONResponse:
+    status, body = http_error(exc, fields)
     if status == HTTPStatus.UNAUTHORIZED:  # RFC 6750: say which scheme to use
         headers = {**(headers or {}), "www-authenticate": "Bearer"}
     retry_after_s = retry_after_of(exc)
@@ -111,9 +140,18 @@ def _validation_message(exc: RequestValidationError) -> str:
     return one_line("; ".join(parts) or "invalid request body")
 
 
+def _validation_param(exc: RequestValidationError) -> str | None:
+    """The body field of the first error (its top-level name: ``messages`` for ``messages.0.role``), if any."""
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ()) if p != "body"]
+        return loc[0] if loc else None
+    return None
+
+
 async def _on_validation(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    body = error_body(_validation_message(exc), TYPES_BY_STATUS[BAD_REQUEST], "invalid_argument")
+    body = error_body(_validation_message(exc), TYPES_BY_STATUS[BAD_REQUEST], "invalid_argument",
+                      _validation_param(exc))
     return JSONResponse(body, status_code=BAD_REQUEST)
 
 

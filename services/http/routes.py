@@ -13,10 +13,9 @@ only authorize the tenant, with the caller the guard put on ``request.state``. T
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
@@ -26,7 +25,6 @@ from fastapi.responses import JSONResponse, Response
 
 from lookahead_rag.services.common.auth import Authenticator, Principal
 from lookahead_rag.services.common.errors import (
-    DeadlineExceeded,
     InvalidArgument,
     NotFound,
     ServiceError,
@@ -34,8 +32,9 @@ from lookahead_rag.services.common.errors import (
     Unavailable,
 )
 from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
-from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, TextDelta
-from lookahead_rag.services.http import errors, translate
+from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo
+from lookahead_rag.services.generator.prepared import PromptFacts
+from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate
 from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
 from lookahead_rag.services.http.schema import ChatCompletionRequest
 from lookahead_rag.services.http.settings import HttpSettings
@@ -113,30 +112,46 @@ class Frontend:
         if name and name != self.model:
             raise NotFound(f"model {name!r} is not served here; GET /v1/models lists {self.model!r}")
 
-    def chunks(self, body: ChatCompletionRequest, tenant: str, deadline: float | None, rid: str) -> Chunks:
+    def admitted(self, request: Request, model: str) -> tuple[str, float | None]:
+        """The caller's tenant and deadline, once the server is serving and ``model`` is ours (raises otherwise)."""
+        if not self.serving:
+            raise Unavailable("the server is stopping")
+        tenant, deadline = self.tenant_of(request), self.deadline_of(request)
+        self.check_model(model)
+        return tenant, deadline
+
+    def chunks(self, body: ChatCompletionRequest, tenant: str, deadline: float | None, rid: str,
+               on_prompt: Callable[[PromptFacts], None]) -> Chunks:
+        """The engine's stream; ``on_prompt`` hears what a RAG answer's prompt came to before its first token."""
+        ext = {"mode": body.mode, "logprobs": bool(body.logprobs), "top_logprobs": body.top_logprobs}  # choices.py
         if body.rag:
-            return self.engine.answer(translate.answer_query(body, tenant), deadline, rid)
-        return self.engine.generate(translate.generate_query(body, tenant), deadline, rid)
+            query = translate.answer_query(body, tenant)
+            query = replace(query, params=choices.extended(query.params, **ext))
+            return self.engine.answer(query, deadline, rid, on_prompt=on_prompt)
+        generate = translate.generate_query(body, tenant)
+        return self.engine.generate(replace(generate, params=choices.extended(generate.params, **ext)), deadline, rid)
 
     # ---- the endpoint ------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
         headers: dict[str, str] = {}
         try:
-            if not self.serving:
-                raise Unavailable("the server is stopping")
-            tenant = self.tenant_of(request)
-            deadline = self.deadline_of(request)
-            self.check_model(body.model)
+            tenant, deadline = self.admitted(request, body.model)
             translate.check_supported(body)
             with request_context(request.headers.get(REQUEST_ID_HEADER), tenant) as rid:
                 headers[REQUEST_ID_HEADER] = rid
+                if chat_choices.wants_choices(body):  # n > 1 or logprobs: chat_choices.py
+                    return await chat_choices.chat(self, body, request, tenant, deadline, rid, headers)
                 reply = translate.Reply.of(rid, self.model, body)
-                chunks, when = self.chunks(body, tenant, deadline, rid), _loop_deadline(deadline)
+                facts: list[PromptFacts] = []  # told before the first token (a RAG answer, not a safe stream)
+                chunks, when = self.chunks(body, tenant, deadline, rid, facts.append), choices.loop_deadline(deadline)
                 if not body.stream:
-                    final = await or_disconnect(request, _final(chunks, when))
-                    _check_final(final, deadline)
+                    final = (await or_disconnect(request, choices.collect(chunks, when))).final
+                    choices.check_final(final, deadline)
+                    headers.update(translate.prompt_headers(facts[-1] if facts else None))
                     return JSONResponse(translate.completion(reply, final), headers=headers)
-                first = await or_disconnect(request, _next(chunks, when))  # errors before it keep their status
+                # errors before the first chunk keep their status
+                first = await or_disconnect(request, choices.next_chunk(chunks, when))
+                headers.update(translate.prompt_headers(facts[-1] if facts else None))
                 events = _events(translate.StreamTranslator(reply), first, chunks, when, deadline, (rid, tenant))
                 return ClosingStreamingResponse(events, self.engine.settings.stream_send_timeout_s,
                                                 media_type=SSE_MEDIA_TYPE,
@@ -144,7 +159,7 @@ class Frontend:
         except ClientDisconnected:
             return Response(status_code=CLIENT_CLOSED)
         except Exception as exc:
-            return errors.error_response(exc, headers)
+            return errors.error_response(exc, headers, ChatCompletionRequest.model_fields)
 
     def models(self) -> dict[str, Any]:
         return {"object": "list", "data": [self.model_card()]}
@@ -153,48 +168,7 @@ class Frontend:
         return {"id": self.model, "object": "model", "created": self.created, "owned_by": OWNER}
 
 
-# ---- reading the engine's stream ---------------------------------------------------------------------
-def _loop_deadline(deadline: float | None) -> float | None:
-    """A time.monotonic() deadline on the running loop's clock (what asyncio.timeout_at takes)."""
-    if deadline is None:
-        return None
-    return asyncio.get_running_loop().time() + (deadline - time.monotonic())
-
-
-def _check_final(final: FinalInfo, deadline: float | None) -> None:
-    """An answer the engine ended itself (its deadline passed while running, or it is closing) is an error."""
-    if final.stats.finish_reason != "cancelled":
-        return
-    if deadline is not None and time.monotonic() >= deadline:
-        raise DeadlineExceeded("deadline exceeded while decoding")
-    raise Unavailable("the engine stopped the request (it is shutting down)")
-
-
-async def _next(chunks: Chunks, when: float | None) -> AnswerChunk | None:
-    async with asyncio.timeout_at(when):
-        return await anext(chunks, None)
-
-
-async def _final(chunks: Chunks, when: float | None) -> FinalInfo:
-    deltas: list[TextDelta] = []
-    try:
-        while (chunk := await _next(chunks, when)) is not None:
-            if isinstance(chunk, FinalInfo):
-                return _with_answer(chunk, deltas)
-            deltas.append(chunk)
-        raise RuntimeError("the answer ended without its final message")
-    finally:
-        await chunks.aclose()  # type: ignore[attr-defined]
-
-
-def _with_answer(final: FinalInfo, deltas: list[TextDelta]) -> FinalInfo:
-    """``final`` with the answer's text and ids; a safe stream's final leaves them to the deltas."""
-    if final.answer_text or final.output_ids:
-        return final
-    return replace(final, answer_text="".join(d.text for d in deltas),
-                   output_ids=tuple(t for d in deltas for t in d.token_ids))
-
-
+# ---- streaming ---------------------------------------------------------------------------------------
 async def _events(stream: translate.StreamTranslator, first: AnswerChunk | None, chunks: Chunks,
                   when: float | None, deadline: float | None, context: tuple[str, str]) -> AsyncIterator[bytes]:
     """The SSE body: ``data: {chunk}`` per step, then the finish chunk and ``data: [DONE]``. Once the
@@ -205,7 +179,7 @@ async def _events(stream: translate.StreamTranslator, first: AnswerChunk | None,
             chunk = first
             while chunk is not None:
                 if isinstance(chunk, FinalInfo):
-                    _check_final(chunk, deadline)
+                    choices.check_final(chunk, deadline)
                     for obj in stream.final(chunk):
                         yield sse(obj)
                     yield DONE
@@ -214,7 +188,7 @@ async def _events(stream: translate.StreamTranslator, first: AnswerChunk | None,
                     size = size or safe_event_bytes(stream.largest_delta(), chunk.safe_bytes)
                 for obj in stream.delta(chunk):
                     yield padded_sse(obj, size) if chunk.safe_bytes else sse(obj)
-                chunk = await _next(chunks, when)
+                chunk = await choices.next_chunk(chunks, when)
             raise RuntimeError("the answer ended without its final message")
         except Exception as exc:
             yield sse(errors.http_error(exc)[1])
@@ -233,6 +207,10 @@ def make_app(front: Frontend) -> FastAPI:
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await front.chat(body, request)
+
+    @app.post("/v1/completions", response_model=None)
+    async def legacy_completions(body: completions.CompletionRequest, request: Request) -> Response:
+        return await completions.complete(front, body, request)
 
     @app.get("/v1/models", response_model=None)
     async def list_models() -> Response:  # the guard checked the caller

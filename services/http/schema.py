@@ -66,6 +66,7 @@ class ChatCompletionRequest(BaseModel):
     modalities: list[str] | None = None
     audio: dict[str, Any] | None = None
     # extensions (docs/HTTP.md)
+    mode: str | None = None  # the draft mode (GenerationParams.mode: "hierarchical", "none", ...); omitted: server's
     top_k: int | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None

@@ -8,7 +8,9 @@
 
 Values are checked by the engine exactly as for gRPC; here only what the gRPC API could not carry
 either (a negative count, one past uint32 / uint64, a missing question) or what we cannot honour
-(n > 1, logprobs, tools) is refused, each with a one-line InvalidArgument.
+(n > 1, logprobs, tools) is refused, each with a one-line InvalidArgument. One rule differs: in RAG
+mode ``max_tokens`` omitted is up to the context and one over the limit is clamped
+(``AnswerQuery.up_to_context``); the usage then says what was allowed (``max_tokens_allowed``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from lookahead_rag.services.generator.domain import (
     GenerationParams,
     TextDelta,
 )
+from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http.schema import ChatCompletionRequest, Message
 
 UINT32_MAX = (1 << 32) - 1
@@ -33,16 +36,13 @@ UINT64_MAX = (1 << 64) - 1
 SCORE_DIGITS = 6  # retrieval scores are float32: more digits are noise
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # engine -> OpenAI (others as they are)
 ROLES = {"developer": "system"}  # OpenAI's newer role names -> the chat template's
+HISTORY_TURNS_HEADER = "x-lookahead-history-turns-kept"  # RAG: the conversation's turns kept in the prompt
 Json = dict[str, Any]
 
 
 # ---- request --------------------------------------------------------------------------------------
 def _refused(body: ChatCompletionRequest) -> str | None:
     """The first field asking for something the engine cannot do, as a one-line reason."""
-    if body.n not in (None, 1):
-        return f"n={body.n}: only one choice per request (n=1)"
-    if body.logprobs or body.top_logprobs:
-        return "logprobs are not supported"
     if body.tools or body.functions:
         return "tools and function calling are not supported"
     if body.response_format and body.response_format.get("type", "text") != "text":
@@ -72,13 +72,15 @@ def _count(name: str, value: int | None, limit: int = UINT32_MAX) -> int:
     return value
 
 
-def _max_new_tokens(body: ChatCompletionRequest) -> int:
+def _max_new_tokens(body: ChatCompletionRequest, clamp: bool = False) -> int:
+    """The request's max new tokens (0: omitted); ``clamp``: one past uint32 is uint32's most (the engine
+    clamps it to its limit) rather than refused."""
     name, value = ("max_completion_tokens", body.max_completion_tokens)
     if value is None:
         name, value = "max_tokens", body.max_tokens
     if value is not None and value < 1:
         raise InvalidArgument(f"{name} must be at least 1, got {value}")
-    return _count(name, value)
+    return _count(name, min(value, UINT32_MAX) if clamp and value is not None else value)
 
 
 def _text(message: Message) -> str:
@@ -91,30 +93,37 @@ def _text(message: Message) -> str:
     return "\n".join(part.text or "" for part in message.content)
 
 
-def generation_params(body: ChatCompletionRequest) -> GenerationParams:
-    """The request's GenerationParams (omitted = 0 = the server's default, as over gRPC)."""
+def generation_params(body: ChatCompletionRequest, clamp: bool = False) -> GenerationParams:
+    """The request's GenerationParams (omitted = 0 = the server's default, as over gRPC; ``clamp``: see
+    ``_max_new_tokens``)."""
     stop = (body.stop,) if isinstance(body.stop, str) else tuple(body.stop or ())
     seed = None if body.seed is None else _count("seed", body.seed, UINT64_MAX)
     return GenerationParams(
-        max_new_tokens=_max_new_tokens(body), stop=stop, temperature=body.temperature or 0.0,
+        max_new_tokens=_max_new_tokens(body, clamp), stop=stop, temperature=body.temperature or 0.0,
         top_p=body.top_p or 0.0, top_k=_count("top_k", body.top_k), min_p=body.min_p or 0.0,
         repetition_penalty=body.repetition_penalty or 0.0, seed=seed, safe_stream=body.safe_stream,
     )
 
 
 def answer_query(body: ChatCompletionRequest, tenant: str) -> AnswerQuery:
-    """RAG: the last user message is the question; the retriever builds the prompt around it."""
-    question = next((m for m in reversed(body.messages) if m.role == "user"), None)
-    if question is None:
-        raise InvalidArgument("messages has no user message: the last one is the question")
-    return AnswerQuery(tenant, _text(question), generation_params(body), k=_count("k", body.k),
-                       m=_count("m", body.m))
+    """RAG: the last message is the user's question, the messages before it its conversation (the engine
+    checks their roles); the retriever builds the prompt around them. ``max_tokens`` omitted: up to the
+    context; over the limit: clamped (``AnswerQuery.up_to_context``)."""
+    *history, question = body.messages
+    if question.role != "user":
+        if not any(m.role == "user" for m in history):
+            raise InvalidArgument("messages has no user message: the last one is the question")
+        raise InvalidArgument(f"the last message is the question: a user message, not {question.role!r}")
+    return AnswerQuery(tenant, _text(question), generation_params(body, clamp=True), k=_count("k", body.k),
+                       m=_count("m", body.m), history=tuple(ChatMessage(m.role, _text(m)) for m in history),
+                       up_to_context=True)
 
 
 def generate_query(body: ChatCompletionRequest, tenant: str) -> GenerateQuery:
-    """No retrieval (``"rag": false``): the messages as they are, in the model's chat template."""
+    """No retrieval (``"rag": false``): the messages as they are, in the model's chat template; ``max_tokens``
+    as in RAG mode (omitted: up to the context; over the limit: clamped)."""
     messages = tuple(ChatMessage(ROLES.get(m.role, m.role), _text(m)) for m in body.messages)
-    return GenerateQuery(tenant, messages, params=generation_params(body))
+    return GenerateQuery(tenant, messages, params=generation_params(body, clamp=True), up_to_context=True)
 
 
 # ---- response -------------------------------------------------------------------------------------
@@ -127,11 +136,12 @@ class Reply:
     created: int
     token_ids: bool  # the return_token_ids extension
     include_usage: bool  # stream_options.include_usage
+    rag: bool = True  # a RAG answer: the history_turns_kept extension
 
     @classmethod
     def of(cls, request_id: str, model: str, body: ChatCompletionRequest) -> Reply:
         usage = bool(body.stream_options and body.stream_options.include_usage)
-        return cls(f"chatcmpl-{request_id}", model, int(time.time()), body.return_token_ids, usage)
+        return cls(f"chatcmpl-{request_id}", model, int(time.time()), body.return_token_ids, usage, body.rag)
 
     def head(self, kind: str) -> Json:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
@@ -142,9 +152,26 @@ def finish_reason(engine_reason: str) -> str:
 
 
 def usage(final: FinalInfo) -> Json:
+    """OpenAI's usage, plus ``max_tokens_allowed`` (what the answer could take; absent in a safe stream)."""
     prompt, completion_tokens = len(final.prompt_ids), final.stats.new_tokens
-    return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
-            "total_tokens": prompt + completion_tokens}
+    out: Json = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                 "total_tokens": prompt + completion_tokens}
+    if final.stats.max_new_tokens:
+        out["max_tokens_allowed"] = final.stats.max_new_tokens
+    return out
+
+
+def conversation(reply: Reply, final: FinalInfo) -> Json:
+    """The ``history_turns_kept`` extension of a RAG answer (absent in a safe stream: its final tells
+    nothing about the prompt, not even its ids)."""
+    if not reply.rag or not final.prompt_ids:
+        return {}
+    return {"history_turns_kept": final.stats.history_turns_kept}
+
+
+def prompt_headers(facts: PromptFacts | None) -> dict[str, str]:
+    """The ``x-lookahead-history-turns-kept`` header of a RAG answer whose prompt is known (not a safe stream's)."""
+    return {} if facts is None else {HISTORY_TURNS_HEADER: str(facts.history_turns_kept)}
 
 
 def documents(final: FinalInfo) -> list[Json]:
@@ -158,7 +185,7 @@ def completion(reply: Reply, final: FinalInfo) -> Json:
     choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
                     "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
     body = {**reply.head("chat.completion"), "choices": [choice], "usage": usage(final),
-            "documents": documents(final)}
+            "documents": documents(final), **conversation(reply, final)}
     if reply.token_ids:
         choice["token_ids"] = list(final.output_ids)
         body["prompt_token_ids"] = list(final.prompt_ids)
@@ -205,6 +232,7 @@ class StreamTranslator:
         out = [] if self.started else [self._chunk(self._delta(""), token_ids=[])]
         last = self._chunk({}, finish_reason(final.stats.finish_reason))
         last["documents"] = documents(final)
+        last.update(conversation(self.reply, final))
         if self.reply.token_ids:  # known only once the answer is done, like the documents
             last["prompt_token_ids"] = list(final.prompt_ids)
         out.append(last)

@@ -9,13 +9,15 @@ request id (``x-request-id``), so the retriever logs under the same id, and the 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import grpc
 from pydantic import SecretStr
 
 from lookahead_rag.services.common.auth import call_metadata
+from lookahead_rag.services.common.conversation import Message
 from lookahead_rag.services.common.errors import reraise_bad_input
-from lookahead_rag.services.retriever.convert import retrieve_response
+from lookahead_rag.services.retriever.convert import history_to_proto, retrieve_response
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
@@ -27,9 +29,10 @@ class GrpcRetrieverClient:
         self.key = key
 
     async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
-                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+                       history: Sequence[Message], timeout_s: float) -> retriever_pb2.RetrieveResponse:
         req = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=k, m=m,
-                                            max_new_tokens=max_new_tokens, tokenizer_id=tokenizer_id)
+                                            max_new_tokens=max_new_tokens, tokenizer_id=tokenizer_id,
+                                            history=history_to_proto(history))
         try:
             return await self.stub.Retrieve(req, timeout=timeout_s, metadata=call_metadata(self.key))
         except grpc.aio.AioRpcError as err:
@@ -50,9 +53,10 @@ class LocalRetrieverClient:
         self.core = core
 
     async def retrieve(self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
-                       timeout_s: float) -> retriever_pb2.RetrieveResponse:
+                       history: Sequence[Message], timeout_s: float) -> retriever_pb2.RetrieveResponse:
         result = await asyncio.wait_for(
-            asyncio.to_thread(self.core.retrieve, tenant, question, k, m, max_new_tokens, tokenizer_id), timeout_s
+            asyncio.to_thread(self.core.retrieve, tenant, question, k, m, max_new_tokens, tokenizer_id, history),
+            timeout_s,
         )
         return retrieve_response(result)
 

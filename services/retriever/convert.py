@@ -5,10 +5,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lookahead_rag.services.common.conversation import Message
 from lookahead_rag.services.retriever.core import DeleteResult, IngestResult, RetrieveResult, RetrieverStats
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.sessions import ScoredSession
 from lookahead_rag.v1 import retriever_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryMessage:
+    """One message of a conversation before the question (``services.common.conversation.Message``)."""
+
+    role: str  # system | developer | user | assistant (checked by the core)
+    content: str  # its text
+
+
+def history_from_proto(messages: Iterable[retriever_pb2.HistoryMessage]) -> tuple[HistoryMessage, ...]:
+    return tuple(HistoryMessage(m.role, m.content) for m in messages)
+
+
+def history_to_proto(messages: Sequence[Message]) -> list[retriever_pb2.HistoryMessage]:
+    return [retriever_pb2.HistoryMessage(role=m.role, content=m.content) for m in messages]
 
 
 def chunk_to_proto(found: ScoredChunk) -> retriever_pb2.Chunk:
@@ -38,6 +58,7 @@ def retrieve_response(result: RetrieveResult) -> retriever_pb2.RetrieveResponse:
         retrieve_ms=result.retrieve_ms,
         notes=result.notes,
         unknown_tenant=result.unknown_tenant,
+        history_turns_kept=result.history_turns_kept,
     )
 
 

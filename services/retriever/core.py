@@ -5,6 +5,7 @@
     core.delete("acme", ["json.dumps"])
     result = core.retrieve("acme", "How do I write JSON?", k=4, m=2, max_new_tokens=128)
     result.prompt, result.prompt_ids, result.chunks, result.sessions
+    core.retrieve("acme", "and with sorted keys?", history=[...])   # a conversation's last user turn
     core.sessions.apply(event)    # the event applier (GenerationCompleted -> past session)
     core.documents                # every tenant's index (tenants.TenantIndexes; DocumentChanged applies there)
     core.close()                  # persists the past sessions and the indexes not written yet
@@ -26,6 +27,7 @@ from lookahead_core.models import load_tokenizer, resolve_model_path
 from lookahead_core.vocab import tokenizer_id
 from transformers import AutoConfig
 
+from lookahead_rag.services.common.conversation import Message, check_history, retrieval_query
 from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument
 from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
@@ -72,6 +74,7 @@ class RetrieveResult:
     budget: int  # prompt token budget used
     notes: list[str] = field(default_factory=list)  # for people: unknown tenant, items dropped for the budget
     unknown_tenant: bool = False  # no documents were ever ingested for this tenant
+    history_turns_kept: int = 0  # the conversation's newest turns in the prompt (the oldest are cut first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,16 +204,20 @@ class RetrieverCore:
         return self.context_tokens - max_new_tokens
 
     def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0,
-                 tokenizer_id: str = "") -> RetrieveResult:
+                 tokenizer_id: str = "", history: Sequence[Message] = ()) -> RetrieveResult:
         """Top-k chunks, top-m past sessions and the grounded prompt within the token budget.
 
         ``tokenizer_id`` is the caller's token space: a prompt in another one would be garbage to
         it, so a mismatch is refused (FailedPrecondition) rather than answered; empty skips the check.
+        ``history``: the conversation before ``question`` (its last user turn), in the prompt as its
+        newest turns that fit; a follow-up question is searched with the user turn before it
+        (``services.common.conversation.retrieval_query``, ``[retriever] followup_max_words``).
         """
         s, limits = self.settings, self.limits
         self.check_tokenizer(tokenizer_id)
         limits.check_tenant(tenant)
         limits.check_question(question)
+        check_history(history, limits)
         k, m = limits.resolve_k(k), limits.resolve_m(m)
         max_new = limits.resolve_max_new_tokens(max_new_tokens)
         notes: list[str] = []
@@ -219,7 +226,7 @@ class RetrieverCore:
         if unknown_tenant:
             notes.append(f"tenant {tenant!r} has no documents")
         start = time.perf_counter()
-        query = self.embedder.encode_one(question)  # [1, dim]
+        query = self.embedder.encode_one(retrieval_query(question, history, s.followup_max_words))  # [1, dim]
         found = self._search(tenant, query, k)
         past = self.sessions.search(tenant, query, m)
         retrieve_ms = (time.perf_counter() - start) * MS_PER_S
@@ -234,6 +241,7 @@ class RetrieverCore:
                 s.system_prompt,
                 s.min_truncated_tokens,
                 s.passage_order,
+                history,
             )
         except PromptTooLong as exc:
             raise PromptTooLong(
@@ -246,8 +254,11 @@ class RetrieverCore:
             notes.append(f"{dropped} retrieved item(s) left out to fit {budget} prompt tokens")
         if built.truncated:
             notes.append("the lowest-scored item in the prompt was cut to fit")
+        turns_cut = built.turns_total - built.history_turns_kept
+        if turns_cut:
+            notes.append(f"the {turns_cut} oldest conversation turn(s) left out to fit {budget} prompt tokens")
         return RetrieveResult(chunks, sessions, built.text, built.ids, self.tokenizer_id, retrieve_ms, budget, notes,
-                              unknown_tenant)
+                              unknown_tenant, built.history_turns_kept)
 
     def check_tokenizer(self, caller: str) -> None:
         """Refuse a caller whose served model tokenizes differently (FailedPrecondition)."""

@@ -10,6 +10,12 @@ the prompt's stable parts come first so that requests share them in the engine's
 system prompt, then the kept passages by (document id, chunk number) (``PassageOrder.CANONICAL``),
 then the past answers best first, then the question. Two questions that retrieve the same passages
 share their whole documents block, whatever the scores. ``PassageOrder.SCORE`` shows them best first.
+
+With a conversation (``history``: the messages before the question) the system message holds the
+system prompt, the documents and past answers, then the conversation's own system texts; its turns
+follow as they were, then the question as the last user message. The passages are chosen first
+(with no turns), then as many of the newest whole turns as still fit: the oldest go first
+(``BuiltPrompt.history_turns_kept``). Without one the prompt is the one above, unchanged.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
+from lookahead_rag.services.common.conversation import Message, newest_that_fit, split_turns
 from lookahead_rag.services.common.errors import InvalidArgument
 
 DOCUMENTS_HEADER = "Documents:"
@@ -76,6 +83,8 @@ class BuiltPrompt:
     answers: list[tuple[int, int]]  # (index into past answers, characters of its answer kept), prompt order
     budget: int
     truncated: bool  # the lowest-scored item kept was cut to fit (wherever the order shows it)
+    history_turns_kept: int = 0  # the conversation's newest turns in the prompt (the oldest are cut first)
+    turns_total: int = 0  # the conversation's turns (system messages are not turns)
 
 
 def sanitize(text: str, special_tokens: Sequence[str]) -> str:
@@ -95,6 +104,7 @@ class _Renderer:
         answers: Sequence[PastAnswer],
         system_prompt: str,
         order: PassageOrder,
+        history: Sequence[Message] = (),
     ) -> None:
         specials = [t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1]
         self.tokenizer = tokenizer
@@ -107,6 +117,10 @@ class _Renderer:
         ]
         self.system_prompt = system_prompt
         self.order = order
+        self.conversation = bool(history)  # a conversation: its layout (the module's docstring)
+        self.system_texts, self.turns = split_turns(history)
+        self.system_texts = [sanitize(t, specials) for t in self.system_texts]
+        self.turns = [tuple((role, sanitize(text, specials)) for role, text in turn) for turn in self.turns]
 
     def item_text(self, item: _Item) -> str:
         return self.passages[item.index].text if item.is_passage else self.answers[item.index].answer
@@ -118,9 +132,27 @@ class _Renderer:
             docs.sort(key=lambda i: self.passages[i.index].canonical_key())  # stable: equal keys keep score order
         return docs + [i for i in items if not i.is_passage]
 
-    def messages(self, items: Sequence[_Item]) -> list[dict[str, str]]:
+    def messages(self, items: Sequence[_Item], turns: int = 0) -> list[dict[str, str]]:
+        """The chat messages with ``items`` and the newest ``turns`` turns of the conversation."""
+        if self.conversation:
+            return self.conversation_messages(items, turns)
         if not items:
             return [{"role": "user", "content": self.question}]
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": BLOCK_SEP.join([*self.blocks(items), f"{QUESTION_LABEL} {self.question}"])},
+        ]
+
+    def conversation_messages(self, items: Sequence[_Item], turns: int) -> list[dict[str, str]]:
+        grounding = [self.system_prompt, *self.blocks(items)] if items else []
+        system = BLOCK_SEP.join(t for t in [*grounding, *self.system_texts] if t)
+        out = [{"role": "system", "content": system}] if system else []
+        for turn in self.turns[len(self.turns) - turns:]:
+            out += [{"role": role, "content": text} for role, text in turn]
+        return [*out, {"role": "user", "content": self.question}]
+
+    def blocks(self, items: Sequence[_Item]) -> list[str]:
+        """The documents and past answers blocks of ``items``, in prompt order."""
         blocks: list[str] = []
         ordered = self.in_prompt_order(items)
         docs = [i for i in ordered if i.is_passage]
@@ -135,14 +167,11 @@ class _Renderer:
             for item in past:
                 a = self.answers[item.index]
                 blocks.append(f"Q: {a.question}\nA: {a.answer[: item.kept_chars]}")
-        blocks.append(f"{QUESTION_LABEL} {self.question}")
-        return [
-            {"role": "system", "content": self.system_prompt},
-            {"role": "user", "content": BLOCK_SEP.join(blocks)},
-        ]
+        return blocks
 
-    def render(self, items: Sequence[_Item]) -> tuple[str, list[int]]:
-        text = self.tokenizer.apply_chat_template(self.messages(items), tokenize=False, add_generation_prompt=True)
+    def render(self, items: Sequence[_Item], turns: int = 0) -> tuple[str, list[int]]:
+        messages = self.messages(items, turns)
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return text, ids
 
@@ -180,15 +209,18 @@ def build_prompt(
     system_prompt: str,
     min_truncated_tokens: int,
     order: PassageOrder = PassageOrder.CANONICAL,
+    history: Sequence[Message] = (),
 ) -> BuiltPrompt:
     """The chat-templated prompt (ending in the assistant turn) of at most ``budget`` tokens.
 
-    What is kept is chosen best score first; ``order`` says how the kept passages are shown.
+    What is kept is chosen best score first; ``order`` says how the kept passages are shown; then the
+    newest turns of ``history`` that still fit (the oldest are cut first, whole turns).
     """
-    r = _Renderer(tokenizer, question, passages, answers, system_prompt, PassageOrder(order))
+    r = _Renderer(tokenizer, question, passages, answers, system_prompt, PassageOrder(order), history)
     text, ids = r.render([])
     if len(ids) > budget:
-        raise PromptTooLong(f"the question alone needs {len(ids)} prompt tokens; the budget is {budget}")
+        alone = "the question and the conversation's system messages" if r.system_texts else "the question alone"
+        raise PromptTooLong(f"{alone} needs {len(ids)} prompt tokens; the budget is {budget}")
     candidates = [_Item(True, i, p.score, len(p.text)) for i, p in enumerate(r.passages)]
     candidates += [_Item(False, i, a.score, len(a.answer)) for i, a in enumerate(r.answers)]
     candidates.sort(key=lambda item: -item.score)  # stable: passages first on equal scores
@@ -206,6 +238,9 @@ def build_prompt(
             text, ids = r.render(kept)
             truncated = True
         break  # everything scored lower is dropped
+    turns = newest_that_fit(lambda n: len(r.render(kept, n)[1]) <= budget, len(r.turns))
+    if turns:
+        text, ids = r.render(kept, turns)
     shown = r.in_prompt_order(kept)
     return BuiltPrompt(
         text=text,
@@ -214,4 +249,6 @@ def build_prompt(
         answers=[(k.index, k.kept_chars) for k in shown if not k.is_passage],
         budget=budget,
         truncated=truncated,
+        history_turns_kept=turns,
+        turns_total=len(r.turns),
     )

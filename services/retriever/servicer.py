@@ -20,6 +20,7 @@ from lookahead_rag.services.common.quota import TenantQuotas
 from lookahead_rag.services.retriever.convert import (
     delete_response,
     document_from_proto,
+    history_from_proto,
     ingest_response,
     retrieve_response,
     stats_response,
@@ -70,7 +71,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     ) -> retriever_pb2.RetrieveResponse:
         result = await asyncio.to_thread(
             self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens,
-            request.tokenizer_id,
+            request.tokenizer_id, history_from_proto(request.history),
         )
         return retrieve_response(result)
 

@@ -90,6 +90,12 @@ class RetrieverSettings(ServerSettings):
         description="how kept passages are shown: canonical (by document and chunk: questions retrieving the "
         "same passages share the prefix cache) or score (best first); which are kept is by score either way",
     )
+    followup_max_words: int = Field(
+        4,
+        ge=0,
+        description="a conversation's last user turn of at most this many words (or one opening with a pronoun, "
+        "'and', 'what about' or an ellipsis) is searched together with the user turn before it",
+    )
     max_sessions_per_tenant: int = Field(10_000, ge=1, description="past sessions kept per tenant; the oldest go first")
     max_remembered_event_ids: int = Field(
         1_000_000, ge=1, description="applied event ids kept for deduplication (oldest forgotten first)"

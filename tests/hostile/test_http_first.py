@@ -46,7 +46,8 @@ class StandInEngine:
     def __init__(self) -> None:
         self.calls = 0
 
-    async def answer(self, query: Any, deadline: float | None = None, rid: str = "") -> AsyncIterator[Any]:
+    async def answer(self, query: Any, deadline: float | None = None, rid: str = "",
+                     on_prompt: Any = None) -> AsyncIterator[Any]:
         self.calls += 1
         yield TextDelta(text=ANSWER, token_ids=(1,))
         yield FinalInfo(request_id=rid, stats=GenerationStats(new_tokens=1, finish_reason="eos"),
@@ -96,7 +97,7 @@ def body(content: str = "What is JSON?") -> dict[str, Any]:
 def assert_openai_error(response: httpx2.Response, status: int) -> None:
     assert response.status_code == status, response.text
     error = response.json()["error"]
-    assert set(error) == {"message", "type", "code"} and "\n" not in error["message"], error
+    assert set(error) == {"message", "type", "param", "code"} and "\n" not in error["message"], error
 
 
 # ---- over the wire ----------------------------------------------------------------------------------

@@ -9,10 +9,12 @@ on port 0 beside the gRPC servers: ``pipe.pipeline.http_port``).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 import httpx2
 import openai
+import pytest
 
 from tests.pipeline.helpers import CALL_TIMEOUT_S, RunningPipeline
 
@@ -50,3 +52,12 @@ def extra(obj: Any, name: str) -> Any:
     extras = obj.model_extra or {}
     assert name in extras, f"{name} missing from {sorted(extras)}"
     return extras[name]
+
+
+async def bad_request_body(call: Awaitable[Any]) -> dict[str, Any]:
+    """The error body of a call the endpoint refuses with a 400 (its message one line)."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        await call
+    body = caught.value.body
+    assert isinstance(body, dict) and "\n" not in body["message"], body
+    return body

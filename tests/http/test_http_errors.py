@@ -39,14 +39,14 @@ BAD_REQUESTS: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {
     # the engine's own check, as over gRPC
     "negative temperature": ({"temperature": -1.0}, ("temperature", ">= 0")),
     "top_p over 1": ({"temperature": 0.7, "top_p": 1.5}, ("top_p",)),
-    "max_tokens over the limit": ({"max_tokens": MAX_NEW + 1}, (f"max_new_tokens={MAX_NEW + 1}",)),
+    # (max_tokens over the limit is clamped, not refused: tests/http/test_http_conversation.py)
     "empty stop string": ({"stop": ["\n", ""]}, ("empty stop string",)),
     # what the proto cannot carry
     "max_tokens 0": ({"max_tokens": 0}, ("max_tokens", "at least 1")),
     "negative seed": ({"seed": -1}, ("seed=-1",)),
     # OpenAI features we cannot honour
     "n > 1": ({"n": 2}, ("n=2",)),
-    "logprobs": ({"logprobs": True}, ("logprobs",)),
+    "top_logprobs over 20": ({"logprobs": True, "top_logprobs": 21}, ("top_logprobs",)),
     "tools": ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, ("tools",)),
     "frequency_penalty": ({"frequency_penalty": 0.5}, ("frequency_penalty",)),
     "json response_format": ({"response_format": {"type": "json_object"}}, ("response_format",)),
@@ -126,7 +126,7 @@ async def test_bad_timeout_header_is_400(pipe: RunningPipeline, tenant: str) -> 
 
 async def test_unknown_path_is_404_in_openai_shape(pipe: RunningPipeline) -> None:
     async with raw_client(pipe) as http:
-        response = await http.get("/v1/completions")
+        response = await http.get("/v1/embeddings")
     assert response.status_code == 404 and response.json()["error"]["message"]
 
 

@@ -19,6 +19,7 @@ from ..kv.prefix_cache import PrefixKVCache
 from ..proposers.base import Ask, Drafting
 from ..proposers.build import DraftingSpec
 from ..sampling.chooser import TokenChooser
+from ..sampling.logprobs import TokenLogprob, token_logprobs
 from .finish import trim_step
 from .gains import Step
 from .request import Phase, ServeRequest
@@ -117,7 +118,8 @@ class Active:
     def accept(self, tree: DraftTree, predicted: Sequence[int], rows: torch.Tensor | None,
                budget: int) -> tuple[int, ...]:
         """The forward verified ``tree`` (``predicted``: the choice after every node, root first; ``rows``
-        their logits): keep the accepted path's KV, emit its tokens; returns the accepted nodes."""
+        their logits, given when the acceptor or the request's logprobs need them): keep the accepted
+        path's KV, emit its tokens; returns the accepted nodes."""
         path = self.drafting.acceptor.accept(tree, predicted, rows)
         compact(self.kv, self.kv.length, path)
         accepted = tuple(path[1:])
@@ -130,21 +132,31 @@ class Active:
         if self.req.observer is not None:
             self.req.observer.on_step(tree, accepted)
         new = [tree.tokens[i - 1] for i in accepted] + [predicted[path[-1]]]
-        st.accepted_per_step.append(len(self.emit(new)))
+        # token j of ``new`` was chosen after node path[j]: its distribution is that row's
+        logprobs = self.logprobs_of(rows[path], new) if rows is not None and self.config.logprobs else None
+        st.accepted_per_step.append(len(self.emit(new, logprobs)))
         return accepted
 
-    def emit(self, new: list[int]) -> list[int]:
-        """Trim a step's verified tokens (EOS, length, stop strings), append and announce them."""
-        with self.timed("emit"):
-            return self._emit(new)
+    def logprobs_of(self, rows: torch.Tensor, new: list[int]) -> list[TokenLogprob]:
+        """``new``'s logprobs (and top alternatives) from ``rows`` [len(new), vocab]: the logits they were chosen
+        from (row j: the distribution ``new[j]`` was chosen from)."""
+        return token_logprobs(rows, new, self.config.top_logprobs)
 
-    def _emit(self, new: list[int]) -> list[int]:
+    def emit(self, new: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
+        """Trim a step's verified tokens (EOS, length, stop strings), append and announce them (with
+        their ``logprobs`` when the request asked: recorded in ``req.logprobs`` before the callback)."""
+        with self.timed("emit"):
+            return self._emit(new, logprobs)
+
+    def _emit(self, new: list[int], logprobs: list[TokenLogprob] | None) -> list[int]:
         req = self.req
         kept, reason = trim_step(req.output, new, self.eos, self.config.max_new_tokens, self.config.stop_strings,
                                  self.decode)
         if reason:
             req.stats.finish_reason = reason
         req.output.extend(kept)
+        if logprobs is not None:
+            req.logprobs.extend(logprobs[: len(kept)])
         if self.cursor is not None and kept:
             self.cursor.feed(kept)
         if kept and not req.stats.first_token_s:

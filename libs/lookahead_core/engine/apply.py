@@ -33,7 +33,8 @@ def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predict
     failed: list[tuple[Active, Exception]] = []
     for d, rows in zip(plan.decodes, packed.decodes, strict=True):
         try:
-            rows_logits = logits[rows.tree] if d.req.drafting.acceptor.needs_logits else None  # [q, vocab]
+            wants = d.req.drafting.acceptor.needs_logits or d.req.config.logprobs
+            rows_logits = logits[rows.tree] if wants else None  # [q, vocab]
             accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
             gains.observe(accepted, len(d.tree))
             d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
@@ -46,14 +47,15 @@ def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predict
             c.req.kv.length = c.end
             c.req.rode(ran.batch, ran.tokens, ran.kernel)
             if row is not None:
-                prefilled(c.req, predicted[row], prefix_cache)
+                prefilled(c.req, predicted[row], prefix_cache, logits[row : row + 1])
         except Exception as exc:  # its chunk, its prefix store, its first token: only it
             failed.append((c.req, exc))
     return failed
 
 
-def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache) -> None:
-    """The prompt is in the cache: keep its KV for later prompts and emit the first token."""
+def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torch.Tensor) -> None:
+    """The prompt is in the cache: keep its KV for later prompts and emit the first token (``row`` [1, vocab]:
+    the logits it was chosen from, read only for a request's logprobs)."""
     req = active.req
     n = len(req.prompt_ids)
     if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
@@ -61,4 +63,4 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache) -> None:
         prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
     req.phase = Phase.DECODE
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
-    active.emit([first])
+    active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None)

@@ -22,6 +22,7 @@ from ..drafting.trie import TokenTrie
 from ..observer import StepObserver
 from ..proposers.base import Proposer
 from ..sampling.chooser import resolve_seed
+from ..sampling.logprobs import TokenLogprob
 from ..stats import GenerationStats
 from ..vocab import out_of_vocab
 
@@ -122,6 +123,8 @@ class ServeRequest:
         self.trie_filled = False  # the prompt's and references' windows are in the trie (``fill_trie``)
         self.phase = Phase.WAITING
         self.output: list[int] = []
+        # config.logprobs: one per output token, appended before on_tokens announces them (else empty)
+        self.logprobs: list[TokenLogprob] = []
         # The seed is resolved now (a random one when sampling without one), so callers can read it at once.
         self.stats = ServeStats(sampled=config.sampling, seed=resolve_seed(config), unverified=config.lossy)
         self.proposers: tuple[Proposer, ...] = ()  # the draft sources the engine built at admission

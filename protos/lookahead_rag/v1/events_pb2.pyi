@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerationStats(_message.Message):
-    __slots__ = ("new_tokens", "forward_steps", "mean_accepted_per_step", "prefill_s", "draft_s", "forward_s", "cache_s", "wall_s", "time_to_first_token_s", "documents_available", "drafts_available", "finish_reason", "draft_tokens_from_prompt", "draft_tokens_from_cache", "draft_tokens_from_references", "queue_wait_s", "prefix_hit_tokens", "mean_batch_size", "max_batch_size", "mean_tokens_per_forward", "mean_draft_budget", "kernel", "sampled", "seed", "unverified")
+    __slots__ = ("new_tokens", "forward_steps", "mean_accepted_per_step", "prefill_s", "draft_s", "forward_s", "cache_s", "wall_s", "time_to_first_token_s", "documents_available", "drafts_available", "finish_reason", "draft_tokens_from_prompt", "draft_tokens_from_cache", "draft_tokens_from_references", "queue_wait_s", "prefix_hit_tokens", "mean_batch_size", "max_batch_size", "mean_tokens_per_forward", "mean_draft_budget", "kernel", "sampled", "seed", "unverified", "history_turns_kept", "max_new_tokens")
     NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FORWARD_STEPS_FIELD_NUMBER: _ClassVar[int]
     MEAN_ACCEPTED_PER_STEP_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,8 @@ class GenerationStats(_message.Message):
     SAMPLED_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     UNVERIFIED_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_TURNS_KEPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     new_tokens: int
     forward_steps: int
     mean_accepted_per_step: float
@@ -58,7 +60,9 @@ class GenerationStats(_message.Message):
     sampled: bool
     seed: int
     unverified: bool
-    def __init__(self, new_tokens: _Optional[int] = ..., forward_steps: _Optional[int] = ..., mean_accepted_per_step: _Optional[float] = ..., prefill_s: _Optional[float] = ..., draft_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., cache_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., time_to_first_token_s: _Optional[float] = ..., documents_available: _Optional[bool] = ..., drafts_available: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., draft_tokens_from_prompt: _Optional[int] = ..., draft_tokens_from_cache: _Optional[int] = ..., draft_tokens_from_references: _Optional[int] = ..., queue_wait_s: _Optional[float] = ..., prefix_hit_tokens: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., max_batch_size: _Optional[int] = ..., mean_tokens_per_forward: _Optional[float] = ..., mean_draft_budget: _Optional[float] = ..., kernel: _Optional[str] = ..., sampled: _Optional[bool] = ..., seed: _Optional[int] = ..., unverified: _Optional[bool] = ...) -> None: ...
+    history_turns_kept: int
+    max_new_tokens: int
+    def __init__(self, new_tokens: _Optional[int] = ..., forward_steps: _Optional[int] = ..., mean_accepted_per_step: _Optional[float] = ..., prefill_s: _Optional[float] = ..., draft_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., cache_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., time_to_first_token_s: _Optional[float] = ..., documents_available: _Optional[bool] = ..., drafts_available: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., draft_tokens_from_prompt: _Optional[int] = ..., draft_tokens_from_cache: _Optional[int] = ..., draft_tokens_from_references: _Optional[int] = ..., queue_wait_s: _Optional[float] = ..., prefix_hit_tokens: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., max_batch_size: _Optional[int] = ..., mean_tokens_per_forward: _Optional[float] = ..., mean_draft_budget: _Optional[float] = ..., kernel: _Optional[str] = ..., sampled: _Optional[bool] = ..., seed: _Optional[int] = ..., unverified: _Optional[bool] = ..., history_turns_kept: _Optional[int] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerationCompleted(_message.Message):
     __slots__ = ("event_id", "tenant", "tokenizer_id", "question", "prompt_ids", "output_ids", "answer_text", "stats", "created_unix_ms", "request_id", "model", "doc_ids")

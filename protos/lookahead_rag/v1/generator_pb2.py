@@ -26,7 +26,7 @@ from lookahead_rag.v1 import events_pb2 as lookahead__rag_dot_v1_dot_events__pb2
 from lookahead_rag.v1 import retriever_pb2 as lookahead__rag_dot_v1_dot_retriever__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n lookahead_rag/v1/generator.proto\x12\x10lookahead_rag.v1\x1a\x1dlookahead_rag/v1/events.proto\x1a lookahead_rag/v1/retriever.proto\"\x85\x02\n\x10GenerationParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\r\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x63oding_length\x18\x03 \x01(\r\x12\x15\n\rbranch_length\x18\x04 \x01(\r\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x02\x12\r\n\x05top_p\x18\x07 \x01(\x02\x12\r\n\x05top_k\x18\x08 \x01(\r\x12\r\n\x05min_p\x18\t \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\n \x01(\x02\x12\x11\n\x04seed\x18\x0b \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x0bsafe_stream\x18\x0c \x01(\x08\x42\x07\n\x05_seed\"{\n\rAnswerRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x32\n\x06params\x18\x03 \x01(\x0b\x32\".lookahead_rag.v1.GenerationParams\x12\t\n\x01k\x18\x04 \x01(\r\x12\t\n\x01m\x18\x05 \x01(\r\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x81\x02\n\x0fGenerateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12\x32\n\x08messages\x18\x03 \x01(\x0b\x32\x1e.lookahead_rag.v1.ChatMessagesH\x00\x12\x30\n\nprompt_ids\x18\x07 \x01(\x0b\x32\x1a.lookahead_rag.v1.TokenIdsH\x00\x12\x12\n\nreferences\x18\x04 \x03(\t\x12\x32\n\x06params\x18\x05 \x01(\x0b\x32\".lookahead_rag.v1.GenerationParams\x12\x15\n\rreference_ids\x18\x06 \x03(\rB\x07\n\x05input\"?\n\x0c\x43hatMessages\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.lookahead_rag.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"=\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0f\n\x07padding\x18\x03 \x01(\x0c\"\xba\x01\n\tFinalInfo\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61nswer_text\x18\x02 \x01(\t\x12\x30\n\x05stats\x18\x03 \x01(\x0b\x32!.lookahead_rag.v1.GenerationStats\x12*\n\tdocuments\x18\x04 \x03(\x0b\x32\x17.lookahead_rag.v1.Chunk\x12\x12\n\nprompt_ids\x18\x05 \x03(\r\x12\x12\n\noutput_ids\x18\x06 \x03(\r\"q\n\x0b\x41nswerChunk\x12,\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x1b.lookahead_rag.v1.TextDeltaH\x00\x12,\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x1b.lookahead_rag.v1.FinalInfoH\x00\x42\x06\n\x04kind2\xa7\x01\n\tGenerator\x12J\n\x06\x41nswer\x12\x1f.lookahead_rag.v1.AnswerRequest\x1a\x1d.lookahead_rag.v1.AnswerChunk0\x01\x12N\n\x08Generate\x12!.lookahead_rag.v1.GenerateRequest\x1a\x1d.lookahead_rag.v1.AnswerChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n lookahead_rag/v1/generator.proto\x12\x10lookahead_rag.v1\x1a\x1dlookahead_rag/v1/events.proto\x1a lookahead_rag/v1/retriever.proto\"\xad\x02\n\x10GenerationParams\x12\x16\n\x0emax_new_tokens\x18\x01 \x01(\r\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x17\n\x0f\x64\x65\x63oding_length\x18\x03 \x01(\r\x12\x15\n\rbranch_length\x18\x04 \x01(\r\x12\x0c\n\x04stop\x18\x05 \x03(\t\x12\x13\n\x0btemperature\x18\x06 \x01(\x02\x12\r\n\x05top_p\x18\x07 \x01(\x02\x12\r\n\x05top_k\x18\x08 \x01(\r\x12\r\n\x05min_p\x18\t \x01(\x02\x12\x1a\n\x12repetition_penalty\x18\n \x01(\x02\x12\x11\n\x04seed\x18\x0b \x01(\x04H\x00\x88\x01\x01\x12\x13\n\x0bsafe_stream\x18\x0c \x01(\x08\x12\x10\n\x08logprobs\x18\r \x01(\x08\x12\x14\n\x0ctop_logprobs\x18\x0e \x01(\rB\x07\n\x05_seed\"\xab\x01\n\rAnswerRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\x32\n\x06params\x18\x03 \x01(\x0b\x32\".lookahead_rag.v1.GenerationParams\x12\t\n\x01k\x18\x04 \x01(\r\x12\t\n\x01m\x18\x05 \x01(\r\x12.\n\x07history\x18\x06 \x03(\x0b\x32\x1d.lookahead_rag.v1.ChatMessage\",\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\x81\x02\n\x0fGenerateRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x06prompt\x18\x02 \x01(\tH\x00\x12\x32\n\x08messages\x18\x03 \x01(\x0b\x32\x1e.lookahead_rag.v1.ChatMessagesH\x00\x12\x30\n\nprompt_ids\x18\x07 \x01(\x0b\x32\x1a.lookahead_rag.v1.TokenIdsH\x00\x12\x12\n\nreferences\x18\x04 \x03(\t\x12\x32\n\x06params\x18\x05 \x01(\x0b\x32\".lookahead_rag.v1.GenerationParams\x12\x15\n\rreference_ids\x18\x06 \x03(\rB\x07\n\x05input\"?\n\x0c\x43hatMessages\x12/\n\x08messages\x18\x01 \x03(\x0b\x32\x1d.lookahead_rag.v1.ChatMessage\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"o\n\tTextDelta\x12\x0c\n\x04text\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\r\x12\x0f\n\x07padding\x18\x03 \x01(\x0c\x12\x30\n\x08logprobs\x18\x04 \x03(\x0b\x32\x1e.lookahead_rag.v1.TokenLogprob\"\\\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12)\n\x03top\x18\x03 \x03(\x0b\x32\x1c.lookahead_rag.v1.TopLogprob\"/\n\nTopLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\r\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\"\xba\x01\n\tFinalInfo\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x13\n\x0b\x61nswer_text\x18\x02 \x01(\t\x12\x30\n\x05stats\x18\x03 \x01(\x0b\x32!.lookahead_rag.v1.GenerationStats\x12*\n\tdocuments\x18\x04 \x03(\x0b\x32\x17.lookahead_rag.v1.Chunk\x12\x12\n\nprompt_ids\x18\x05 \x03(\r\x12\x12\n\noutput_ids\x18\x06 \x03(\r\"q\n\x0b\x41nswerChunk\x12,\n\x05\x64\x65lta\x18\x01 \x01(\x0b\x32\x1b.lookahead_rag.v1.TextDeltaH\x00\x12,\n\x05\x66inal\x18\x02 \x01(\x0b\x32\x1b.lookahead_rag.v1.FinalInfoH\x00\x42\x06\n\x04kind2\xa7\x01\n\tGenerator\x12J\n\x06\x41nswer\x12\x1f.lookahead_rag.v1.AnswerRequest\x1a\x1d.lookahead_rag.v1.AnswerChunk0\x01\x12N\n\x08Generate\x12!.lookahead_rag.v1.GenerateRequest\x1a\x1d.lookahead_rag.v1.AnswerChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,23 +34,27 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'lookahead_rag.v1.generator_
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_GENERATIONPARAMS']._serialized_start=120
-  _globals['_GENERATIONPARAMS']._serialized_end=381
-  _globals['_ANSWERREQUEST']._serialized_start=383
-  _globals['_ANSWERREQUEST']._serialized_end=506
-  _globals['_CHATMESSAGE']._serialized_start=508
-  _globals['_CHATMESSAGE']._serialized_end=552
-  _globals['_GENERATEREQUEST']._serialized_start=555
-  _globals['_GENERATEREQUEST']._serialized_end=812
-  _globals['_CHATMESSAGES']._serialized_start=814
-  _globals['_CHATMESSAGES']._serialized_end=877
-  _globals['_TOKENIDS']._serialized_start=879
-  _globals['_TOKENIDS']._serialized_end=902
-  _globals['_TEXTDELTA']._serialized_start=904
-  _globals['_TEXTDELTA']._serialized_end=965
-  _globals['_FINALINFO']._serialized_start=968
-  _globals['_FINALINFO']._serialized_end=1154
-  _globals['_ANSWERCHUNK']._serialized_start=1156
-  _globals['_ANSWERCHUNK']._serialized_end=1269
-  _globals['_GENERATOR']._serialized_start=1272
-  _globals['_GENERATOR']._serialized_end=1439
+  _globals['_GENERATIONPARAMS']._serialized_end=421
+  _globals['_ANSWERREQUEST']._serialized_start=424
+  _globals['_ANSWERREQUEST']._serialized_end=595
+  _globals['_CHATMESSAGE']._serialized_start=597
+  _globals['_CHATMESSAGE']._serialized_end=641
+  _globals['_GENERATEREQUEST']._serialized_start=644
+  _globals['_GENERATEREQUEST']._serialized_end=901
+  _globals['_CHATMESSAGES']._serialized_start=903
+  _globals['_CHATMESSAGES']._serialized_end=966
+  _globals['_TOKENIDS']._serialized_start=968
+  _globals['_TOKENIDS']._serialized_end=991
+  _globals['_TEXTDELTA']._serialized_start=993
+  _globals['_TEXTDELTA']._serialized_end=1104
+  _globals['_TOKENLOGPROB']._serialized_start=1106
+  _globals['_TOKENLOGPROB']._serialized_end=1198
+  _globals['_TOPLOGPROB']._serialized_start=1200
+  _globals['_TOPLOGPROB']._serialized_end=1247
+  _globals['_FINALINFO']._serialized_start=1250
+  _globals['_FINALINFO']._serialized_end=1436
+  _globals['_ANSWERCHUNK']._serialized_start=1438
+  _globals['_ANSWERCHUNK']._serialized_end=1551
+  _globals['_GENERATOR']._serialized_start=1554
+  _globals['_GENERATOR']._serialized_end=1721
 # @@protoc_insertion_point(module_scope)

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class GenerationParams(_message.Message):
-    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "safe_stream")
+    __slots__ = ("max_new_tokens", "mode", "decoding_length", "branch_length", "stop", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "safe_stream", "logprobs", "top_logprobs")
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     DECODING_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,8 @@ class GenerationParams(_message.Message):
     REPETITION_PENALTY_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SAFE_STREAM_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     max_new_tokens: int
     mode: str
     decoding_length: int
@@ -34,21 +36,25 @@ class GenerationParams(_message.Message):
     repetition_penalty: float
     seed: int
     safe_stream: bool
-    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., safe_stream: _Optional[bool] = ...) -> None: ...
+    logprobs: bool
+    top_logprobs: int
+    def __init__(self, max_new_tokens: _Optional[int] = ..., mode: _Optional[str] = ..., decoding_length: _Optional[int] = ..., branch_length: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., safe_stream: _Optional[bool] = ..., logprobs: _Optional[bool] = ..., top_logprobs: _Optional[int] = ...) -> None: ...
 
 class AnswerRequest(_message.Message):
-    __slots__ = ("tenant", "question", "params", "k", "m")
+    __slots__ = ("tenant", "question", "params", "k", "m", "history")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     M_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     question: str
     params: GenerationParams
     k: int
     m: int
-    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., k: _Optional[int] = ..., m: _Optional[int] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[ChatMessage]
+    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., params: _Optional[_Union[GenerationParams, _Mapping]] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., history: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ...) -> None: ...
 
 class ChatMessage(_message.Message):
     __slots__ = ("role", "content")
@@ -89,14 +95,34 @@ class TokenIds(_message.Message):
     def __init__(self, ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TextDelta(_message.Message):
-    __slots__ = ("text", "token_ids", "padding")
+    __slots__ = ("text", "token_ids", "padding", "logprobs")
     TEXT_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     PADDING_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     text: str
     token_ids: _containers.RepeatedScalarFieldContainer[int]
     padding: bytes
-    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., padding: _Optional[bytes] = ...) -> None: ...
+    logprobs: _containers.RepeatedCompositeFieldContainer[TokenLogprob]
+    def __init__(self, text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., padding: _Optional[bytes] = ..., logprobs: _Optional[_Iterable[_Union[TokenLogprob, _Mapping]]] = ...) -> None: ...
+
+class TokenLogprob(_message.Message):
+    __slots__ = ("token_id", "logprob", "top")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    TOP_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    logprob: float
+    top: _containers.RepeatedCompositeFieldContainer[TopLogprob]
+    def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ..., top: _Optional[_Iterable[_Union[TopLogprob, _Mapping]]] = ...) -> None: ...
+
+class TopLogprob(_message.Message):
+    __slots__ = ("token_id", "logprob")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    LOGPROB_FIELD_NUMBER: _ClassVar[int]
+    token_id: int
+    logprob: float
+    def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class FinalInfo(_message.Message):
     __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids")

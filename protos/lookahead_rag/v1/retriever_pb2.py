@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n lookahead_rag/v1/retriever.proto\x12\x10lookahead_rag.v1\"C\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\"N\n\rIngestRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12-\n\tdocuments\x18\x02 \x03(\x0b\x32\x1a.lookahead_rag.v1.Document\"I\n\x0eIngestResponse\x12\x11\n\tdocuments\x18\x01 \x01(\r\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\r\"\x81\x01\n\x05\x43hunk\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\r\n\x05start\x18\x06 \x01(\r\x12\x0b\n\x03\x65nd\x18\x07 \x01(\r\x12\r\n\x05score\x18\x08 \x01(\x02\"P\n\x0bPastSession\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\"w\n\x0fRetrieveRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\r\x12\t\n\x01m\x18\x04 \x01(\r\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x14\n\x0ctokenizer_id\x18\x06 \x01(\t\"\xe2\x01\n\x10RetrieveResponse\x12\'\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x17.lookahead_rag.v1.Chunk\x12/\n\x08sessions\x18\x02 \x03(\x0b\x32\x1d.lookahead_rag.v1.PastSession\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x12\n\nprompt_ids\x18\x04 \x03(\r\x12\x14\n\x0ctokenizer_id\x18\x05 \x01(\t\x12\x13\n\x0bretrieve_ms\x18\x06 \x01(\x01\x12\r\n\x05notes\x18\x07 \x03(\t\x12\x16\n\x0eunknown_tenant\x18\x08 \x01(\x08\"\'\n\x15RetrieverStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"p\n\x16RetrieverStatsResponse\x12\x0e\n\x06\x63hunks\x18\x01 \x01(\r\x12\x10\n\x08sessions\x18\x02 \x01(\r\x12\x0f\n\x07tenants\x18\x03 \x03(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x05 \x01(\t\"0\n\rDeleteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x64oc_ids\x18\x02 \x03(\t\"/\n\rForgetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\"\"\n\x0e\x46orgetResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"9\n\x0e\x44\x65leteResponse\x12\x11\n\tdocuments\x18\x01 \x01(\r\x12\x14\n\x0ctotal_chunks\x18\x02 \x01(\r2\xa1\x03\n\tRetriever\x12K\n\x06Ingest\x12\x1f.lookahead_rag.v1.IngestRequest\x1a .lookahead_rag.v1.IngestResponse\x12Q\n\x08Retrieve\x12!.lookahead_rag.v1.RetrieveRequest\x1a\".lookahead_rag.v1.RetrieveResponse\x12Z\n\x05Stats\x12\'.lookahead_rag.v1.RetrieverStatsRequest\x1a(.lookahead_rag.v1.RetrieverStatsResponse\x12K\n\x06\x44\x65lete\x12\x1f.lookahead_rag.v1.DeleteRequest\x1a .lookahead_rag.v1.DeleteResponse\x12K\n\x06\x46orget\x12\x1f.lookahead_rag.v1.ForgetRequest\x1a .lookahead_rag.v1.ForgetResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n lookahead_rag/v1/retriever.proto\x12\x10lookahead_rag.v1\"C\n\x08\x44ocument\x12\n\n\x02id\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x0e\n\x06source\x18\x04 \x01(\t\"N\n\rIngestRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12-\n\tdocuments\x18\x02 \x03(\x0b\x32\x1a.lookahead_rag.v1.Document\"I\n\x0eIngestResponse\x12\x11\n\tdocuments\x18\x01 \x01(\r\x12\x0e\n\x06\x63hunks\x18\x02 \x01(\r\x12\x14\n\x0ctotal_chunks\x18\x03 \x01(\r\"\x81\x01\n\x05\x43hunk\x12\x10\n\x08\x63hunk_id\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x0e\n\x06source\x18\x05 \x01(\t\x12\r\n\x05start\x18\x06 \x01(\r\x12\x0b\n\x03\x65nd\x18\x07 \x01(\r\x12\r\n\x05score\x18\x08 \x01(\x02\"P\n\x0bPastSession\x12\x10\n\x08question\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x02\x12\x10\n\x08\x65vent_id\x18\x04 \x01(\t\"/\n\x0eHistoryMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xaa\x01\n\x0fRetrieveRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x10\n\x08question\x18\x02 \x01(\t\x12\t\n\x01k\x18\x03 \x01(\r\x12\t\n\x01m\x18\x04 \x01(\r\x12\x16\n\x0emax_new_tokens\x18\x05 \x01(\r\x12\x14\n\x0ctokenizer_id\x18\x06 \x01(\t\x12\x31\n\x07history\x18\x07 \x03(\x0b\x32 .lookahead_rag.v1.HistoryMessage\"\xfe\x01\n\x10RetrieveResponse\x12\'\n\x06\x63hunks\x18\x01 \x03(\x0b\x32\x17.lookahead_rag.v1.Chunk\x12/\n\x08sessions\x18\x02 \x03(\x0b\x32\x1d.lookahead_rag.v1.PastSession\x12\x0e\n\x06prompt\x18\x03 \x01(\t\x12\x12\n\nprompt_ids\x18\x04 \x03(\r\x12\x14\n\x0ctokenizer_id\x18\x05 \x01(\t\x12\x13\n\x0bretrieve_ms\x18\x06 \x01(\x01\x12\r\n\x05notes\x18\x07 \x03(\t\x12\x16\n\x0eunknown_tenant\x18\x08 \x01(\x08\x12\x1a\n\x12history_turns_kept\x18\t \x01(\r\"\'\n\x15RetrieverStatsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"p\n\x16RetrieverStatsResponse\x12\x0e\n\x06\x63hunks\x18\x01 \x01(\r\x12\x10\n\x08sessions\x18\x02 \x01(\r\x12\x0f\n\x07tenants\x18\x03 \x03(\t\x12\r\n\x05model\x18\x04 \x01(\t\x12\x14\n\x0ctokenizer_id\x18\x05 \x01(\t\"0\n\rDeleteRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0f\n\x07\x64oc_ids\x18\x02 \x03(\t\"/\n\rForgetRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0e\n\x06\x64oc_id\x18\x02 \x01(\t\"\"\n\x0e\x46orgetResponse\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\"9\n\x0e\x44\x65leteResponse\x12\x11\n\tdocuments\x18\x01 \x01(\r\x12\x14\n\x0ctotal_chunks\x18\x02 \x01(\r2\xa1\x03\n\tRetriever\x12K\n\x06Ingest\x12\x1f.lookahead_rag.v1.IngestRequest\x1a .lookahead_rag.v1.IngestResponse\x12Q\n\x08Retrieve\x12!.lookahead_rag.v1.RetrieveRequest\x1a\".lookahead_rag.v1.RetrieveResponse\x12Z\n\x05Stats\x12\'.lookahead_rag.v1.RetrieverStatsRequest\x1a(.lookahead_rag.v1.RetrieverStatsResponse\x12K\n\x06\x44\x65lete\x12\x1f.lookahead_rag.v1.DeleteRequest\x1a .lookahead_rag.v1.DeleteResponse\x12K\n\x06\x46orget\x12\x1f.lookahead_rag.v1.ForgetRequest\x1a .lookahead_rag.v1.ForgetResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -41,22 +41,24 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CHUNK']._serialized_end=408
   _globals['_PASTSESSION']._serialized_start=410
   _globals['_PASTSESSION']._serialized_end=490
-  _globals['_RETRIEVEREQUEST']._serialized_start=492
-  _globals['_RETRIEVEREQUEST']._serialized_end=611
-  _globals['_RETRIEVERESPONSE']._serialized_start=614
-  _globals['_RETRIEVERESPONSE']._serialized_end=840
-  _globals['_RETRIEVERSTATSREQUEST']._serialized_start=842
-  _globals['_RETRIEVERSTATSREQUEST']._serialized_end=881
-  _globals['_RETRIEVERSTATSRESPONSE']._serialized_start=883
-  _globals['_RETRIEVERSTATSRESPONSE']._serialized_end=995
-  _globals['_DELETEREQUEST']._serialized_start=997
-  _globals['_DELETEREQUEST']._serialized_end=1045
-  _globals['_FORGETREQUEST']._serialized_start=1047
-  _globals['_FORGETREQUEST']._serialized_end=1094
-  _globals['_FORGETRESPONSE']._serialized_start=1096
-  _globals['_FORGETRESPONSE']._serialized_end=1130
-  _globals['_DELETERESPONSE']._serialized_start=1132
-  _globals['_DELETERESPONSE']._serialized_end=1189
-  _globals['_RETRIEVER']._serialized_start=1192
-  _globals['_RETRIEVER']._serialized_end=1609
+  _globals['_HISTORYMESSAGE']._serialized_start=492
+  _globals['_HISTORYMESSAGE']._serialized_end=539
+  _globals['_RETRIEVEREQUEST']._serialized_start=542
+  _globals['_RETRIEVEREQUEST']._serialized_end=712
+  _globals['_RETRIEVERESPONSE']._serialized_start=715
+  _globals['_RETRIEVERESPONSE']._serialized_end=969
+  _globals['_RETRIEVERSTATSREQUEST']._serialized_start=971
+  _globals['_RETRIEVERSTATSREQUEST']._serialized_end=1010
+  _globals['_RETRIEVERSTATSRESPONSE']._serialized_start=1012
+  _globals['_RETRIEVERSTATSRESPONSE']._serialized_end=1124
+  _globals['_DELETEREQUEST']._serialized_start=1126
+  _globals['_DELETEREQUEST']._serialized_end=1174
+  _globals['_FORGETREQUEST']._serialized_start=1176
+  _globals['_FORGETREQUEST']._serialized_end=1223
+  _globals['_FORGETRESPONSE']._serialized_start=1225
+  _globals['_FORGETRESPONSE']._serialized_end=1259
+  _globals['_DELETERESPONSE']._serialized_start=1261
+  _globals['_DELETERESPONSE']._serialized_end=1318
+  _globals['_RETRIEVER']._serialized_start=1321
+  _globals['_RETRIEVER']._serialized_end=1738
 # @@protoc_insertion_point(module_scope)

@@ -68,24 +68,34 @@ class PastSession(_message.Message):
     event_id: str
     def __init__(self, question: _Optional[str] = ..., answer: _Optional[str] = ..., score: _Optional[float] = ..., event_id: _Optional[str] = ...) -> None: ...
 
+class HistoryMessage(_message.Message):
+    __slots__ = ("role", "content")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    content: str
+    def __init__(self, role: _Optional[str] = ..., content: _Optional[str] = ...) -> None: ...
+
 class RetrieveRequest(_message.Message):
-    __slots__ = ("tenant", "question", "k", "m", "max_new_tokens", "tokenizer_id")
+    __slots__ = ("tenant", "question", "k", "m", "max_new_tokens", "tokenizer_id", "history")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUESTION_FIELD_NUMBER: _ClassVar[int]
     K_FIELD_NUMBER: _ClassVar[int]
     M_FIELD_NUMBER: _ClassVar[int]
     MAX_NEW_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     question: str
     k: int
     m: int
     max_new_tokens: int
     tokenizer_id: str
-    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., tokenizer_id: _Optional[str] = ...) -> None: ...
+    history: _containers.RepeatedCompositeFieldContainer[HistoryMessage]
+    def __init__(self, tenant: _Optional[str] = ..., question: _Optional[str] = ..., k: _Optional[int] = ..., m: _Optional[int] = ..., max_new_tokens: _Optional[int] = ..., tokenizer_id: _Optional[str] = ..., history: _Optional[_Iterable[_Union[HistoryMessage, _Mapping]]] = ...) -> None: ...
 
 class RetrieveResponse(_message.Message):
-    __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms", "notes", "unknown_tenant")
+    __slots__ = ("chunks", "sessions", "prompt", "prompt_ids", "tokenizer_id", "retrieve_ms", "notes", "unknown_tenant", "history_turns_kept")
     CHUNKS_FIELD_NUMBER: _ClassVar[int]
     SESSIONS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +104,7 @@ class RetrieveResponse(_message.Message):
     RETRIEVE_MS_FIELD_NUMBER: _ClassVar[int]
     NOTES_FIELD_NUMBER: _ClassVar[int]
     UNKNOWN_TENANT_FIELD_NUMBER: _ClassVar[int]
+    HISTORY_TURNS_KEPT_FIELD_NUMBER: _ClassVar[int]
     chunks: _containers.RepeatedCompositeFieldContainer[Chunk]
     sessions: _containers.RepeatedCompositeFieldContainer[PastSession]
     prompt: str
@@ -102,7 +113,8 @@ class RetrieveResponse(_message.Message):
     retrieve_ms: float
     notes: _containers.RepeatedScalarFieldContainer[str]
     unknown_tenant: bool
-    def __init__(self, chunks: _Optional[_Iterable[_Union[Chunk, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[PastSession, _Mapping]]] = ..., prompt: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., tokenizer_id: _Optional[str] = ..., retrieve_ms: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., unknown_tenant: _Optional[bool] = ...) -> None: ...
+    history_turns_kept: int
+    def __init__(self, chunks: _Optional[_Iterable[_Union[Chunk, _Mapping]]] = ..., sessions: _Optional[_Iterable[_Union[PastSession, _Mapping]]] = ..., prompt: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., tokenizer_id: _Optional[str] = ..., retrieve_ms: _Optional[float] = ..., notes: _Optional[_Iterable[str]] = ..., unknown_tenant: _Optional[bool] = ..., history_turns_kept: _Optional[int] = ...) -> None: ...
 
 class RetrieverStatsRequest(_message.Message):
     __slots__ = ("tenant",)
