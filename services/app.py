@@ -127,7 +127,7 @@ class Pipeline:
         tracing.setup(settings.tracing, names)  # [tracing]: once per process, before any server or channel
         auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
         interceptors = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
-        bus = make_bus(settings.kafka, _bus_dir(settings, names))
+        bus = make_bus(settings.kafka, _bus_dir(settings, names), tracing.tracer(tracing.EVENTS_TRACER))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
         pipeline.server_credentials = credentials
         if "generator" in names:  # first: only the engine's thread may hold an OpenMP pool (lookahead_core.threads)

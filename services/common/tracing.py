@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
 from opentelemetry import trace
+from opentelemetry.trace import Tracer
 
 from lookahead_rag.services.common.settings import TracingSettings
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TRACER_NAME = "lookahead_rag"  # instrumentation scope of our own spans
+EVENTS_TRACER = "lookahead_rag.events"  # instrumentation scope of the Kafka consumers' spans
 NS_PER_S = 1_000_000_000
 UNTRACED_HTTP_PATHS = "health,metrics"  # FastAPI: probes and scrapes start no trace (OTel's excluded_urls)
 UNTRACED_GRPC_PREFIXES = ("grpc.health.v1.", "grpc.reflection.")  # gRPC services whose calls start no span
@@ -67,6 +69,12 @@ def active() -> bool:
 
 def provider() -> TracerProvider | None:
     return _provider
+
+
+def tracer(name: str) -> Tracer | None:
+    """A tracer of the installed provider (None: tracing is off), for code that takes one explicitly."""
+    installed = _provider
+    return None if installed is None else installed.get_tracer(name)
 
 
 def install(tracer_provider: TracerProvider, set_global: bool = True) -> None:

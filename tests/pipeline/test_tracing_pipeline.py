@@ -1,7 +1,8 @@
 """One trace per request across the real pipeline: the HTTP endpoint (or the generator's gRPC
 Answer), the engine's queue/prefill/decode, the retriever's Retrieve and the draft cache's Fetch
-over real gRPC, all under one trace id, in an in-memory span exporter (tracing on for this module
-only, through ``tracing.install``; not OTel's global provider)."""
+over real gRPC, and the Kafka consumers that apply the finished answer (the draft cache's and the
+retriever's, over the bundled broker), all under one trace id, in an in-memory span exporter
+(tracing on for this module only, through ``tracing.install``; not OTel's global provider)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from lookahead_rag.services.common import tracing
+from lookahead_rag.services.events.kafka.broker import LocalBroker
 from tests.http.helpers import ask, model, openai_client
+from tests.kafka.helpers import fast_settings, new_topic
 from tests.pipeline.helpers import QUESTION, RunningPipeline, module_loop, running_pipeline, wait_until
 
-pytestmark = module_loop
+pytestmark = [module_loop, pytest.mark.kafka]
 
 MAX_NEW = 8
 SPAN_WAIT_S = 60.0  # the HTTP server span ends just after the reply's last byte
@@ -26,18 +29,21 @@ RETRIEVE = "/lookahead_rag.v1.Retriever/Retrieve"
 FETCH = "/lookahead_rag.v1.DraftCache/Fetch"
 ANSWER = "/lookahead_rag.v1.Generator/Answer"
 CHAT_ROUTE = "/v1/chat/completions"
+CONSUMER_GROUPS = 2  # the draft cache and the retriever each apply every finished answer
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def traced(tmp_path_factory: pytest.TempPathFactory
+async def traced(tmp_path_factory: pytest.TempPathFactory, broker: LocalBroker
                  ) -> AsyncIterator[tuple[RunningPipeline, InMemorySpanExporter]]:
-    """A pipeline (three gRPC servers + the HTTP endpoint) started with tracing on, into memory."""
+    """A pipeline (three gRPC servers + the HTTP endpoint, events over Kafka) started with tracing on,
+    into memory."""
     spans = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
     tracing.install(provider, set_global=False)
     try:
-        async with running_pipeline(tmp_path_factory.mktemp("traced")) as p:
+        kafka = fast_settings(broker.bootstrap, new_topic()).model_dump()
+        async with running_pipeline(tmp_path_factory.mktemp("traced"), kafka=kafka) as p:
             yield p, spans
     finally:
         tracing.uninstall()
@@ -76,6 +82,14 @@ async def test_an_http_request_is_one_trace_across_the_services(
 
     assert await wait_until(lambda: bool(http_span()), SPAN_WAIT_S)
     (root,) = http_span()
+
+    def consumed() -> list[ReadableSpan]:
+        return [s for s in by_trace(spans.get_finished_spans(), root.context.trace_id) if s.kind is SpanKind.CONSUMER]
+
+    # the finished answer crossed Kafka: both consumers applied it inside the request's trace
+    assert await wait_until(lambda: len(consumed()) == CONSUMER_GROUPS, SPAN_WAIT_S), [s.name for s in consumed()]
+    groups = {(s.attributes or {}).get("messaging.consumer.group.name") for s in consumed()}
+    assert len(groups) == CONSUMER_GROUPS, groups
     trace = by_trace(spans.get_finished_spans(), root.context.trace_id)
     names = {s.name for s in trace}
     # the HTTP call, the generator's engine steps, the retriever and the draft cache: one trace

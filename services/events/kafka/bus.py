@@ -14,6 +14,8 @@ import logging
 import threading
 from pathlib import Path
 
+from opentelemetry.trace import Tracer
+
 from lookahead_rag.services.events.kafka.cluster_offsets import log_end_offsets
 from lookahead_rag.services.events.kafka.consumer import KafkaConsumerRunner
 from lookahead_rag.services.events.kafka.publisher import KafkaPublisher
@@ -29,8 +31,10 @@ log = logging.getLogger(__name__)
 class KafkaBus:
     """Publishers plus one consumer runner per subscribed group; same interface as ``InProcessBus``."""
 
-    def __init__(self, settings: KafkaSettings, data_dir: Path) -> None:
+    def __init__(self, settings: KafkaSettings, data_dir: Path, tracer: Tracer | None = None) -> None:
+        """``tracer``: the consumers' spans (None: OpenTelemetry's global provider, if one is installed)."""
         self.settings = settings
+        self.tracer = tracer
         self.data_dir = Path(data_dir)
         self.runners: dict[str, KafkaConsumerRunner] = {}
         self._publishers: dict[str, KafkaPublisher] = {}  # stream name -> its publisher (opened on first use)
@@ -76,7 +80,7 @@ class KafkaBus:
             runner_class, group_id, state_name = KafkaConsumerRunner, s.group_id(group), None
         self.runners[group] = runner_class(
             s.bootstrap_servers, s.topic, group_id, applier, state_dir, settings=s, stream=stream,
-            state_name=state_name,
+            state_name=state_name, tracer=self.tracer,
         )  # fmt: skip
         self._streams[stream.name] = stream
 
