@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                      "passage order: prefix-cache hits and SQuAD EM/F1, canonical vs score order"),
     "exactness": (f"{PKG}.exactness_args",
                   "exactness: engine answers vs HF greedy, batched and from the prefix cache, with logit margins"),
+    "logprobs": (f"{PKG}.logprobs_args", "logprobs: their cost in the engine (tok/s off vs on), equal to HF greedy's"),
     "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

@@ -1,13 +1,14 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
-        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order|exactness]
+        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order|exactness|
+               logprobs]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
 ``modes`` -> decoding, ``phases`` -> events, ``index`` + ``retrieval`` -> retrieval, ``exits`` ->
-draft_agreement (``prompt_order`` and ``exactness`` files always carry their kind). The PNG goes next to the JSON
-unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
+draft_agreement (``prompt_order``, ``exactness`` and ``logprobs`` files always carry their kind). The
+PNG goes next to the JSON unless ``--png`` says where. Fields a file lacks show as "unknown" in the title.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PLOTTERS = {
     "profile": "lookahead_rag.bench.profile_plot",
     "prompt_order": "lookahead_rag.bench.prompt_order_plot",
     "exactness": "lookahead_rag.bench.exactness_plot",
+    "logprobs": "lookahead_rag.bench.logprobs_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

@@ -122,7 +122,21 @@ def _exactness() -> dict[str, Any]:
             "per_answer": [{"min_margin": m} for m in (2e-5, 0.3, 1.5, None)]}
 
 
+def _logprobs() -> dict[str, Any]:
+    # one level measured, one whose ON pass compared nothing (None) and found an exact 0 elsewhere
+    on = {"logprobs": True, "max_abs_logprob_diff": 6.6e-6, "max_abs_top_diff": 0.0, "top_same_frac": 1.0,
+          "top_ties": 0, "on_off_ratio": 0.98, "tokens_per_s": 9.8}
+    passes = [{"name": "c1 off", "concurrency": 1, "logprobs": False, "tokens_per_s": 10.0},
+              {"name": "c1 on", "concurrency": 1, **on},
+              {"name": "c16 off", "concurrency": 16, "logprobs": False, "tokens_per_s": 40.0},
+              {"name": "c16 on", "concurrency": 16, **on, "max_abs_logprob_diff": None, "on_off_ratio": None}]
+    return {"kind": "logprobs", "model": "tiny", "cpu": "Test CPU", "machine": "Linux, 2 cores", "threads": 2,
+            "prompts": 4, "max_new_tokens": 8, "top_logprobs": 5, "baseline": "hf_greedy_logits",
+            "tie_gap": 1e-4, "passes": passes}
+
+
 RESULTS = {
+    "logprobs": _logprobs,
     "exactness": _exactness,
     "prompt order": _prompt_order,
     "profile": _profile,
@@ -130,7 +144,7 @@ RESULTS = {
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
 }
-KINDS = {"exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
+KINDS = {"logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
          "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events"}
