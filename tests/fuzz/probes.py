@@ -61,14 +61,19 @@ def healthy(server: ServerProcess) -> ProbeResult:
     return ProbeResult("health", True)
 
 
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"  # a channel's standing health check (never ends)
+
+
 def in_flight(info: ServerInfo) -> dict[str, float]:
-    """Calls in progress on the server, by method (only those not at 0)."""
+    """Calls in progress on the server, by method (only those not at 0), less the health watches the
+    services' own channels keep open to each other (client-side health checking: [channels] health_check)."""
     if info.metrics_port is None:
         return {}
     url = f"http://127.0.0.1:{info.metrics_port}/metrics"
     with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as reply:
         text = reply.read().decode()
-    return {method: float(v) for method, v in IN_FLIGHT.findall(text) if float(v)}
+    return {method: float(v) for method, v in IN_FLIGHT.findall(text)
+            if float(v) and method != HEALTH_WATCH}
 
 
 def drained(info: ServerInfo, timeout_s: float = DRAIN_TIMEOUT_S) -> ProbeResult:
