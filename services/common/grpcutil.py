@@ -39,6 +39,8 @@ from lookahead_rag.services.common.tls import TlsSettings, channel_credentials, 
 
 log = logging.getLogger(__name__)
 
+MS_PER_S = 1000
+
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # ingest batches and long prompt id lists fit
 DEFAULT_HOST = "127.0.0.1"
 OVERALL = health.OVERALL_HEALTH  # "" : the whole server
@@ -60,6 +62,16 @@ def message_size_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
+def connection_age_options(max_age_s: float) -> list[tuple[str, int]]:
+    """Server options closing a client connection after ``max_age_s`` (gRPC adds +-10% jitter) with a GOAWAY:
+    the client opens a new one for its next calls, re-resolving its target (new replicas join a
+    round_robin), while calls in flight on the old one finish (no age grace is set: gRPC waits for them).
+    0: connections live as long as the client keeps them."""
+    if max_age_s <= 0:
+        return []
+    return [("grpc.max_connection_age_ms", max(1, round(max_age_s * MS_PER_S)))]
+
+
 async def start_server(
     servicers: Sequence[tuple[AddFn, Any]],
     service_names: Sequence[str],
@@ -69,16 +81,19 @@ async def start_server(
     max_concurrent_rpcs: int | None = None,
     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
     credentials: grpc.ServerCredentials | None = None,
+    max_connection_age_s: float = 0.0,
 ) -> tuple[grpc.aio.Server, int]:
     """Start a grpc.aio server with the servicers, health checking and reflection; return (server, port).
 
     ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
     RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them;
     ``interceptors`` (e.g. services.common.observability.ObservabilityInterceptor) see every call;
-    ``credentials`` (services.common.tls.server_credentials) serve TLS, None plaintext.
+    ``credentials`` (services.common.tls.server_credentials) serve TLS, None plaintext;
+    ``max_connection_age_s`` > 0 recycles each client connection that old (``connection_age_options``).
     """
     server = grpc.aio.server(
-        options=message_size_options(max_message_bytes), maximum_concurrent_rpcs=max_concurrent_rpcs,
+        options=[*message_size_options(max_message_bytes), *connection_age_options(max_connection_age_s)],
+        maximum_concurrent_rpcs=max_concurrent_rpcs,
         # outermost: the trace span (tracing on), innermost: undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
         interceptors=[*tracing.server_interceptors(), *interceptors, DecodeGuard()],
     )

@@ -71,6 +71,7 @@ class Service(Generic[T]):
             port=self.settings.port if port is None else port,
             host=self.settings.host if host is None else host,
             max_message_bytes=self.max_message_bytes, interceptors=interceptors, credentials=credentials,
+            max_connection_age_s=self.settings.max_connection_age_s,
         )
         return self.port
 

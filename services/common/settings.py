@@ -271,6 +271,11 @@ class ServerSettings(ServiceSettings):
     shutdown_grace_s: float = Field(
         5.0, ge=0, description="graceful stop: then seconds in-flight calls may finish (new ones refused)"
     )
+    # A client's connection is closed (GOAWAY; its calls in flight still finish) after this long, so a
+    # client re-resolves its dns:/// target and spreads over replicas added since (0: never).
+    max_connection_age_s: float = Field(
+        300.0, ge=0, description="seconds before a client connection is recycled (re-resolved DNS; 0: never)"
+    )
 
 
 class LoggingSettings(ServiceSettings):

@@ -32,12 +32,14 @@ class Replica:
     fail_first: int = 0  # calls answered UNAVAILABLE before it starts answering
     served: Counter[str] = field(default_factory=Counter)  # method -> calls answered OK
     failed: int = 0  # calls it failed on purpose
+    peers: set[str] = field(default_factory=set)  # the client connections (address:port) its Who calls came on
 
     async def who(self, request: bytes, context: grpc.aio.ServicerContext) -> bytes:
         if self.failed < self.fail_first:
             self.failed += 1
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"{self.name} fails on purpose")
         self.served["Who"] += 1
+        self.peers.add(context.peer())
         return self.name.encode()
 
     async def count(self, request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
