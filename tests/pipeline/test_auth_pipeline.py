@@ -158,7 +158,7 @@ async def test_the_service_key_lets_the_generator_reach_the_other_two(secured: S
     # without it, the retriever refuses the generator's client, loudly (a set-up error, not an outage)
     with pytest.raises(FailedPrecondition, match="refused this service's credential"):
         await GrpcRetrieverClient(secured.channels["retriever"]).retrieve(
-            WORKER, QUESTION, 1, 0, MAX_NEW, secured.p.engine.tokenizer_id, TIMEOUT_S)
+            WORKER, QUESTION, 1, 0, MAX_NEW, secured.p.engine.tokenizer_id, (), TIMEOUT_S)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await GrpcDraftCacheClient(secured.channels["draftcache"]).fetch(
             WORKER, secured.p.engine.tokenizer_id, [1, 2], [], 8, TIMEOUT_S)
