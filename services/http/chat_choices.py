@@ -8,7 +8,7 @@ then re-indexed; usage counts the prompt once and sums the choices' completions.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
@@ -31,13 +31,6 @@ Json = dict[str, Any]
 def wants_choices(body: ChatCompletionRequest) -> bool:
     """Whether the request takes this path: several choices, or logprobs."""
     return (body.n or 1) != 1 or bool(body.logprobs) or bool(body.top_logprobs)
-
-
-def usage(finals: Sequence[FinalInfo]) -> Json:
-    """translate's usage of the first choice, with every choice's completion tokens."""
-    out = translate.usage(finals[0])
-    summed = choices.summed_usage(finals)
-    return {**out, **summed}
 
 
 class ChoiceChunks:
@@ -88,7 +81,7 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
             if pieces is not None:
                 choice["logprobs"] = chat_logprobs(pieces, c.logprobs)
             out["choices"].append(choice)
-        out["usage"] = usage([c.final for c in got])
+        out["usage"] = translate.usage(*(c.final for c in got))
         headers.update(translate.prompt_headers(facts[-1] if facts else None))
         return JSONResponse(out, headers=headers)
     first = await or_disconnect(request, choices.firsts(streams, when))  # errors before it keep their status
@@ -109,7 +102,7 @@ async def _events(reply: translate.Reply, per_choice: list[ChoiceChunks], chunks
                 for obj in per_choice[i].objects(chunk):
                     yield sse(obj)
             if reply.include_usage:
-                yield sse({**reply.head("chat.completion.chunk"), "choices": [], "usage": usage(finals)})
+                yield sse({**reply.head("chat.completion.chunk"), "choices": [], "usage": translate.usage(*finals)})
             yield DONE
         except Exception as exc:
             yield sse(errors.http_error(exc)[1])

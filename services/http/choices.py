@@ -16,9 +16,9 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from lookahead_rag.services.common.errors import DeadlineExceeded, Unavailable
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams, TextDelta, TokenLogprob
@@ -27,7 +27,7 @@ from lookahead_rag.services.http.errors import InvalidParam
 MAX_CHOICES = 16  # most choices one request may ask (each is an engine request and a stream of the tenant's quota)
 SEED_BYTES = 8  # a derived seed is 64 bits, as the request's
 Chunks = AsyncIterator[AnswerChunk]
-Json = dict[str, Any]
+T = TypeVar("T")
 
 
 def check_n(n: int | None, temperature: float | None, safe_stream: bool) -> int:
@@ -114,14 +114,20 @@ async def collect(chunks: Chunks, when: float | None) -> Choice:
         await chunks.aclose()  # type: ignore[attr-defined]
 
 
-async def collect_all(streams: Sequence[Chunks], when: float | None, deadline: float | None) -> list[Choice]:
-    """Every stream to its end, concurrently (the first error cancels the others and is raised)."""
+async def _together(calls: Sequence[Coroutine[Any, Any, T]]) -> list[T]:
+    """``calls`` run concurrently, their results in order; the first error cancels the rest and is raised
+    as itself (not as an ExceptionGroup, so it maps to its status like any other)."""
     try:
         async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(collect(s, when)) for s in streams]
+            tasks = [group.create_task(call) for call in calls]
     except BaseExceptionGroup as eg:
         raise eg.exceptions[0] from None
-    choices = [t.result() for t in tasks]
+    return [t.result() for t in tasks]
+
+
+async def collect_all(streams: Sequence[Chunks], when: float | None, deadline: float | None) -> list[Choice]:
+    """Every stream to its end, concurrently (the first error cancels the others and is raised)."""
+    choices = await _together([collect(s, when) for s in streams])
     for c in choices:
         check_final(c.final, deadline)
     return choices
@@ -129,12 +135,7 @@ async def collect_all(streams: Sequence[Chunks], when: float | None, deadline: f
 
 async def firsts(streams: Sequence[Chunks], when: float | None) -> list[AnswerChunk | None]:
     """The first chunk of every stream (before the response starts: an error there keeps its status)."""
-    try:
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(next_chunk(s, when)) for s in streams]
-    except BaseExceptionGroup as eg:
-        raise eg.exceptions[0] from None
-    return [t.result() for t in tasks]
+    return await _together([next_chunk(s, when) for s in streams])
 
 
 async def merged(first: Sequence[AnswerChunk | None], streams: Sequence[Chunks],
@@ -178,12 +179,3 @@ async def merged(first: Sequence[AnswerChunk | None], streams: Sequence[Chunks],
         for s in streams:
             await s.aclose()  # type: ignore[attr-defined]
 
-
-def summed_usage(finals: Sequence[FinalInfo]) -> Json:
-    """Usage of all choices: the prompt once (every choice decodes the same prompt), the completions summed."""
-    prompt = len(finals[0].prompt_ids)
-    completion = sum(f.stats.new_tokens for f in finals)
-    out: Json = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    if finals[0].stats.max_new_tokens:  # what each choice could take (absent in a safe stream), as translate.usage
-        out["max_tokens_allowed"] = finals[0].stats.max_new_tokens
-    return out

@@ -40,7 +40,6 @@ if TYPE_CHECKING:
 
 Json = dict[str, Any]
 OBJECT = "text_completion"
-CLIENT_CLOSED = 499  # nginx's "client closed request" (as routes.py)
 
 
 class CompletionRequest(BaseModel):
@@ -152,7 +151,7 @@ class Shape:
         return out
 
     def usage(self, finals: list[FinalInfo]) -> Json:
-        return CompletionUsage(**choices.summed_usage(finals)).model_dump(mode="json", exclude_none=True)
+        return CompletionUsage(**translate.usage(*finals)).model_dump(mode="json", exclude_none=True)
 
     def whole(self, got: list[choices.Choice]) -> Json:
         """The whole response (not streamed)."""
@@ -193,7 +192,7 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
             return ClosingStreamingResponse(events, front.engine.settings.stream_send_timeout_s,
                                             media_type=SSE_MEDIA_TYPE, headers={**headers, "cache-control": "no-cache"})
     except ClientDisconnected:
-        return Response(status_code=CLIENT_CLOSED)
+        return Response(status_code=errors.CLIENT_CLOSED)
     except Exception as exc:
         return errors.error_response(exc, headers, CompletionRequest.model_fields)
 

@@ -57,6 +57,7 @@ class BodyTooLarge(ResourceExhausted):
 
 
 BAD_REQUEST = HTTPStatus.BAD_REQUEST
+CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log and metrics do
 INTERNAL = (HTTPStatus.INTERNAL_SERVER_ERROR, "server_error")
 # exception class -> (HTTP status, OpenAI error type); the first match wins
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (

@@ -33,7 +33,6 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 OTHER_METHOD = "OTHER"
 SCRAPE_METHODS = frozenset({"GET", "HEAD"})
 SERVER_ERROR = 500  # status of a request whose application raised before it answered
-CLIENT_CLOSED = 499  # status of a request whose client went away before it was answered
 
 
 class HttpMetrics(MetricGroup):
@@ -87,7 +86,7 @@ class HttpMetricsMiddleware:
         try:
             await self.app(scope, receive, send_status)
         except asyncio.CancelledError:
-            status = CLIENT_CLOSED if status is None else status
+            status = errors.CLIENT_CLOSED if status is None else status
             raise
         except Exception:
             status = SERVER_ERROR if status is None else status

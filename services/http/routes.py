@@ -52,7 +52,6 @@ from lookahead_rag.services.http.streaming import (
 if TYPE_CHECKING:
     from lookahead_rag.services.generator.engine import GeneratorEngine
 
-CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log does
 OWNER = "lookahead-rag"
 Chunks = AsyncIterator[AnswerChunk]
 
@@ -157,7 +156,7 @@ class Frontend:
                                                 media_type=SSE_MEDIA_TYPE,
                                                 headers={**headers, "cache-control": "no-cache"})
         except ClientDisconnected:
-            return Response(status_code=CLIENT_CLOSED)
+            return Response(status_code=errors.CLIENT_CLOSED)
         except Exception as exc:
             return errors.error_response(exc, headers, ChatCompletionRequest.model_fields)
 

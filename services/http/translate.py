@@ -151,9 +151,11 @@ def finish_reason(engine_reason: str) -> str:
     return FINISH_REASONS.get(engine_reason, engine_reason)
 
 
-def usage(final: FinalInfo) -> Json:
-    """OpenAI's usage, plus ``max_tokens_allowed`` (what the answer could take; absent in a safe stream)."""
-    prompt, completion_tokens = len(final.prompt_ids), final.stats.new_tokens
+def usage(final: FinalInfo, *others: FinalInfo) -> Json:
+    """OpenAI's usage of an answer, or of several choices of one prompt (``others``: the prompt counted
+    once, the completions summed), plus ``max_tokens_allowed`` (what each could take; absent in a safe stream)."""
+    prompt = len(final.prompt_ids)
+    completion_tokens = final.stats.new_tokens + sum(f.stats.new_tokens for f in others)
     out: Json = {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
                  "total_tokens": prompt + completion_tokens}
     if final.stats.max_new_tokens:
