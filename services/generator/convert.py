@@ -34,8 +34,10 @@ from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 MIN_PADDING = 128  # padding lengths 128..16383 take a 2-byte length prefix: every size is reachable
 PADDING_PREFIX_BYTES = 3  # the padding field's tag (1) and 2-byte length
 MAX_TOKEN_ID = (1 << 32) - 1  # token ids are uint32: at most a 5-byte varint each
-# GenerationStats fields that measure the engine, not the request: they show other tenants' load
-LOAD_FIELDS = frozenset({"queue_wait_s", "mean_batch_size", "max_batch_size", "mean_tokens_per_forward"})
+# GenerationStats fields that measure the engine, not the request: they show other tenants' load (the kernel
+# chosen and the draft budget granted follow the forward's size, so the neighbours' traffic too)
+LOAD_FIELDS = frozenset({"queue_wait_s", "mean_batch_size", "max_batch_size", "mean_tokens_per_forward",
+                         "mean_draft_budget", "kernel"})
 
 
 # ---- requests -------------------------------------------------------------------------------------
