@@ -128,7 +128,8 @@ class RetrieverCore:
         self._store = IndexStore(s.data_dir)
         self.documents = TenantIndexes(s, self.embedder, self._store)  # documents change only through it
         self._indexes: dict[str, TenantIndex] = self.documents.indexes  # the same dict (searches read it)
-        self.sessions = PastSessions(self.embedder, s.max_sessions_per_tenant, s.max_remembered_event_ids)
+        self.sessions = PastSessions(self.embedder, s.max_sessions_per_tenant, s.max_remembered_event_ids,
+                                     s.tenant_remembered_event_ids)
         saved = self._store.load_sessions()
         if saved is not None:
             self.sessions.restore(saved)

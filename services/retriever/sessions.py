@@ -20,12 +20,12 @@ import io
 import json
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from lookahead_rag.services.events.forget import ForgetLedger, grounded_on
+from lookahead_rag.services.events.tenant_ids import TenantIds
 from lookahead_rag.services.retriever.embeddings import Encoder
 from lookahead_rag.v1 import events_pb2
 
@@ -83,24 +83,22 @@ class _TenantSessions:
 class PastSessions:
     """The retriever's event applier. Thread-safe."""
 
-    def __init__(self, embedder: Encoder, max_per_tenant: int, max_event_ids: int) -> None:
+    def __init__(self, embedder: Encoder, max_per_tenant: int, max_event_ids: int,
+                 tenant_event_ids: int | None = None) -> None:
         self._embedder = embedder
         self._dim = embedder.dim
         self._max_per_tenant = max_per_tenant
-        self._max_event_ids = max_event_ids
+        self._max_event_ids = max_event_ids  # applied event ids kept in all
+        self._tenant_event_ids = tenant_event_ids or max_event_ids  # ... and per tenant (None: the total)
         self._tenants: dict[str, _TenantSessions] = {}
-        self._applied: OrderedDict[str, None] = OrderedDict()  # event ids, oldest first
+        # applied event ids per tenant, oldest first: one tenant's flood pushes out only its own
+        self._applied = TenantIds(self._tenant_event_ids, max_event_ids)
         self._ledger = ForgetLedger()  # forgets applied and their horizons
         self._lock = threading.Lock()
 
-    def _seen(self, event_id: str) -> bool:
+    def _seen(self, tenant: str, event_id: str) -> bool:
         with self._lock:
-            return event_id in self._applied
-
-    def _remember(self, event_id: str) -> None:
-        self._applied[event_id] = None
-        while len(self._applied) > self._max_event_ids:
-            self._applied.popitem(last=False)
+            return (tenant, event_id) in self._applied
 
     def apply(self, event: events_pb2.GenerationCompleted | events_pb2.ForgetRequested) -> bool:
         """Index (question -> answer) for the event's tenant, or apply a forget; False if this event id
@@ -113,21 +111,20 @@ class PastSessions:
             return self.forget(event)
         if not event.event_id:
             raise ValueError("GenerationCompleted without event_id cannot be deduplicated")
-        if self._seen(event.event_id):
+        if self._seen(event.tenant, event.event_id):
             return False
         with self._lock:
             covered = self._ledger.covers(event)
         usable = bool(event.tenant and event.question.strip() and event.answer_text.strip()) and not covered
         vector = self._embedder.encode_one(event.question) if usable else None  # outside the lock: slow
         with self._lock:
-            if event.event_id in self._applied:  # applied meanwhile by another thread
+            if not self._applied.add(event.tenant, event.event_id):  # applied meanwhile by another thread
                 return False
             if vector is not None and not self._ledger.covers(event):  # again: a forget may have come meanwhile
                 record = SessionRecord(event.event_id, event.question, event.answer_text, event.created_unix_ms,
                                        tuple(dict.fromkeys(event.doc_ids)))
                 tenant = self._tenants.setdefault(event.tenant, _TenantSessions(self._dim))
                 tenant.add(record, vector, self._max_per_tenant)
-            self._remember(event.event_id)
         return True
 
     def forget(self, event: events_pb2.ForgetRequested) -> bool:
@@ -169,7 +166,7 @@ class PastSessions:
             meta = {
                 "version": SNAPSHOT_VERSION,
                 "dim": self._dim,
-                "applied": list(self._applied),
+                "applied": self._applied.to_json(),  # [tenant, event id] pairs
                 "forgets": self._ledger.to_json(),
                 "tenants": [[name, [asdict(r) for r in self._tenants[name].records]] for name in names],
             }
@@ -196,7 +193,7 @@ class PastSessions:
                     f"{len(sessions.records)} sessions"
                 )
             tenants[name] = sessions
-        applied = OrderedDict.fromkeys(meta["applied"])
+        applied = TenantIds.from_json(meta["applied"], self._tenant_event_ids, self._max_event_ids)
         ledger = ForgetLedger.from_json(meta.get("forgets"))
         with self._lock:
             self._tenants = tenants
