@@ -9,13 +9,17 @@
 A line: {"ts", "level", "logger", "msg", "request_id", "tenant", ...extras, "exc"}.
 Prompt and answer text never reach a line above DEBUG: extras named in TEXT_FIELDS and arguments
 wrapped in ``sensitive()`` are replaced by their length there; ``log_text`` logs at DEBUG only.
-Outgoing gRPC calls pass the request id on with ``metadata=outgoing_metadata()``.
+Outgoing gRPC calls pass the request id on with ``metadata=outgoing_metadata()``. A caller's request id
+(``x-request-id``) is taken only when it is ``REQUEST_ID_PATTERN`` (ASCII letters, digits, ``._:-``, at
+most 128): anything else gets a fresh id, so no caller's bytes reach log lines, response ids, events or
+outgoing metadata (where a non-ASCII value would break the call).
 """
 
 from __future__ import annotations
 
 import json as _json
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -25,6 +29,8 @@ from datetime import UTC, datetime
 from typing import IO, Any
 
 REQUEST_ID_HEADER = "x-request-id"  # gRPC metadata key carrying the request id between services
+# a caller's request id kept as sent: ASCII letters, digits and ._:- only, 1 to 128 of them (a UUID is 36)
+REQUEST_ID_PATTERN = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 # Extras with these names hold user text: above DEBUG their values are replaced by their length.
 TEXT_FIELDS = frozenset({
@@ -51,6 +57,11 @@ def new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def safe_request_id(request_id: str | None) -> str | None:
+    """``request_id`` when it matches ``REQUEST_ID_PATTERN``, else None (the caller makes a fresh one)."""
+    return request_id if request_id and REQUEST_ID_PATTERN.fullmatch(request_id) else None
+
+
 def current_request_id() -> str | None:
     return _request_id.get()
 
@@ -64,9 +75,10 @@ def request_context(request_id: str | None = None, tenant: str | None = None) ->
     """Bind a request id and tenant to every log line inside; yields the id.
 
     None keeps what an enclosing request context bound (a servicer inside the gRPC interceptor's
-    scope stays on the caller's ``x-request-id``); outside any request a new id is made.
+    scope stays on the caller's ``x-request-id``); outside any request a new id is made. A ``request_id``
+    that is not ``REQUEST_ID_PATTERN`` counts as None.
     """
-    rid = request_id or _request_id.get() or new_request_id()
+    rid = safe_request_id(request_id) or _request_id.get() or new_request_id()
     rid_token, tenant_token = _request_id.set(rid), _tenant.set(tenant or _tenant.get())
     try:
         yield rid

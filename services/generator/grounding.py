@@ -22,6 +22,7 @@ from lookahead_rag.services.generator.convert import documents_from_proto
 from lookahead_rag.services.generator.domain import GenerationParams
 from lookahead_rag.services.generator.prepared import Prepared
 from lookahead_rag.services.generator.prompt_ids import chat_ids
+from lookahead_rag.services.retriever.prompt import sanitize
 
 log = logging.getLogger(__name__)
 
@@ -57,13 +58,16 @@ async def retrieve(retriever: RetrieverClient | None, tokenizer_id: str, prep: P
 
 def fallback(tokenizer: Any, prep: Prepared, budget: int | None) -> None:
     """``prep``'s prompt without documents: the conversation's system texts, its newest turns within
-    ``budget`` tokens (None: all), then the question, in the chat template."""
+    ``budget`` tokens (None: all), then the question, in the chat template; special tokens in the
+    caller's text defused as the retriever's prompt does (``retriever.prompt.sanitize``)."""
+    specials = [t for t in getattr(tokenizer, "all_special_tokens", []) if len(t) > 1]
     system, turns = split_turns(prep.history)
-    head = [{"role": "system", "content": SYSTEM_SEP.join(system)}] if system else []
-    question = [{"role": "user", "content": prep.question}]
+    head = [{"role": "system", "content": sanitize(SYSTEM_SEP.join(system), specials)}] if system else []
+    question = [{"role": "user", "content": sanitize(prep.question, specials)}]
 
     def ids(n: int) -> list[int]:
-        shown = [{"role": role, "content": text} for turn in turns[len(turns) - n:] for role, text in turn]
+        shown = [{"role": role, "content": sanitize(text, specials)}
+                 for turn in turns[len(turns) - n:] for role, text in turn]
         return chat_ids(tokenizer, [*head, *shown, *question])
 
     kept = newest_that_fit(lambda n: budget is None or len(ids(n)) <= budget, len(turns))
