@@ -47,8 +47,10 @@ Turn = tuple[tuple[str, str], ...]  # (template role, text) of one user message 
 
 
 def check_history(history: Sequence[Message], limits: RequestLimits) -> None:
-    """Refuse (InvalidArgument) a history with a role other than system / developer / user / assistant,
-    or more characters than ``[limits] max_prompt_chars``."""
+    """Refuse (InvalidArgument) a history that with its question is more than ``[limits] max_messages``
+    messages (checked first: nothing is walked past it), one with a role other than system / developer /
+    user / assistant, or more characters than ``[limits] max_prompt_chars``."""
+    limits.check_messages("history", len(history) + 1)  # + the question
     for n, message in enumerate(history):
         if message.role not in HISTORY_ROLES:
             raise InvalidArgument(f"history message {n}: role {message.role!r} is not allowed "

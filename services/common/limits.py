@@ -57,6 +57,14 @@ class RequestLimits(ServiceSettings):
     max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
     max_reference_tokens: int = Field(16_384, ge=0, description="most tokens a Generate call's references may hold")
     max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
+    max_messages: int = Field(
+        1024, ge=1, description="most chat messages one request may carry (a Generate's messages, an answer's "
+        "history and its question)"
+    )
+    max_choice_messages: int = Field(
+        4096, ge=1, description="most chat messages one HTTP request may have rendered, counted once per choice "
+        "(n x messages)"
+    )
     # per-tenant quotas (services/common/quota.py), each service counting its own calls
     tenant_rps: float = Field(0.0, ge=0, description="requests per second one tenant may start (0 = unlimited)")
     tenant_burst: float = Field(0.0, ge=0, description="requests a tenant may start at once (0 = tenant_rps, >= 1)")
@@ -86,6 +94,15 @@ class RequestLimits(ServiceSettings):
         """Raw prompt text (``what``: "prompt", "messages", "references") within max_prompt_chars."""
         if chars > self.max_prompt_chars:
             raise InvalidArgument(f"{what}: {chars} characters; the limit is {self.max_prompt_chars}")
+
+    def check_messages(self, what: str, count: int, choices: int = 1) -> None:
+        """A conversation of ``count`` messages (``what``: "messages", "history") within max_messages, and
+        rendered once per choice within max_choice_messages; checked before anything is rendered."""
+        if count > self.max_messages:
+            raise InvalidArgument(f"{what}: {count} messages; the limit is {self.max_messages}")
+        if count * choices > self.max_choice_messages:
+            raise InvalidArgument(f"{what}: {count} messages x n={choices} choices; the limit is "
+                                  f"{self.max_choice_messages} messages rendered per request")
 
     def check_prompt_tokens(self, what: str, tokens: int) -> None:
         """A prompt given as token ids (``what``: "prompt_ids") within max_prompt_chars, the raw prompt's bound."""

@@ -56,8 +56,8 @@ from lookahead_rag.services.generator.logprobs import check_logprobs, step_logpr
 from lookahead_rag.services.generator.params import decoding_config, server_config
 from lookahead_rag.services.generator.prepared import Prepared, PromptFacts
 from lookahead_rag.services.generator.prompt_ids import check_vocabulary
-from lookahead_rag.services.generator.prompt_ids import prompt_ids as prompt_ids_of
 from lookahead_rag.services.generator.read_ahead import read_ahead
+from lookahead_rag.services.generator.render import PromptRenderer
 from lookahead_rag.services.generator.safe_stream import (
     Chunker,
     SafeStreamConfig,
@@ -114,6 +114,7 @@ class GeneratorEngine:
         self.vocab_size = max(len(tokenizer), int(model.config.vocab_size))  # bound of reference ids
         self.tokenizer_size = len(tokenizer)  # bound of prompt ids: tokens the tokenizer can decode
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
+        self.render = PromptRenderer(tokenizer, self.tokenizer_size, self.limits, self.context_tokens)  # off the loop
         self.retriever = retriever
         self.draft_cache = draft_cache
         self.publisher = publisher
@@ -225,7 +226,7 @@ class GeneratorEngine:
         limits.check_tenant(query.tenant)
         params = clamped(query.params, limits, query.up_to_context)  # the OpenAI endpoint's rule, as _answer's
         config = self.decoding_config(params)
-        prompt_ids = prompt_ids_of(query.prompt, self.tokenizer, self.tokenizer_size, self.limits)
+        prompt_ids = await self.render.ids(query.prompt)
         prep = Prepared(query.tenant, "", prompt_ids, [], config, request_id or uuid.uuid4().hex,
                         fill_context=query.up_to_context and not params.max_new_tokens)
         fill_room(prep, self.context_tokens, limits)
@@ -258,7 +259,7 @@ class GeneratorEngine:
             if self.metrics is not None:
                 self.metrics.record_degraded("retriever")  # type: ignore[attr-defined]
             budget = self.context_tokens - prep.config.max_new_tokens if self.context_tokens else None
-            fallback(self.tokenizer, prep, budget)
+            await asyncio.to_thread(fallback, self.tokenizer, prep, budget)  # rendered off the loop
         fill_room(prep, self.context_tokens, self.limits)
         self._check_fits(prep.prompt_ids, prep.config)
 

@@ -61,6 +61,7 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
                deadline: float | None, rid: str, headers: dict[str, str]) -> Response:
     """The response to ``body`` (checked already), its choices run concurrently."""
     n = choices.check_n(body.n, body.temperature, body.safe_stream)
+    front.engine.limits.check_messages("messages", len(body.messages), n)  # each choice renders them
     reply = translate.Reply.of(rid, front.model, body)
     pieces = TokenPieces(front.engine.tokenizer) if body.logprobs else None
     facts: list[PromptFacts] = []

@@ -36,7 +36,7 @@ from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate
 from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
-from lookahead_rag.services.http.schema import ChatCompletionRequest
+from lookahead_rag.services.http.schema import ChatCompletionRequest, bounded_chat_request
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.services.http.streaming import (
     DONE,
@@ -203,9 +203,12 @@ def make_app(front: Frontend) -> FastAPI:
     errors.install(app)
     app.add_middleware(RequestGuard, front=front, router=app.router)
 
-    @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
         return await front.chat(body, request)
+
+    # the body's type with the configured [limits] max_messages (FastAPI validates by this annotation)
+    chat_completions.__annotations__["body"] = bounded_chat_request(front.engine.limits.max_messages)
+    app.post("/v1/chat/completions", response_model=None)(chat_completions)
 
     @app.post("/v1/completions", response_model=None)
     async def legacy_completions(body: completions.CompletionRequest, request: Request) -> Response:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 
 class ContentPart(BaseModel):
@@ -75,3 +75,10 @@ class ChatCompletionRequest(BaseModel):
     rag: bool = True  # false: answer the messages as they are, without retrieval
     return_token_ids: bool = False  # add prompt_token_ids and the choices' token_ids
     safe_stream: bool = False  # the side-channel-safe stream (GenerationParams.safe_stream, docs/SECURITY.md)
+
+
+def bounded_chat_request(max_messages: int) -> type[ChatCompletionRequest]:
+    """``ChatCompletionRequest`` whose ``messages`` stop validating past ``max_messages`` (``[limits]
+    max_messages``): a body of 120,000 messages is a 400 before 120,000 objects are built on the event loop."""
+    return create_model("ChatCompletionRequest", __base__=ChatCompletionRequest,
+                        messages=(list[Message], Field(min_length=1, max_length=max_messages)))

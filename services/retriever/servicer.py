@@ -69,6 +69,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Retrieve(
         self, request: retriever_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieveResponse:
+        self.core.limits.check_messages("history", len(request.history) + 1)  # before its messages are converted
         result = await asyncio.to_thread(
             self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens,
             request.tokenizer_id, history_from_proto(request.history),

@@ -23,6 +23,7 @@ import pytest_asyncio
 from lookahead_rag.services.common.auth import Authenticator
 from lookahead_rag.services.common.auth_settings import AuthSettings
 from lookahead_rag.services.common.keys import KeyFile
+from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats, TextDelta
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.server import HttpServer
@@ -42,6 +43,7 @@ class StandInEngine:
     """What the routes call on the engine: one short answer, and a count of the calls."""
 
     model_name = "stand-in"
+    limits = RequestLimits()  # the routes read [limits] max_messages
 
     def __init__(self) -> None:
         self.calls = 0

@@ -31,6 +31,7 @@ from lookahead_rag.services.common.auth_grpc import server_interceptors
 from lookahead_rag.services.common.auth_settings import AuthSettings
 from lookahead_rag.services.common.grpcutil import start_server, stop_server
 from lookahead_rag.services.common.keys import KeyFile
+from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.scopes import GRPC_SCOPES, HTTP_SCOPES, Scope, grpc_scope, http_scope
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
@@ -71,6 +72,7 @@ def test_every_rpc_of_every_service_declares_a_scope() -> None:
 
 class _NoEngine:
     model_name = "none"
+    limits = RequestLimits()
 
 
 def test_every_http_route_declares_a_scope() -> None:
