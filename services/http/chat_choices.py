@@ -60,7 +60,7 @@ class ChoiceChunks:
 async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, tenant: str,
                deadline: float | None, rid: str, headers: dict[str, str]) -> Response:
     """The response to ``body`` (checked already), its choices run concurrently."""
-    n = choices.check_n(body.n, body.temperature, body.safe_stream)
+    n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, body.safe_stream))  # the tenant's too
     front.engine.limits.check_messages("messages", len(body.messages), n)  # each choice renders them
     reply = translate.Reply.of(rid, front.model, body)
     pieces = TokenPieces(front.engine.tokenizer) if body.logprobs else None

@@ -21,7 +21,7 @@ from openai.types import Completion, CompletionChoice, CompletionUsage
 from pydantic import BaseModel, ConfigDict
 
 from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
-from lookahead_rag.services.generator.domain import FinalInfo, GenerateQuery, GenerationParams, PromptIds
+from lookahead_rag.services.generator.domain import FinalInfo, GenerateQuery, GenerationParams, PromptIds, TextDelta
 from lookahead_rag.services.http import choices, errors, translate
 from lookahead_rag.services.http.errors import InvalidParam
 from lookahead_rag.services.http.logprobs import LegacyLogprobs, TokenPieces
@@ -32,6 +32,8 @@ from lookahead_rag.services.http.streaming import (
     ClientDisconnected,
     ClosingStreamingResponse,
     or_disconnect,
+    padded_sse,
+    safe_event_bytes,
     sse,
 )
 
@@ -166,6 +168,14 @@ class Shape:
     def chunk(self, choice: Json) -> Json:
         return {**self.head, "choices": [choice]}
 
+    def delta_event(self, index: int, delta: TextDelta) -> bytes:
+        """One step's event; a safe stream's padded to the one size every delta event of the stream has."""
+        event = self.chunk(self.choice(index, delta.text, delta.logprobs, None, list(delta.token_ids)))
+        if not delta.safe_bytes:
+            return sse(event)
+        largest = self.chunk(self.choice(index, "", (), None, []))  # every field a delta's event can have, empty
+        return padded_sse(event, safe_event_bytes(largest, delta.safe_bytes))
+
 
 async def complete(front: Frontend, body: CompletionRequest, request: Request) -> Response:
     """The endpoint: checks, then the choices' engine requests, as JSON or SSE."""
@@ -175,7 +185,7 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
         refused = _refused(body)
         if refused is not None:
             raise refused
-        n = choices.check_n(body.n, body.temperature, False)
+        n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, False))  # a safe tenant: one choice
         with request_context(request.headers.get(REQUEST_ID_HEADER), tenant) as rid:
             headers[REQUEST_ID_HEADER] = rid
             queries = [generate_query(body, tenant, s) for s in choices.choice_seeds(body.seed, n)]
@@ -210,8 +220,8 @@ async def _events(shape: Shape, chunks: AsyncIterator[tuple[int, Any]], deadline
                     if shape.token_ids:
                         last["prompt_token_ids"] = list(chunk.prompt_ids)
                     yield sse(shape.chunk(last))
-                elif chunk.text or chunk.logprobs or (shape.token_ids and chunk.token_ids):
-                    yield sse(shape.chunk(shape.choice(i, chunk.text, chunk.logprobs, None, list(chunk.token_ids))))
+                elif chunk.text or chunk.logprobs or (shape.token_ids and chunk.token_ids) or chunk.safe_bytes:
+                    yield shape.delta_event(i, chunk)  # a safe stream's delta always makes one: a missing one tells
             if shape.include_usage:
                 yield sse({**shape.head, "choices": [], "usage": shape.usage(finals)})
             yield DONE

@@ -32,7 +32,7 @@ from lookahead_rag.services.common.errors import (
     Unavailable,
 )
 from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
-from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo
+from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate
 from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
@@ -110,6 +110,10 @@ class Frontend:
     def check_model(self, name: str) -> None:
         if name and name != self.model:
             raise NotFound(f"model {name!r} is not served here; GET /v1/models lists {self.model!r}")
+
+    def safe_stream(self, tenant: str, asked: bool) -> bool:
+        """Whether ``tenant``'s answer takes the side-channel-safe stream: ``asked`` for, or the tenant's setting."""
+        return self.engine.is_safe(tenant, GenerationParams(safe_stream=asked))
 
     def admitted(self, request: Request, model: str) -> tuple[str, float | None]:
         """The caller's tenant and deadline, once the server is serving and ``model`` is ours (raises otherwise)."""
