@@ -16,6 +16,8 @@ if TYPE_CHECKING:  # a type only: importing transformers would make every --help
 from lookahead_rag.bench.dataset import Source, add_dataset_args, dataset_from_args
 from lookahead_rag.bench.sampling_args import add_sampling_args, sampling_from_args
 
+MODEL_HELP = "built-in name (lookahead-rag models list), a .gguf file, a local directory or a hub id"
+
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Answer the question using the documents below. "
     "If they do not contain the answer, say so."
@@ -34,7 +36,7 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     """The model, where it runs, its threads, and the outputs (--json, --png) of a benchmark that runs one
     model over a squad-style workload (prompt-order, exactness)."""
     p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title (as bench serve)")
-    p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
+    p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
     p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", default=None, help="write results here")

@@ -9,7 +9,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -45,6 +45,8 @@ from lookahead_rag.bench.plot import plot_result
 from lookahead_rag.bench.profile_report import flatten, report_profile
 from lookahead_rag.bench.quality import answer_logprob
 from lookahead_rag.bench.sampling_args import Sampling, speedup
+from lookahead_rag.bench.serve_stack import rss_mb
+from lookahead_rag.bench.squad_eval import QUALITY_COLUMNS, Score, quality_row, score
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.documents import Document
 from lookahead_rag.services.retriever.settings import RetrieverSettings
@@ -67,6 +69,7 @@ class ModeTotals:
     questions: int = 0
     joules: float | None = None  # energy the mode's calls used (None: the machine has no power counter)
     logprob: float | None = None  # sum of the target's log-likelihood of the answers (lossy runs only)
+    scores: list[Score] = field(default_factory=list)  # SQuAD EM/F1 of each answer with reference answers
 
     def row(self, baseline: ModeTotals, none: ModeTotals, ref: str = "greedy") -> dict[str, Any]:
         """Totals and ratios against ``ref`` ("greedy": the faster of HF generate and ``none``;
@@ -87,6 +90,7 @@ class ModeTotals:
             "differ_frac": round(1 - self.exact / self.questions, 4) if self.questions else None,
             "mean_logprob": (round(self.logprob / self.new_tokens, 4)
                              if self.logprob is not None and self.new_tokens else None),
+            **quality_row(self.scores),
         }
 
 
@@ -264,7 +268,7 @@ def run(args: argparse.Namespace) -> int:
             profiles = {m: engine.start_profile() for m, engine in engines.items()}
         totals = {m: ModeTotals() for m in modes}
         desc = "benchmark" + (f" (pass {p + 1}/{passes})" if passes > 1 else "")
-        for ids in tqdm(prompts, desc=desc):
+        for ids, question in tqdm(list(zip(prompts, questions, strict=True)), desc=desc):
             ref_out: list[int] | None = None
             for m in modes:
                 if not report and m in STATELESS:
@@ -283,6 +287,8 @@ def run(args: argparse.Namespace) -> int:
                     tot.joules = (tot.joules or 0.0) + meter.joules() - j0
                 if lossy:
                     tot.logprob = (tot.logprob or 0.0) + answer_logprob(model, ids, out)
+                if question.get("answers"):
+                    tot.scores.append(score(tok.decode(out, skip_special_tokens=True), question["answers"]))
                 if ref_out is None and m == ref:
                     ref_out = out
                 tot.exact += int(ref_out is None or out == ref_out)
@@ -303,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     engine_kernels = shared_kernels(model).describe() if args.engine == "scheduler" else kernels.describe()
     print(f"\n{scenario}: {len(prompts)} questions, max_new_tokens={args.max_new_tokens}, "
           f"decoding_length={length}, threads={torch.get_num_threads()}, engine {args.engine}, "
-          f"kernels {engine_kernels}")
+          f"kernels {engine_kernels}, resident memory {rss_mb():.0f} MB")
     if sampling.enabled:
         print(f"sampling {sampling.describe()} (the same seed for every question); baseline: the reference "
               f"sampler ({greedy.wall_s:.2f} s, engine one-token {none.wall_s:.2f} s)")
@@ -315,7 +321,7 @@ def run(args: argparse.Namespace) -> int:
         ("tokens_per_s", "tok/s", ".2f"), ("forward_steps", "steps", "d"),
         ("mean_accepted_per_step", "tok/step", ".2f"), (f"speedup_vs_{ref}", f"x {ref}", ".2f"),
         ("speedup_vs_none", "x none", ".2f"), (f"exact_match_vs_{ref}", "exact", ".3f"),
-        ("joules_per_token", "J/token", ".4f"),
+        ("joules_per_token", "J/token", ".4f"), *QUALITY_COLUMNS,
         *([("differ_frac", "differ", ".3f"), ("mean_logprob", "logprob/tok", ".4f")] if lossy else [])])
     data = {
         "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
@@ -345,6 +351,7 @@ def run(args: argparse.Namespace) -> int:
            {"greedy_baseline": baseline,
             "greedy_wall_s": {"hf": round(greedy.wall_s, 3), "none": round(none.wall_s, 3)}}),
         "calibration": calibration,
+        "rss_mb": round(rss_mb(), 1),  # resident memory after the run: the model, its kernel twins, the KV
         "modes": rows,
         **({"profile": flatten(profiles)} if profiles else {}),
     }

@@ -17,9 +17,9 @@ from lookahead_rag.bench.common import answerable, cpu_name, machine, print_tabl
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prefix_hits import prefix_hits
 from lookahead_rag.bench.serve_hf import greedy
-from lookahead_rag.bench.serve_load import Question, Workload, load_workload
+from lookahead_rag.bench.serve_load import SINGLE_TENANT, Question, Workload, load_workload
 from lookahead_rag.bench.serve_stack import StackConfig, build_vector_cache
-from lookahead_rag.bench.squad_eval import Score, mean_score, score
+from lookahead_rag.bench.squad_eval import Score, abstains, mean_score, score
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.embeddings import Embedder
 from lookahead_rag.services.retriever.prompt import PassageOrder
@@ -40,6 +40,7 @@ class OrderRun:
     hits: list[int] = field(default_factory=list)  # prefix-cache hit tokens of each prompt
     answers: list[str] = field(default_factory=list)  # greedy answer text of each prompt
     scores: list[Score | None] = field(default_factory=list)  # None: the question has no reference answers
+    abstained: list[bool] = field(default_factory=list)  # per unanswerable question: the answer says so
 
 
 def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any,
@@ -55,7 +56,10 @@ def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any
     embedder = Embedder(rs.embedder_path, batch_size=rs.embed_batch_size)
     cores = {}
     for order in orders:
-        core = RetrieverCore(rs.model_copy(update={"passage_order": order, "data_dir": None}), embedder=embedder,
+        update: dict[str, Any] = {"passage_order": order, "data_dir": None}
+        if args.system_prompt is not None:
+            update["system_prompt"] = args.system_prompt
+        core = RetrieverCore(rs.model_copy(update=update), embedder=embedder,
                              tokenizer=tok, limits=settings.limits, served=settings.model)
         for tenant, docs in wl.docs.items():
             core.ingest(tenant, docs)
@@ -91,8 +95,20 @@ def answer_all(model: Any, tok: Any, runs: dict[PassageOrder, OrderRun], max_new
     return shared
 
 
+def unanswerable_pool(args: argparse.Namespace, wl: Workload) -> list[Question]:
+    """The first ``--unanswerable`` questions the file marks unanswerable, each to the tenant of its article."""
+    titles = {r["id"]: r.get("title") or SINGLE_TENANT for r in read_jsonl(args.corpus)}
+    rows = [q for q in read_jsonl(args.questions) if q.get("answerable") is False][: args.unanswerable]
+    pool = []
+    for q in rows:
+        tenant = titles.get(q.get("doc_id", ""), SINGLE_TENANT) if args.tenants_by_title else SINGLE_TENANT
+        if tenant in wl.docs:
+            pool.append(Question(str(q.get("id", len(pool))), tenant, q["question"]))
+    return pool
+
+
 def summarize(run: OrderRun) -> dict[str, Any]:
-    """An order's totals: prompt and hit tokens, the hit fraction, SQuAD EM / F1 (percent)."""
+    """An order's totals: prompt and hit tokens, the hit fraction, SQuAD EM / F1 (percent), abstentions."""
     prompt_tokens = sum(len(p) for p in run.prompts)
     hit_tokens = sum(run.hits)
     scored = [s for s in run.scores if s is not None]
@@ -103,6 +119,8 @@ def summarize(run: OrderRun) -> dict[str, Any]:
         "mean_prompt_tokens": round(prompt_tokens / n, 1), "mean_hit_tokens": round(hit_tokens / n, 1),
         "hit_fraction": round(hit_tokens / max(prompt_tokens, 1), DIGITS), "scored": len(scored),
         "exact_match": round(mean.exact_match * PERCENT, 2), "f1": round(mean.f1 * PERCENT, 2),
+        "unanswerable": len(run.abstained),
+        "abstained_pct": round(sum(run.abstained) / len(run.abstained) * PERCENT, 1) if run.abstained else None,
     }
 
 
@@ -123,10 +141,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         torch.set_num_threads(args.threads)
     device = args.device
     wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
+    unanswerable = unanswerable_pool(args, wl)
+    wl = Workload(wl.docs, [*wl.pool, *unanswerable])
+    unanswerable_ids = {q.qid for q in unanswerable}
     references = {str(q.get("id")): list(q.get("answers") or []) for q in answerable(read_jsonl(args.questions))}
     model, tok = load_model(args.model, device=device)
     with tempfile.TemporaryDirectory(prefix="bench-prompt-order-") as root:
         cores = retriever_cores(Path(root), args, wl, tok)
+        cores_prompt = next(iter(cores.values())).settings.system_prompt
         runs = build_prompts(cores, wl.pool, args.max_new_tokens)
         for core in cores.values():
             core.close()
@@ -134,6 +156,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for order_run in runs.values():
         order_run.scores = [score(a, references[q.qid]) if references.get(q.qid) else None
                             for q, a in zip(wl.pool, order_run.answers, strict=True)]
+        order_run.abstained = [abstains(a) for q, a in zip(wl.pool, order_run.answers, strict=True)
+                               if q.qid in unanswerable_ids]
     orders = {order.value: summarize(r) for order, r in runs.items()}
     canonical, by_score = (runs[o] for o in ORDERS)
     per_question = [question_row(i, q, references.get(q.qid, []), runs) for i, q in enumerate(wl.pool)]
@@ -142,7 +166,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
         "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
-        "questions": len(wl.pool), "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,
+        "questions": len(wl.pool) - len(unanswerable), "unanswerable_questions": len(unanswerable),
+        "system_prompt": cores_prompt, "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,
         "identical_prompts": shared,
         "answers_differ": sum(a != b for a, b in zip(canonical.answers, by_score.answers, strict=True)),
         "orders": orders,
@@ -154,7 +179,7 @@ COLUMNS = [
     ("order", "passage order", "s"), ("prompts", "prompts", "d"), ("prompt_tokens", "prompt tok", "d"),
     ("prefix_hit_tokens", "hit tok", "d"), ("mean_hit_tokens", "hit/prompt", ".1f"),
     ("hit_fraction", "hit frac", ".3f"), ("scored", "scored", "d"), ("exact_match", "EM %", ".2f"),
-    ("f1", "F1 %", ".2f"),
+    ("f1", "F1 %", ".2f"), ("unanswerable", "unanswerable", "d"), ("abstained_pct", "abstained %", ".1f"),
 ]
 
 

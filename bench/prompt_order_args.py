@@ -13,8 +13,12 @@ by score (``[retriever] passage_order = "score"``). Which passages are kept is t
   prompt, and as a fraction of all prompt tokens.
 - Answer quality: each prompt's plain greedy answer (transformers' generate(do_sample=False), up to
   --max-new-tokens; a prompt identical in both orders is answered once), scored with SQuAD's exact
-  match and F1 against the question's "answers" (bench/squad_eval.py). Questions without answers
-  are not scored.
+  match and F1 against the question's "answers" (bench/squad_eval.py).
+- Unanswerable questions (``--unanswerable N``: the first N the file marks ``"answerable": false``)
+  are asked the same way and reported apart: the share of answers that say the documents do not hold
+  the answer (``squad_eval.abstains``), which is what a grounded answer to them should do.
+- ``--system-prompt TEXT`` replaces ``[retriever] system_prompt`` for the run (how the default was
+  chosen: bench/README.md, "Answer quality").
 """
 
 from __future__ import annotations
@@ -26,16 +30,21 @@ from lookahead_rag.bench.dataset import dataset_from_args
 
 DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
 DEFAULT_MAX_NEW_TOKENS = 64  # SQuAD answers are short; a grounded reply rarely needs more
+DEFAULT_UNANSWERABLE = 10  # unanswerable questions asked after the answerable ones
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = workload_parser("lookahead-rag-bench prompt-order", __doc__)
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="the first N answerable questions")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="greedy answer length cap")
+    p.add_argument("--unanswerable", type=int, default=DEFAULT_UNANSWERABLE,
+                   help="also ask the first N unanswerable questions (reported apart: how many abstain)")
+    p.add_argument("--system-prompt", default=None, help="the retriever's system prompt for this run "
+                   "(default: [retriever] system_prompt's default)")
     add_model_args(p)
     args = p.parse_args(argv)
-    if args.limit < 1 or args.max_new_tokens < 1:
-        p.error("--limit and --max-new-tokens must be positive")
+    if args.limit < 1 or args.max_new_tokens < 1 or args.unanswerable < 0:
+        p.error("--limit and --max-new-tokens must be positive, --unanswerable not negative")
     args.dataset = dataset_from_args(p, args).name
     return args
 

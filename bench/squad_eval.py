@@ -61,3 +61,31 @@ def mean_score(scores: Sequence[Score]) -> Score:
     """The mean exact match and F1 over the scored predictions (0 for none)."""
     n = max(len(scores), 1)
     return Score(sum(s.exact_match for s in scores) / n, sum(s.f1 for s in scores) / n)
+
+
+PERCENT = 100.0  # scores are reported in percent
+QUALITY_COLUMNS = [("squad_em", "EM %", ".1f"), ("squad_f1", "F1 %", ".1f")]  # table columns of quality_row
+
+
+def quality_row(scores: Sequence[Score]) -> dict[str, float | int | None]:
+    """Mean SQuAD EM and F1 in percent over ``scores`` (None when nothing was scored), and how many."""
+    if not scores:
+        return {"squad_em": None, "squad_f1": None, "squad_scored": 0}
+    mean = mean_score(scores)
+    return {"squad_em": round(mean.exact_match * PERCENT, 2), "squad_f1": round(mean.f1 * PERCENT, 2),
+            "squad_scored": len(scores)}
+
+
+# Phrases (normalized as answers are) by which an answer says the documents do not hold what was asked.
+ABSTAIN_PHRASES = (
+    "do not say", "does not say", "dont say", "doesnt say", "do not contain", "does not contain", "dont contain",
+    "doesnt contain", "do not mention", "does not mention", "not mentioned", "no information", "not provided",
+    "not specified", "not stated", "cannot be determined", "cannot answer", "can not answer", "unable to answer",
+    "i dont know", "do not know", "not enough information", "no mention",
+)
+
+
+def abstains(answer: str) -> bool:
+    """Whether ``answer`` says the documents do not hold the answer (for unanswerable questions)."""
+    text = normalize_answer(answer)
+    return any(phrase in text for phrase in ABSTAIN_PHRASES)

@@ -25,6 +25,7 @@ class ModelSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="LAR_MODEL_")
     section: ClassVar[str] = "model"
 
-    name: str = Field(DEFAULT_MODEL, description="served model: built-in name, local path or hub id")
+    name: str = Field(DEFAULT_MODEL, description="served model: built-in name (`lookahead-rag models list`), "
+                      "a .gguf file (converted once), a directory or a hub id")
     device: str = Field("cpu", pattern=DEVICE_PATTERN, description="where the generator runs it: cpu, cuda or cuda:N")
     dtype: Dtype = Field("float32", description="weights and activations: float32, bfloat16 or float16")

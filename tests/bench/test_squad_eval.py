@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from lookahead_rag.bench.squad_eval import Score, exact_match, mean_score, normalize_answer, score, token_f1
+from lookahead_rag.bench.squad_eval import (
+    Score,
+    abstains,
+    exact_match,
+    mean_score,
+    normalize_answer,
+    quality_row,
+    score,
+    token_f1,
+)
 
 
 def test_normalization_drops_case_punctuation_articles_and_extra_spaces() -> None:
@@ -48,3 +57,23 @@ def test_mean_score_averages_and_is_zero_for_none() -> None:
     # the mean of the per-question scores; no questions gives zeros, not a division error
     assert mean_score([Score(1.0, 1.0), Score(0.0, 0.5)]) == Score(0.5, 0.75)
     assert mean_score([]) == Score(0.0, 0.0)
+
+
+def test_quality_row_is_the_mean_in_percent() -> None:
+    # two answers: one exact (EM 1, F1 1), one half right (EM 0, F1 0.5) -> EM 50 %, F1 75 %
+    row = quality_row([score("Paris", ["Paris"]), score("in Paris France", ["Paris"])])
+    assert row == {"squad_em": 50.0, "squad_f1": 75.0, "squad_scored": 2}
+    # nothing scored: no figure rather than a zero
+    assert quality_row([]) == {"squad_em": None, "squad_f1": None, "squad_scored": 0}
+
+
+@pytest.mark.parametrize(("answer", "says_so"), [
+    ("The documents do not say.", True),  # the default prompt's own words
+    ("The provided documents don't contain information about that.", True),  # apostrophe dropped by normalizing
+    ("This is not mentioned in the documents.", True),
+    ("I don't know.", True),
+    ("The Normans were in Normandy in the 10th century.", False),  # an answer, however wrong
+    ("", False),  # silence is not an abstention
+])
+def test_abstains_recognizes_saying_the_documents_do_not_hold_it(answer: str, says_so: bool) -> None:
+    assert abstains(answer) is says_so
