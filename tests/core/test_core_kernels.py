@@ -18,7 +18,7 @@ import torch
 from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.scheduler import SchedulerConfig
-from lookahead_core.forward.kernels import CostCurve, KernelSet, describe, interpolate, make_twin, measure
+from lookahead_core.forward.kernels import KERNELS, CostCurve, KernelSet, describe, interpolate, make_twin, measure
 from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
@@ -207,8 +207,8 @@ def test_packed_twin_of_a_half_precision_model_is_refused() -> None:
 # ---- KernelSet --------------------------------------------------------------------------------------
 @needs_onednn
 def test_kernel_set_runs_stock_until_calibrated() -> None:
-    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
-    split = ["split"] if splittable(tiny_model("llama")) else []  # fp32 CPU with 2+ threads
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION, kernels=KERNELS)
+    split = ["split", "fused"] if splittable(tiny_model("llama")) else []  # fp32 CPU with 2+ threads
     assert ks.names == ["stock", *split, "packed"]
     assert ks.curve is None and ks.describe() == "|".join(["stock", *split, "packed"])
     assert ks.runner(1) is ks.twins["stock"] and ks.runner(64) is ks.twins["stock"]
@@ -241,6 +241,13 @@ def test_calibrate_drops_twins_that_win_nowhere() -> None:
     gc.collect()
     assert gone() is None  # its memory went
     assert ks.runner(1) is ks.twins["packed"] and ks.describe() == "packed"
+
+
+def test_the_default_kernel_set_holds_no_second_copy_of_a_weight() -> None:
+    ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION)
+    assert "packed" not in ks.names and "stock" in ks.names
+    assert not any(isinstance(m, PackedLinear) for twin in ks.twins.values() for m in twin.modules())
+    assert "packed" not in shared_kernels(copy.deepcopy(tiny_model("llama"))).names
 
 
 def test_kernel_set_of_a_half_precision_model_is_stock_only() -> None:
@@ -313,7 +320,7 @@ def test_shared_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.M
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
     assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
-    assert set(ks.names) <= {"stock", "split", "packed"}
+    assert set(ks.names) <= {"stock", "split", "fused"}  # the twins that share the weights
     # forcing one kernel builds one twin and times nothing; another model gets its own set
     stock = shared_kernels(model, "stock")
     assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", engine=engine).kernels is stock

@@ -8,14 +8,12 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from lookahead_core import DecodingConfig
-from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.kernels import KernelSet, make_twin
 from lookahead_core.forward.split import SplitLinear, split_linears, splittable
 from torch import nn
 
-from tests.core.conftest import NO_CALIBRATION
-from tests.core.helpers import StubTokenizer, eos_as, greedy, random_prompt, tiny_model
+from tests.core.helpers import random_prompt, tiny_model
+from tests.core.test_core_fused import biased
 
 
 @pytest.mark.parametrize("out_in", [(576, 576), (1536, 576), (576, 1536), (4096, 64)])
@@ -37,17 +35,36 @@ def test_split_linear_is_stock_at_one_row_and_close_beyond(out_in: tuple[int, in
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)  # a GEMM: summation order only
 
 
-def test_split_linears_swaps_only_bias_free_layers_that_divide() -> None:
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_biased_split_linear_is_stock_at_one_row(rows: int) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    linear = nn.Linear(896, 1152)  # qwen2's joined q/k/v shape, biased
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(1152, 896, generator=gen))
+        linear.bias.copy_(torch.randn(1152, generator=gen))
+    x = torch.randn(1, rows, 896, generator=gen)  # [1, M, in]
+    with torch.inference_mode():
+        got, want = SplitLinear(linear, parts=2)(x), linear(x)
+        without = F.linear(x, linear.weight)  # the bias left out: must not pass
+    assert not torch.allclose(got, without)
+    if rows == 1:
+        assert torch.equal(got, want)
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+def test_split_linears_swaps_the_layers_that_divide() -> None:
     block = nn.Sequential(nn.Linear(8, 6, bias=False), nn.Linear(6, 6, bias=True), nn.Linear(6, 5, bias=False))
-    assert split_linears(block, parts=2) == 1  # the biased layer and the 5-row one stay stock
-    assert isinstance(block[0], SplitLinear) and type(block[1]) is nn.Linear and type(block[2]) is nn.Linear
+    assert split_linears(block, parts=2) == 2  # the 5-row one stays stock
+    assert isinstance(block[0], SplitLinear) and isinstance(block[1], SplitLinear) and type(block[2]) is nn.Linear
     assert split_linears(nn.Sequential(nn.Linear(8, 6, bias=False)), parts=1) == 0  # one block is stock
     with pytest.raises(ValueError):
         SplitLinear(nn.Linear(8, 5, bias=False), parts=2)  # rows do not divide
 
 
-def test_split_twin_shares_weights_and_gives_the_models_logits(two_threads: None) -> None:
-    model = tiny_model("llama")
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_split_twin_shares_weights_and_gives_the_models_logits(family: str, two_threads: None) -> None:
+    model = biased(family)  # qwen2: biased q/k/v, random biases
     twin = make_twin(model, "split", attn_implementation=None)
     assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
     assert any(isinstance(m, SplitLinear) for m in twin.modules())
@@ -66,15 +83,3 @@ def test_split_is_not_offered_for_half_precision_or_one_thread(two_threads: None
         make_twin(half, "split", attn_implementation=None)
     torch.set_num_threads(1)
     assert not splittable(tiny_model("llama"))  # one thread: nothing to spread the blocks over
-
-
-def test_decoder_on_the_split_kernel_is_greedy(two_threads: None) -> None:
-    model = tiny_model("llama")
-    prompt = random_prompt(random.Random(9))
-    with eos_as(model, None):
-        want = greedy(model, prompt, 24)
-        for mode in ("none", "hierarchical"):
-            config = DecodingConfig(mode=mode, max_new_tokens=24)
-            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="split", engine=NO_CALIBRATION)
-            assert decoder.kernels.names == ["split"]
-            assert decoder.generate(prompt).output_ids == want

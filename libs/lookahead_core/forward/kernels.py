@@ -2,13 +2,17 @@
 
 A kernel is a *twin* of the model: the same parameters (shared, not copied) under other module
 objects, so its Linear layers may be split into per-thread row blocks (``split``: the stock result
-bit for bit) or oneDNN-packed (``packed``) and its attention implementation swapped while the
+bit for bit), with q/k/v and gate/up as one product each over one joined storage (``fused``: bit
+for bit too), or oneDNN-packed (``packed``), and its attention implementation swapped while the
 original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
 from ~8 on one 2-core CPU, the other way round elsewhere), so ``KernelSet.calibrate`` times every
-twin at a few sizes, keeps the curve and drops the twins that win nowhere (their packed weights go).
+twin at a few sizes, keeps the curve and drops the twins that win nowhere. The packed twin is the
+one that holds a second copy of every Linear weight (2.0 GB on Qwen2.5-0.5B fp32): it is only built
+when asked for (``kernels=KERNELS``; the default is ``SHARING``) and kept only where it is
+``COPY_MIN_GAIN`` faster than every twin that shares the weights.
 
-    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock", on CPU "split", "packed"
+    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock", on CPU "split", "fused"
     kernels.calibrate(probe, token_counts=(1, 2, 4, 8, 16, 32, 64), repeats=3)
     kernels.runner(1)(input_ids=...)                            # the twin that wins at 1 token
     kernels.curve.cost(9), kernels.curve.marginal(9)            # seconds: for draft budgets
@@ -27,23 +31,34 @@ from typing import Any
 
 from torch import nn
 
+from .fused import fusable, fuse_linears, fuse_weights
+from .memory import release_freed
 from .packed import pack_linears, packable
 from .split import split_linears, splittable
 
 STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
-PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only)
-KERNELS = (STOCK, SPLIT, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
+PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
+KERNELS = (STOCK, SPLIT, FUSED, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
+SHARING = tuple(k for k in KERNELS if k not in COPIES)  # the default set: no second copy of any weight
+COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 
 
 def available(model: nn.Module, kernel: str) -> bool:
-    """Whether ``kernel`` can run ``model`` here (stock always; split on fp32 CPU with 2+ threads; packed on
-    fp32 CPU with oneDNN)."""
+    """Whether ``kernel`` can run ``model`` here (stock always; split on fp32 CPU with 2+ threads, fused too
+    where a q/k/v or gate/up group divides into the blocks; packed on fp32 CPU with oneDNN)."""
+    if kernel == FUSED:
+        return splittable(model) and fusable(model)
     return {STOCK: True, SPLIT: splittable(model), PACKED: packable(model)}[kernel]
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
-    """A copy of ``model``'s modules sharing every parameter and buffer with it (``model`` is untouched).
+    """A copy of ``model``'s modules sharing every parameter and buffer with it.
+
+    ``model`` keeps its kernels; for "fused" its q/k/v and gate/up parameters become row views of one
+    joined storage each (``fused.fuse_weights``: the same values, and no second copy).
 
     ``kernel``: which Linear kernels the twin runs (``KERNELS``; ValueError where it cannot run);
     ``attn_implementation``: the twin's attention (e.g. ``ragged.RAGGED_ATTENTION``); None keeps the model's.
@@ -53,12 +68,16 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) ->
     if not available(model, kernel):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
+    if kernel == FUSED:
+        fuse_weights(model)
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
     if kernel == PACKED:
         pack_linears(twin)
     elif kernel == SPLIT:
         split_linears(twin)
+    elif kernel == FUSED:
+        fuse_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
     return twin.eval()
@@ -172,6 +191,17 @@ def measure(
     return CostCurve(tuple(counts), {k: tuple(min(s) for s in samples[k]) for k in names})
 
 
+def keep(measured: CostCurve, copies: frozenset[str] = COPIES, min_gain: float = COPY_MIN_GAIN) -> list[str]:
+    """The kernels that win at some measured count, a copying twin's (``copies``) seconds weighed
+    (1 + ``min_gain``) times: its second copy of the weights is kept only where it saves that much.
+
+    Example: at (1, 8) stock (1.0, 5.0), packed (2.0, 4.7): packed's 4.7 weighs 5.17 > 5.0 -> ["stock"].
+    """
+    weighed = {k: tuple(s * (1.0 + min_gain) for s in v) if k in copies else v for k, v in measured.seconds.items()}
+    winners = {CostCurve(measured.token_counts, weighed).best(n) for n in measured.token_counts}
+    return [k for k in measured.kernels if k in winners]
+
+
 def describe(curve: CostCurve) -> str:
     """Which kernel wins where, over 1..the last count measured.
 
@@ -195,7 +225,7 @@ class KernelSet:
     """
 
     def __init__(
-        self, model: nn.Module, attn_implementation: str | None = None, kernels: Sequence[str] = KERNELS
+        self, model: nn.Module, attn_implementation: str | None = None, kernels: Sequence[str] = SHARING
     ) -> None:
         unknown = set(kernels) - set(KERNELS)
         if unknown:
@@ -231,9 +261,10 @@ class KernelSet:
         """
         probes = {k: functools.partial(probe, twin) for k, twin in self._twins.items()}
         self.measured = measure(probes, token_counts, repeats, warmup, clock)
-        winners = {self.measured.best(n) for n in self.measured.token_counts}
-        self._twins = {k: t for k, t in self._twins.items() if k in winners}
+        kept = keep(self.measured)
+        self._twins = {k: t for k, t in self._twins.items() if k in kept}
         self.curve = self.measured.only(list(self._twins))
+        release_freed()  # the dropped twins' packed weights go back to the system, not to malloc's free lists
         return self.curve
 
     def runner(self, n_tokens: int) -> nn.Module:

@@ -10,7 +10,9 @@ rows). At one row the result equals the stock kernel's bit for bit (the same GEM
 on every shape measured, and by ``tests/core/test_core_split.py``), so the one-token path is the plain
 decoding baseline's own arithmetic. From 2 rows, like the stock GEMM and the packed kernel, it differs
 from the one-row product by float summation order (~1e-5 relative), as every tree verification does.
-``split_linears(twin)`` swaps a twin's bias-free ``nn.Linear`` modules whose rows divide evenly;
+A bias (qwen2's q/k/v) goes into the same batched call (``torch.baddbmm``: the product added to it, as
+the stock ``addmm`` does), so a biased layer is the stock result bit for bit at one row too.
+``split_linears(twin)`` swaps a twin's ``nn.Linear`` modules whose rows divide evenly;
 ``kernels.KernelSet`` measures where it wins.
 """
 
@@ -38,34 +40,41 @@ def splittable(model: nn.Module) -> bool:
     return param.device.type == "cpu" and param.dtype == torch.float32 and split_parts() >= MIN_PARTS
 
 
+def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
+    """x W^T + b with W's rows in ``parts`` blocks, as one batched product: [..., in] -> [..., out]."""
+    out_features, in_features = weight.shape
+    rows = x.reshape(1, -1, in_features).expand(parts, -1, -1)  # [parts, M, in]: the same rows per block
+    blocks = weight.view(parts, -1, in_features).transpose(1, 2)  # [parts, in, out/parts]
+    y = (torch.bmm(rows, blocks) if bias is None  # [parts, M, out/parts]
+         else torch.baddbmm(bias.view(parts, 1, -1), rows, blocks))
+    return y.transpose(0, 1).reshape(*x.shape[:-1], out_features)  # [..., out]
+
+
 class SplitLinear(nn.Module):
-    """y = x W^T with W's rows in ``parts`` blocks, multiplied as one batched product (inference only)."""
+    """y = x W^T + b with W's rows in ``parts`` blocks, multiplied as one batched product (inference only)."""
 
     def __init__(self, linear: nn.Linear, parts: int) -> None:
         super().__init__()
-        if linear.bias is not None or linear.out_features % parts:
-            raise ValueError("SplitLinear needs a bias-free Linear whose out_features divide by parts")
+        if linear.out_features % parts:
+            raise ValueError("SplitLinear needs a Linear whose out_features divide by parts")
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.parts = parts
         self.weight = linear.weight  # shared with the source model (same tensor, no copy)
+        self.bias = linear.bias  # shared too (None: bias-free)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        lead = x.shape[:-1]
-        rows = x.reshape(1, -1, self.in_features)  # [1, M, in]
-        blocks = self.weight.view(self.parts, -1, self.in_features)  # [parts, out/parts, in]
-        y = torch.bmm(rows.expand(self.parts, -1, -1), blocks.transpose(1, 2))  # [parts, M, out/parts]
-        return y.transpose(0, 1).reshape(*lead, self.out_features)  # [..., out]
+        return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
 
 
 def split_linears(module: nn.Module, parts: int | None = None) -> int:
-    """Replace every bias-free ``nn.Linear`` under ``module`` whose rows divide into ``parts`` (default:
+    """Replace every ``nn.Linear`` under ``module`` whose rows divide into ``parts`` (default:
     ``split_parts()``) by a ``SplitLinear``, in place; returns how many were replaced."""
     parts = split_parts() if parts is None else parts
     if parts < MIN_PARTS:
         return 0
     linears = [(name, mod) for name, mod in module.named_modules()
-               if type(mod) is nn.Linear and mod.bias is None and mod.out_features % parts == 0]
+               if type(mod) is nn.Linear and mod.out_features % parts == 0]
     for name, mod in linears:
         module.set_submodule(name, SplitLinear(mod, parts))
     log.info("split %d linear layers into %d row blocks", len(linears), parts)

@@ -1,0 +1,150 @@
+"""The fused kernel (``forward/fused.py``): q/k/v and gate/up as one product over one joined weight storage,
+the stock result bit for bit at one row, plain greedy's tokens through the engine; and no second copy."""
+
+from __future__ import annotations
+
+import copy
+import random
+from functools import cache
+
+import lookahead_core.forward.fused as fused_module
+import numpy as np
+import pytest
+import torch
+from lookahead_core import DecodingConfig
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.forward.fused import FusedMember, fuse_weights, joined
+from lookahead_core.forward.kernels import CostCurve, KernelSet, keep, make_twin
+from lookahead_core.forward.memory import drop_file_pages, resident
+from transformers import PreTrainedModel
+
+from tests.core.conftest import NO_CALIBRATION
+from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, tiny_model
+
+GROUPS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))  # what the fused kernel joins per layer
+
+
+@cache
+def biased(family: str) -> PreTrainedModel:
+    """The tiny model of ``family`` with random (non-zero) biases, its own copy: qwen2's q/k/v biases are
+    initialised to zero, so a kernel that dropped them would still pass on the stock tiny model."""
+    model = copy.deepcopy(tiny_model(family))
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(3)
+        for name, param in model.named_parameters():
+            if name.endswith(".bias"):
+                param.copy_(torch.randn(param.shape, generator=gen))
+    return model
+
+
+def groups_of(model: PreTrainedModel) -> list[list[torch.Tensor]]:
+    """Every layer's q/k/v and gate/up weights (and biases), one list per group."""
+    out = []
+    for layer in model.model.layers:
+        for names, parent in zip(GROUPS, (layer.self_attn, layer.mlp), strict=True):
+            out.append([getattr(parent, n).weight for n in names])
+            if getattr(parent, names[0]).bias is not None:
+                out.append([getattr(parent, n).bias for n in names])
+    return out
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fuse_weights_joins_the_models_own_parameters_and_changes_no_logit(family: str) -> None:
+    model = copy.deepcopy(biased(family))
+    params = {id(p) for p in model.parameters()}
+    ids = torch.tensor([random_prompt(random.Random(1))])  # [1, T]
+    with torch.inference_mode():
+        want = model(input_ids=ids).logits  # [1, T, vocab]
+    assert not all(joined(g) for g in groups_of(model))
+    assert fuse_weights(model) == 2 * len(model.model.layers)
+    assert all(joined(g) for g in groups_of(model))  # each group: rows of one storage
+    assert {id(p) for p in model.parameters()} == params  # the same Parameter objects (twins share them)
+    storages = [g[0].untyped_storage().data_ptr() for g in groups_of(model)]
+    fuse_weights(model)  # joined already: nothing is copied again
+    assert [g[0].untyped_storage().data_ptr() for g in groups_of(model)] == storages
+    with torch.inference_mode():
+        assert torch.equal(model(input_ids=ids).logits, want)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_fused_twin_is_the_model_bit_for_bit_at_one_token(family: str, two_threads: None) -> None:
+    model = biased(family)
+    twin = make_twin(model, "fused", attn_implementation=None)
+    members = [m for m in twin.modules() if isinstance(m, FusedMember)]
+    assert len(members) == 5 * len(model.model.layers)  # q, k, v, gate, up of every layer
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
+    ids = torch.tensor([random_prompt(random.Random(2))])  # [1, T]
+    with torch.inference_mode():
+        one = ids[:, :1]  # [1, 1]
+        assert torch.equal(twin(input_ids=one).logits, model(input_ids=one).logits)
+        torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
+
+
+def test_a_group_is_multiplied_once_per_forward(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = biased("qwen2")
+    twin = make_twin(model, "fused", attn_implementation=None)
+    calls: list[tuple[int, ...]] = []
+    product = fused_module.split_product
+
+    def counted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
+        calls.append(tuple(weight.shape))
+        return product(x, weight, bias, parts)
+
+    monkeypatch.setattr(fused_module, "split_product", counted)
+    with torch.inference_mode():
+        twin(input_ids=torch.tensor([[5, 6, 7]]))
+    config = model.config
+    head_dim = config.hidden_size // config.num_attention_heads
+    qkv = (config.num_attention_heads + 2 * config.num_key_value_heads) * head_dim  # rows of the joined q/k/v
+    joined_shapes = [(qkv, config.hidden_size), (2 * config.intermediate_size, config.hidden_size)]
+    assert [c for c in calls if c in joined_shapes] == joined_shapes * config.num_hidden_layers
+
+
+@pytest.mark.parametrize("kernel", ["split", "fused"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoder_on_a_row_split_kernel_is_greedy(family: str, kernel: str, two_threads: None) -> None:
+    model = biased(family)  # qwen2: biased q/k/v, random biases
+    prompt = random_prompt(random.Random(11))
+    with eos_as(model, None):
+        want = greedy(model, prompt, 24)
+        for mode in ("none", "hierarchical"):
+            config = DecodingConfig(mode=mode, max_new_tokens=24)
+            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels=kernel, engine=NO_CALIBRATION)
+            assert decoder.kernels.names == [kernel]
+            assert decoder.generate(prompt).output_ids == want
+
+
+def test_fused_needs_two_threads() -> None:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        assert "fused" not in KernelSet(copy.deepcopy(tiny_model("llama")), None).names
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_a_copying_twin_is_kept_only_where_it_saves_enough() -> None:
+    counts = (1, 8)
+    close = CostCurve(counts, {"stock": (1.0, 5.0), "packed": (2.0, 4.7)})  # packed 6% faster at 8: not worth a copy
+    assert keep(close) == ["stock"]
+    far = CostCurve(counts, {"stock": (1.0, 5.0), "packed": (2.0, 4.0)})  # 20% faster at 8
+    assert keep(far) == ["stock", "packed"]
+    assert keep(close, min_gain=0.0) == ["stock", "packed"]
+    sharing = CostCurve(counts, {"stock": (1.0, 5.0), "split": (2.0, 4.9)})  # sharing twins win on any margin
+    assert keep(sharing) == ["stock", "split"]
+
+
+def test_drop_file_pages_lets_go_of_mapped_file_pages_only(tmp_path: object) -> None:
+    path = f"{tmp_path}/weights.bin"
+    values = np.arange(4 << 20, dtype=np.float32)  # 16 MiB
+    values.tofile(path)
+    mapped = torch.from_numpy(np.memmap(path, dtype=np.float32, mode="c"))  # a private file mapping, as safetensors
+    assert torch.equal(mapped, torch.from_numpy(values))  # read: every page resident now
+    before = resident().file
+    span = [(mapped.data_ptr(), mapped.numel() * 4)]
+    assert drop_file_pages(span) >= 15 << 20  # whole pages inside the span
+    assert resident().file < before - (8 << 20)
+    assert torch.equal(mapped, torch.from_numpy(values))  # touched again: read back from the file
+    anon = torch.arange(1 << 20, dtype=torch.float32)
+    assert drop_file_pages([(anon.data_ptr(), anon.numel() * 4)]) == 0  # heap memory is never dropped
+    assert torch.equal(anon, torch.arange(1 << 20, dtype=torch.float32))
