@@ -15,6 +15,12 @@ Phases, in a step's order (seconds summed over the profiled steps):
 (the engine's time between two steps while it had requests running: its loop, and waiting for the
 cores and the GIL that the service's other threads hold: streaming, retrieval, feedback). Decode-only
 steps and steps that also prefill a prompt chunk are reported apart.
+
+Against the memory-bandwidth floor: each step's forward must read every weight once and the K/V of
+every cache entry it attends over, so ``report`` also gives the MB of weights and of KV read per step,
+the forward's effective GB/s (those bytes over layers + attention + lm_head), the machine's read
+bandwidth measured with the engine's threads when it calibrated (``forward.bandwidth``), and the
+floor those bytes set at that bandwidth.
 """
 
 from __future__ import annotations
@@ -29,7 +35,13 @@ from typing import Any
 
 from torch import nn
 
+from ..forward.bandwidth import floor_seconds, kv_bytes_per_entry, latest, weight_bytes
+from ..forward.ragged import PLAN_KWARG, RaggedPlan
+
 PHASES = ("draft", "pack", "layers", "attention", "lm_head", "choose", "accept", "emit")
+FORWARD = ("layers", "attention", "lm_head")  # the phases of the forward itself (what the bytes are read in)
+READS = ("weights", "kv")  # bytes a forward reads: every weight once, the K/V of every entry attended over
+MB = 1e6  # bytes per MB in the report
 DECODE, PREFILL = "decode", "prefill"  # steps of decode trees only; steps that also prefill a prompt chunk
 KINDS = (DECODE, PREFILL)
 
@@ -44,16 +56,32 @@ class PhaseTimes:
     emitted: int = 0  # tokens they emitted
     busy: float = 0.0  # seconds from each step's start to its end (phases + the step's own overhead)
     between: float = 0.0  # seconds between a step and the one before it while requests were running
+    read: dict[str, float] = field(default_factory=lambda: dict.fromkeys(READS, 0.0))  # bytes read, by kind
 
     def report(self) -> dict[str, Any]:
         """Milliseconds per step by phase, ``other`` (the step's time outside its phases) and ``between``
-        (the engine's time between steps while it had work), tokens per forward and emitted per step."""
+        (the engine's time between steps while it had work), tokens per forward and emitted per step,
+        and the forward against the bandwidth floor (``floor``)."""
         n = max(self.steps, 1)
         ms = {k: 1000.0 * v / n for k, v in self.seconds.items()}
         ms["other"] = max(0.0, 1000.0 * self.busy / n - sum(ms.values()))
         ms["between"] = 1000.0 * self.between / n
         return {"steps": self.steps, "ms_per_step": ms, "tokens_per_forward": self.tokens / n,
-                "emitted_per_step": self.emitted / n}
+                "emitted_per_step": self.emitted / n, "floor": self.floor()}
+
+    def floor(self) -> dict[str, float | None]:
+        """Per step: MB of weights and KV read, the forward's ms and effective GB/s, the machine's measured
+        read GB/s, the floor's ms at it and the forward's ratio to it (None where not measured)."""
+        n = max(self.steps, 1)
+        nbytes = sum(self.read.values()) / n
+        forward_s = sum(self.seconds[k] for k in FORWARD) / n
+        machine = latest()
+        floor_s = floor_seconds(nbytes, machine) if machine is not None else None
+        return {"weights_mb": self.read["weights"] / n / MB, "kv_mb": self.read["kv"] / n / MB,
+                "forward_ms": 1000.0 * forward_s, "gb_per_s": nbytes / forward_s / 1e9 if forward_s > 0 else None,
+                "machine_gb_per_s": machine.gb_per_s if machine is not None else None,
+                "floor_ms": 1000.0 * floor_s if floor_s is not None else None,
+                "x_floor": forward_s / floor_s if floor_s else None}
 
 
 @dataclass
@@ -63,6 +91,7 @@ class StepProfile:
 
     kinds: dict[str, PhaseTimes] = field(default_factory=lambda: {k: PhaseTimes() for k in KINDS})
     current: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # this step's
+    reading: dict[str, float] = field(default_factory=lambda: dict.fromkeys(READS, 0.0))  # this step's bytes
     _last_end: float | None = None  # when the previous step ended, if it left requests running
 
     @contextmanager
@@ -86,7 +115,10 @@ class StepProfile:
         kind = self.kinds[PREFILL if prefill else DECODE]
         for name, spent in self.current.items():
             kind.seconds[name] += spent
+        for name, nbytes in self.reading.items():
+            kind.read[name] += nbytes
         self.current = dict.fromkeys(PHASES, 0.0)
+        self.reading = dict.fromkeys(READS, 0.0)
         kind.steps += 1
         kind.tokens += tokens
         kind.emitted += emitted
@@ -108,15 +140,31 @@ _WATCH_LOCK = threading.Lock()
 
 
 def watch_heads(twins: Iterable[nn.Module]) -> None:
-    """Hook every twin's LM head once, so a profiled forward (``running``) books its time as ``lm_head``."""
+    """Hook every twin once: its LM head, so a profiled forward (``running``) books its time as ``lm_head``;
+    the twin, so the forward's bytes of weights and KV read are booked too."""
     with _WATCH_LOCK:
         for twin in twins:
+            if twin not in _WATCHED:
+                per_step, per_entry = weight_bytes(twin), kv_bytes_per_entry(twin)
+                twin.register_forward_pre_hook(
+                    lambda _m, _a, kw, w=per_step, e=per_entry: _reads(kw, w, e), with_kwargs=True)
+                _WATCHED.add(twin)
             head = twin.get_output_embeddings()
             if head is None or head in _WATCHED:
                 continue
             head.register_forward_pre_hook(lambda *_: _head(start=True))
             head.register_forward_hook(lambda *_: _head(start=False))
             _WATCHED.add(head)
+
+
+def _reads(kwargs: dict[str, Any], weights: int, per_entry: int) -> None:
+    """Book a profiled forward's reads: every weight once, and each segment's past + own entries' K/V."""
+    profile: StepProfile | None = getattr(_RUNNING, "profile", None)
+    plan = kwargs.get(PLAN_KWARG)
+    if profile is None or not isinstance(plan, RaggedPlan):
+        return
+    profile.reading["weights"] += weights
+    profile.reading["kv"] += per_entry * sum(seg.past + seg.q for seg in plan.segments)
 
 
 def _head(start: bool) -> None:
