@@ -94,8 +94,9 @@ async def start_server(
     server = grpc.aio.server(
         options=[*message_size_options(max_message_bytes), *connection_age_options(max_connection_age_s)],
         maximum_concurrent_rpcs=max_concurrent_rpcs,
-        # outermost: the trace span (tracing on), innermost: undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
-        interceptors=[*tracing.server_interceptors(), *interceptors, DecodeGuard()],
+        # the trace span (tracing on) inside the given ones (auth: no span for a refused caller); innermost:
+        # undecodable bytes -> INVALID_ARGUMENT, not UNKNOWN
+        interceptors=[*interceptors, *tracing.server_interceptors(), DecodeGuard()],
     )
     for add_fn, servicer in servicers:
         add_fn(servicer, server)

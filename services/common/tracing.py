@@ -11,8 +11,14 @@ instrumentation packages are never imported. On, once per process::
     instrument_app(app)                       # services.http.server: FastAPI's server spans
     shutdown()                                # lookahead-rag serve, at exit: flush what is batched
 
-The gRPC and FastAPI spans come from the OTel instrumentation packages, which carry the W3C
-``traceparent`` in gRPC metadata; the engine's own steps (queue, prefill, decode) are recorded by
+The gRPC and HTTP spans come from the OTel instrumentation packages, which carry the W3C
+``traceparent`` in gRPC metadata. Callers are not trusted before they are authenticated, nor after: the
+server spans start inside the auth checks (``grpcutil.start_server`` puts the OTel interceptor after the
+given ones; ``instrument_app`` puts the ASGI middleware inside the request guard), sampling is the
+operator's ``sample_ratio`` by trace id whatever the caller's sampled flag says (``sampler``), and the
+process's propagator (``EdgePropagator``) reads and writes ``traceparent`` only: a caller's ``tracestate``
+and ``baggage`` are dropped where they come in, so they never reach the outbox, Kafka headers or dead
+letters; the engine's own steps (queue, prefill, decode) are recorded by
 ``request_spans`` once a request ends. The provider is also the global one, so code that only uses
 the OTel API (``opentelemetry.trace.get_tracer``, ``opentelemetry.propagate.inject/extract``, e.g. the
 Kafka records' headers in services/events) joins the same traces. Tests install their own provider
@@ -25,17 +31,22 @@ import logging
 import threading
 import time
 from collections.abc import Collection
+from functools import partial
 from typing import TYPE_CHECKING, Any, Protocol
 
 import grpc
-from opentelemetry import trace
-from opentelemetry.trace import Tracer
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.propagators.textmap import CarrierT, Getter, default_getter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Tracer, TraceState
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from lookahead_rag.services.common.settings import TracingSettings
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
     from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import Sampler
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +73,29 @@ class RequestTimes(Protocol):
     finish_reason: str
 
 
+class EdgePropagator(TraceContextTextMapPropagator):
+    """W3C ``traceparent`` only: a caller's ``tracestate`` is dropped on extract, and ``baggage`` is not read
+    (nor written) at all, so nothing a caller sends besides its trace and parent ids travels on."""
+
+    def extract(self, carrier: CarrierT, context: Context | None = None,
+                getter: Getter[CarrierT] = default_getter) -> Context:
+        extracted = super().extract(carrier, context, getter)
+        parent = trace.get_current_span(extracted).get_span_context()
+        if not parent.is_valid or not parent.trace_state:
+            return extracted
+        bare = SpanContext(parent.trace_id, parent.span_id, is_remote=True, trace_flags=parent.trace_flags,
+                           trace_state=TraceState())
+        return trace.set_span_in_context(NonRecordingSpan(bare), context)
+
+
+def sampler(ratio: float) -> Sampler:
+    """The operator's ``sample_ratio`` by trace id for every span, a caller's sampled flag notwithstanding
+    (a parent-based sampler would let any caller turn sampling on)."""
+    from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
+
+    return TraceIdRatioBased(ratio)
+
+
 def active() -> bool:
     """A provider is installed (tracing on)."""
     return _provider is not None
@@ -83,6 +117,7 @@ def install(tracer_provider: TracerProvider, set_global: bool = True) -> None:
     global _provider
     with _lock:
         _provider = tracer_provider
+    propagate.set_global_textmap(EdgePropagator())  # traceparent only, in and out (our interceptors' too)
     if set_global:
         trace.set_tracer_provider(tracer_provider)
 
@@ -104,11 +139,10 @@ def setup(settings: TracingSettings, services: Collection[str]) -> bool:
     from opentelemetry.sdk.resources import SERVICE_NAME, Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
     name = settings.name_for(services)
     tracer_provider = TracerProvider(resource=Resource.create({SERVICE_NAME: name}),
-                                     sampler=ParentBased(TraceIdRatioBased(settings.sample_ratio)))
+                                     sampler=sampler(settings.sample_ratio))
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=settings.endpoint)))
     install(tracer_provider)
     log.info("tracing on: %s spans to %s (sample ratio %g)", name, settings.endpoint, settings.sample_ratio)
@@ -135,7 +169,8 @@ def _traced_call(details: Any) -> bool:
 
 
 def server_interceptors() -> list[grpc.aio.ServerInterceptor]:
-    """The OTel gRPC server interceptor (outermost: its span covers the others); [] when tracing is off."""
+    """The OTel gRPC server interceptor (after the auth interceptors: no span for a refused caller); [] when
+    tracing is off."""
     if _provider is None:
         return []
     from opentelemetry.instrumentation.grpc import aio_server_interceptor
@@ -153,13 +188,32 @@ def client_interceptors() -> list[grpc.aio.ClientInterceptor]:
 
 
 def instrument_app(app: FastAPI) -> None:
-    """FastAPI's server span for each request (not /health, /metrics); nothing when tracing is off."""
+    """A server span for each request (not /health, /metrics), opened inside the middleware added so far
+    (the request guard: a refused caller starts none); nothing when tracing is off. Call it before the
+    app serves (its middleware stack is built on the first request)."""
     if _provider is None:
         return
-    from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    from opentelemetry.util.http import parse_excluded_urls
+    from starlette.middleware import Middleware
 
-    FastAPIInstrumentor.instrument_app(app, tracer_provider=_provider, excluded_urls=UNTRACED_HTTP_PATHS,
-                                       exclude_spans=["receive", "send"])  # not one span per SSE chunk
+    app.user_middleware.append(Middleware(  # last: the innermost of the user middleware
+        OpenTelemetryMiddleware, tracer_provider=_provider, excluded_urls=parse_excluded_urls(UNTRACED_HTTP_PATHS),
+        default_span_details=partial(_route_details, app), exclude_spans=["receive", "send"]))  # not a span a chunk
+
+
+def _route_details(app: FastAPI, scope: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    """A server span's name and ``http.route``: the method and the route's path template (as FastAPI's own
+    instrumentation names them), or the method alone for a path no route serves."""
+    from opentelemetry.instrumentation.asgi import get_default_span_details
+    from starlette.routing import Match
+
+    method = get_default_span_details(scope)[0].split(" ", 1)[0]
+    for route in app.router.routes:
+        if route.matches(scope)[0] is Match.FULL:
+            path = getattr(route, "path", "")
+            return f"{method} {path}", {"http.route": path}
+    return method, {}
 
 
 # --- the engine's steps ----------------------------------------------------------------------------
