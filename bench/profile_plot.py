@@ -32,6 +32,16 @@ def stacked(ax: Any, labels: list[str], phases: list[str], ms: dict[str, list[fl
     ax.legend(fontsize=LABEL_FONT, ncol=2)
 
 
+def floor_marks(ax: Any, reports: dict[str, dict[str, Any]]) -> None:
+    """A black tick across each bar at its forward's bandwidth floor (runs whose report has one)."""
+    floors = [(x, (r.get("floor") or {}).get("floor_ms")) for x, r in enumerate(reports.values())]
+    marked = [(x, f) for x, f in floors if f]
+    for i, (x, floor) in enumerate(marked):
+        ax.hlines(floor, x - 0.4, x + 0.4, colors="black", linewidths=2, label="bandwidth floor" if i == 0 else None)
+    if marked:
+        ax.legend(fontsize=LABEL_FONT, ncol=2)
+
+
 def plot(data: dict[str, Any], path: str) -> None:
     reports: dict[str, dict[str, Any]] = data["profile"]
     labels = list(reports)
@@ -39,5 +49,7 @@ def plot(data: dict[str, Any], path: str) -> None:
     ms = {p: [float(reports[label]["ms_per_step"][p]) for label in labels] for p in phases}
     fig, (ax,) = figure(1)
     stacked(ax, [f"{label} ({reports[label]['tokens_per_forward']:.0f} tok/fwd)" for label in labels], phases, ms)
+    floor_marks(ax, reports)
     save(fig, path, title(data, "Where a step's time goes (engine step profile)",
-                          "phases of the same engine's steps; 'other' is engine time outside any step phase"))
+                          "phases of the same engine's steps; 'other' is engine time outside any step phase; "
+                          "black tick: the forward's bandwidth floor (weights + KV read / measured GB/s)"))

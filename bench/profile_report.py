@@ -20,6 +20,19 @@ def print_profile(reports: dict[str, dict[str, Any]]) -> None:
     print("\nstep profile (ms per step):")
     print_table(rows, [("label", "run", "s"), ("steps", "steps", "d"), ("tok_fwd", "tok/fwd", ".1f"),
                        ("tok_step", "tok/step", ".2f"), *[(p, p, ".2f") for p in phases], ("total", "total", ".2f")])
+    print_floor(reports)
+
+
+def print_floor(reports: dict[str, dict[str, Any]]) -> None:
+    """Each run's forward against the memory-bandwidth floor (reports without a ``floor`` are skipped)."""
+    rows = [{"label": label, **r["floor"]} for label, r in reports.items() if r.get("floor")]
+    if not rows:
+        return
+    print("\nforward against the bandwidth floor (per step; the machine's read GB/s measured at start-up):")
+    print_table(rows, [("label", "run", "s"), ("weights_mb", "weights MB", ".0f"), ("kv_mb", "KV MB", ".1f"),
+                       ("forward_ms", "forward ms", ".2f"), ("gb_per_s", "GB/s", ".1f"),
+                       ("machine_gb_per_s", "machine GB/s", ".1f"), ("floor_ms", "floor ms", ".2f"),
+                       ("x_floor", "x floor", ".2f")])
 
 
 def flatten(profiles: dict[str, Any]) -> dict[str, dict[str, Any]]:
