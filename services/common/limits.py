@@ -66,9 +66,10 @@ class RequestLimits(ServiceSettings):
         "(n x messages)"
     )
     # per-tenant quotas (services/common/quota.py), each service counting its own calls
-    tenant_rps: float = Field(0.0, ge=0, description="requests per second one tenant may start (0 = unlimited)")
-    tenant_burst: float = Field(0.0, ge=0, description="requests a tenant may start at once (0 = tenant_rps, >= 1)")
-    tenant_streams: int = Field(0, ge=0, description="answer streams one tenant may have open at once (0 = unlimited)")
+    tenant_rps: float = Field(50.0, ge=0, description="requests per second one tenant may start, each service "
+                              "counting its calls of every RPC but Snapshot (0 = unlimited)")
+    tenant_burst: float = Field(100.0, ge=0, description="requests a tenant may start at once (0 = tenant_rps, >= 1)")
+    tenant_streams: int = Field(32, ge=0, description="answer streams one tenant may have open at once (0 = unlimited)")
     tenant_streams_retry_s: float = Field(1.0, gt=0, description="retry-after hint for a tenant at its stream limit")
     tenant_quotas: dict[str, TenantQuota] = Field(
         default={}, description="per-tenant overrides: {tenant = {rps = R, burst = B, streams = S}}"

@@ -248,6 +248,9 @@ def metrics_port_field(default: int | None) -> Any:
     return Field(default, ge=0, le=65535, description="Prometheus /metrics HTTP port (0 = any free port, None = off)")
 
 
+SERVICE_MESSAGE_BYTES = 8 * 1024 * 1024  # a service's largest gRPC message unless its section says otherwise
+
+
 class ServerSettings(ServiceSettings):
     """A gRPC service's listen address, metrics exporter and shutdown grace; subclasses redeclare
     ``port`` and ``metrics_port`` with their defaults from services.common.ports, e.g.::
@@ -266,6 +269,9 @@ class ServerSettings(ServiceSettings):
     metrics_port: int | None = metrics_port_field(None)
     metrics_refresh_s: float = Field(
         5.0, gt=0, description="seconds between samples of state gauges (consumer lag, outbox depth, trie sizes)"
+    )
+    max_message_bytes: int = Field(
+        SERVICE_MESSAGE_BYTES, gt=0, description="largest gRPC message this service receives or sends"
     )
     drain_s: float = Field(0.0, ge=0, description="graceful stop: first, seconds served while health is NOT_SERVING")
     shutdown_grace_s: float = Field(

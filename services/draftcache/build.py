@@ -53,8 +53,8 @@ async def build_draftcache(settings: DraftCacheSettings, limits: RequestLimits, 
     bus.subscribe(DRAFTCACHE_GROUP, meter.applier(consumers))
     service = DraftCacheService(
         "draftcache", store, settings,
-        handlers=[(draftcache_pb2_grpc.add_DraftCacheServicer_to_server, DraftCacheServicer(store, meter))],
-        service_names=[SERVICE_NAME],
+        handlers=[(draftcache_pb2_grpc.add_DraftCacheServicer_to_server, DraftCacheServicer(store, meter, limits))],
+        service_names=[SERVICE_NAME], max_message_bytes=settings.max_message_bytes,
         jobs=[meter.refresh_sizes, *consumer_jobs(bus, [DRAFTCACHE_GROUP], consumers)],
         closers=[lambda: save_if_changed(store)],
     )

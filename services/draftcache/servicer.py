@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 import grpc
 
+from lookahead_rag.services.common.call_quota import CallMeter
 from lookahead_rag.services.common.errors import FailedPrecondition, grpc_errors
+from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.draftcache.convert import fetch_response, stats_response
 from lookahead_rag.services.draftcache.fetch import Fetcher
 from lookahead_rag.services.draftcache.meter import StoreMeter
@@ -31,15 +33,23 @@ async def fetch_reply(store: Fetcher, tenant: str, tokenizer_id: str, prompt_ids
 
 
 class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
-    def __init__(self, store: DraftCacheStore, meter: StoreMeter | None = None) -> None:
+    def __init__(self, store: DraftCacheStore, meter: StoreMeter | None = None,
+                 limits: RequestLimits | None = None) -> None:
         self.store = store
         self.meter = meter
         self._calls: StoreMeter | DraftCacheStore = meter or store  # fetch/add_output go through the meter
+        self.limits = limits if limits is not None else RequestLimits()
+        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (common/call_quota.py)
+
+    def metered(self, method: str, tenant: str) -> None:
+        """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""
+        self.rate.check(f"/{SERVICE_NAME}/{method}", self.limits.check_tenant(tenant) if tenant else tenant)
 
     @grpc_errors
     async def AddOutput(
         self, request: draftcache_pb2.AddOutputRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.AddOutputResponse:
+        self.metered("AddOutput", request.tenant)
         applied = await asyncio.to_thread(
             self._calls.add_output, request.tenant, request.tokenizer_id, request.output_ids, request.event_id
         )
@@ -49,6 +59,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def Fetch(
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
+        self.metered("Fetch", request.tenant)
         return await fetch_reply(self._calls, request.tenant, request.tokenizer_id, request.prompt_ids,
                                  request.reference_ids, request.budget)
 
@@ -56,6 +67,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def Stats(
         self, request: draftcache_pb2.DraftStatsRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.DraftStatsResponse:
+        self.metered("Stats", request.tenant)
         return stats_response(await asyncio.to_thread(self.store.stats, request.tenant))
 
     @grpc_errors

@@ -81,6 +81,6 @@ def retriever_service(core: RetrieverCore, publisher: EventPublisher | None = No
     return Service(
         "retriever", core, core.settings,
         handlers=[(retriever_pb2_grpc.add_RetrieverServicer_to_server, servicer)],
-        service_names=[SERVICE_NAME],
+        service_names=[SERVICE_NAME], max_message_bytes=core.settings.max_message_bytes,
         closers=[lambda: asyncio.to_thread(core.close)],
     )

@@ -18,12 +18,13 @@ from tqdm import tqdm
 
 from lookahead_rag.services.common.auth import add_key_argument, bearer_metadata
 from lookahead_rag.services.common.errors import ServiceError
-from lookahead_rag.services.common.grpcutil import DEFAULT_MAX_MESSAGE_BYTES, open_channel
+from lookahead_rag.services.common.grpcutil import open_channel
 from lookahead_rag.services.common.ports import RETRIEVER_GRPC_PORT
 from lookahead_rag.services.common.settings import ConfigError
 from lookahead_rag.services.common.tls import TlsSettings, add_tls_arguments, tls_from_args
 from lookahead_rag.services.retriever.documents import Document
 from lookahead_rag.services.retriever.ingest import read_documents
+from lookahead_rag.services.retriever.settings import INGEST_MESSAGE_BYTES
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 
 DEFAULT_TARGET = f"127.0.0.1:{RETRIEVER_GRPC_PORT}"  # a retriever served on its default port
@@ -60,7 +61,7 @@ async def send(
     """Ingest ``docs`` in batches (over TLS when ``tls`` says so, with API key ``key`` when given);
     returns (documents accepted, chunks added, tenant's total chunks)."""
     accepted = added = total = 0
-    max_bytes = int(DEFAULT_MAX_MESSAGE_BYTES * BATCH_BYTES_FRACTION)
+    max_bytes = int(INGEST_MESSAGE_BYTES * BATCH_BYTES_FRACTION)  # the retriever's default message limit
     async with open_channel(target, tls=tls) as channel:
         stub = retriever_pb2_grpc.RetrieverStub(channel)
         with tqdm(total=len(docs), unit="doc", desc=f"ingest {tenant}", disable=not progress) as bar:

@@ -15,8 +15,8 @@ import asyncio
 
 import grpc
 
+from lookahead_rag.services.common.call_quota import CallMeter
 from lookahead_rag.services.common.errors import grpc_errors
-from lookahead_rag.services.common.quota import TenantQuotas
 from lookahead_rag.services.retriever.convert import (
     delete_response,
     document_from_proto,
@@ -41,13 +41,17 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self.core = core
         self.writer = writer if writer is not None else DocumentWriter(core)
         self.forgetter = forgetter if forgetter is not None else ForgetWriter(core)
-        self.quotas = TenantQuotas.of(core.limits)  # Ingest and Forget count against the tenant's rate (tenant_rps)
+        self.meter = CallMeter.of(core.limits)  # every call counts against the tenant's rate (common/call_quota.py)
+
+    def metered(self, method: str, tenant: str) -> None:
+        """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""
+        self.meter.check(f"/{SERVICE_NAME}/{method}", self.core.limits.check_tenant(tenant) if tenant else tenant)
 
     @grpc_errors
     async def Ingest(
         self, request: retriever_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.IngestResponse:
-        self.quotas.check_rate(self.core.limits.check_tenant(request.tenant))
+        self.metered("Ingest", request.tenant)
         documents = [document_from_proto(d) for d in request.documents]
         return ingest_response(await asyncio.to_thread(self.writer.ingest, request.tenant, documents))
 
@@ -55,13 +59,14 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Delete(
         self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.DeleteResponse:
+        self.metered("Delete", request.tenant)
         return delete_response(await asyncio.to_thread(self.writer.delete, request.tenant, list(request.doc_ids)))
 
     @grpc_errors
     async def Forget(
         self, request: retriever_pb2.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.ForgetResponse:
-        self.quotas.check_rate(self.core.limits.check_tenant(request.tenant))  # a flood of forgets is refused
+        self.metered("Forget", request.tenant)  # a flood of forgets is refused
         event_id = await asyncio.to_thread(self.forgetter.forget, request.tenant, request.doc_id)
         return retriever_pb2.ForgetResponse(event_id=event_id)
 
@@ -69,6 +74,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Retrieve(
         self, request: retriever_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieveResponse:
+        self.metered("Retrieve", request.tenant)
         self.core.limits.check_messages("history", len(request.history) + 1)  # before its messages are converted
         result = await asyncio.to_thread(
             self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens,
@@ -80,4 +86,5 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Stats(
         self, request: retriever_pb2.RetrieverStatsRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieverStatsResponse:
+        self.metered("Stats", request.tenant)
         return stats_response(await asyncio.to_thread(self.core.stats, request.tenant))

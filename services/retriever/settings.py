@@ -34,12 +34,18 @@ class IndexKind(StrEnum):
     HNSW = "hnsw"  # graph index (approximate, large corpora)
 
 
+INGEST_MESSAGE_BYTES = 16 * 1024 * 1024  # the retriever's largest message: `lookahead-rag ingest` batches fit half
+
+
 class RetrieverSettings(ServerSettings):
     model_config = SettingsConfigDict(env_prefix="LAR_RETRIEVER_")
     section: ClassVar[str] = "retriever"
 
     port: int = port_field(RETRIEVER_GRPC_PORT)
     metrics_port: int | None = metrics_port_field(RETRIEVER_METRICS_PORT)
+    max_message_bytes: int = Field(
+        INGEST_MESSAGE_BYTES, gt=0, description="largest gRPC message this service receives or sends (ingest batches)"
+    )
 
     data_dir: Path | None = Field(
         default_factory=default_data_dir,

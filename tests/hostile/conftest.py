@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.services.retriever_helpers import shared_tokenizer
+from tests.services.test_ops_tracing import exporter  # noqa: F401  (tracing on, into memory, for one test)
 
 
 @pytest.fixture(scope="session")

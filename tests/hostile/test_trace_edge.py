@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 import httpx2
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from lookahead_rag.services.common import tracing
@@ -30,17 +27,6 @@ TRACE_ID, PARENT_ID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 SAMPLED_PARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"  # a caller asking for its trace to be sampled
 HOSTILE_HEADERS = {"traceparent": SAMPLED_PARENT, "tracestate": "evil=1", "baggage": "user=victim,role=admin"}
 SUBPROCESS_TIMEOUT_S = 120
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    """Tracing on for the test, into memory (not OTel's global provider); off again after it."""
-    spans = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(spans))
-    tracing.install(provider, set_global=False)
-    yield spans
-    tracing.uninstall()
 
 
 class Refused(retriever_pb2_grpc.RetrieverServicer):

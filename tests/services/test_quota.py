@@ -109,8 +109,8 @@ def test_tenants_have_separate_buckets_and_overrides() -> None:
     let_through(q, 1000, "free")
 
 
-def test_unlimited_by_default() -> None:
-    q = TenantQuotas.of(RequestLimits())
+def test_unlimited_when_set_to_zero() -> None:  # the defaults are limited (tests/hostile/test_metered_calls.py)
+    q = TenantQuotas.of(RequestLimits(tenant_rps=0, tenant_burst=0, tenant_streams=0))
     for _ in range(1000):
         with q.admit("acme"):
             pass
@@ -239,7 +239,8 @@ def test_tenant_quotas_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setenv("LAR_LIMITS_TENANT_QUOTAS", '{"vip": {"rps": 7, "streams": 2}}')
     monkeypatch.setenv("LAR_LIMITS_TENANT_RPS", "1.5")
     q = TenantQuotas.of(load_settings(RequestLimits, "limits", None))
-    assert q.quota("vip") == Quota(7, 0, 2) and q.quota("acme") == Quota(1.5, 0, 0)
+    burst, streams = RequestLimits().tenant_burst, RequestLimits().tenant_streams  # the defaults
+    assert q.quota("vip") == Quota(7, burst, 2) and q.quota("acme") == Quota(1.5, burst, streams)
 
 
 # ---- the refusal's retry hint ------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""Every RPC's quota class, in one table, and the per-tenant meter the servicers check calls with.
+
+    meter = CallMeter.of(limits)                       # per-tenant buckets of [limits] tenant_rps / tenant_burst
+    meter.check("/lookahead_rag.v1.DraftCache/Fetch", request.tenant)   # RESOURCE_EXHAUSTED past the rate
+
+A ``stream`` call (Answer, Generate) is admitted by the generator's engine against the tenant's rate and
+open streams (``TenantQuotas.admit``); a ``call`` (every unary read or write of a tenant's data) takes one
+request of the tenant's rate in the service it reaches; an ``admin`` call (a snapshot of every tenant) is
+not metered: only an admin key may make it. Each service counts its own calls. A method missing from the
+table is refused by the auth guard (``scopes.py``) and metered here as a ``call``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.quota import TenantQuotas
+from lookahead_rag.services.common.scopes import GRPC_SCOPES, PACKAGE, Scope
+
+
+class QuotaClass(StrEnum):
+    """How a call is metered."""
+
+    STREAM = "stream"  # the tenant's rate and open streams, in the engine
+    CALL = "call"  # the tenant's rate, in the service the call reaches
+    ADMIN = "admin"  # not metered (admin keys only)
+
+
+STREAM_METHODS = frozenset({f"/{PACKAGE}.Generator/Answer", f"/{PACKAGE}.Generator/Generate"})  # answer streams
+# /package.Service/Method -> its quota class: every method the scopes table declares (scopes.py), by its scope
+GRPC_QUOTA_CLASSES: dict[str, QuotaClass] = {
+    method: QuotaClass.STREAM if method in STREAM_METHODS else QuotaClass.ADMIN if scope is Scope.ADMIN
+    else QuotaClass.CALL
+    for method, scope in GRPC_SCOPES.items()
+}
+
+
+def quota_class(method: str) -> QuotaClass:
+    """The quota class of a gRPC method (its full name); one not in the table is a ``call``."""
+    return GRPC_QUOTA_CLASSES.get(method, QuotaClass.CALL)
+
+
+class CallMeter:
+    """A service's per-tenant rate for its unary calls (``QuotaClass.CALL``)."""
+
+    def __init__(self, quotas: TenantQuotas) -> None:
+        self.quotas = quotas
+
+    @classmethod
+    def of(cls, limits: RequestLimits) -> CallMeter:
+        return cls(TenantQuotas.of(limits))
+
+    def check(self, method: str, tenant: str) -> None:
+        """Take one request of ``tenant``'s rate for a ``call`` (ResourceExhausted with a retry hint past it)."""
+        if quota_class(method) is QuotaClass.CALL:
+            self.quotas.check_rate(tenant)
