@@ -55,6 +55,7 @@ from lookahead_rag.services.common.ports import (  # start order: retriever, dra
 )
 from lookahead_rag.services.common.refresher import Refresher
 from lookahead_rag.services.common.service import Service
+from lookahead_rag.services.common.tenant_route import TenantRouteInterceptor
 from lookahead_rag.services.common.tls import check_bind, server_credentials
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.draftcache.build import DraftCacheService, build_draftcache
@@ -127,6 +128,7 @@ class Pipeline:
         tracing.setup(settings.tracing, names)  # [tracing]: once per process, before any server or channel
         auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
         interceptors = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
+        interceptors.append(TenantRouteInterceptor())  # then: x-tenant metadata, if sent, is the request's tenant
         bus = make_bus(settings.kafka, _bus_dir(settings, names), tracing.tracer(tracing.EVENTS_TRACER))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
         pipeline.server_credentials = credentials

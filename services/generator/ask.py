@@ -15,6 +15,7 @@ import grpc
 from lookahead_rag.services.common.auth import add_key_argument, bearer_metadata
 from lookahead_rag.services.common.ports import GENERATOR_GRPC_PORT
 from lookahead_rag.services.common.settings import ConfigError
+from lookahead_rag.services.common.tenant_route import tenant_metadata
 from lookahead_rag.services.common.tls import add_tls_arguments, sync_channel, tls_from_args
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
@@ -65,7 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     with sync_channel(args.target, tls) as channel:
         stub = generator_pb2_grpc.GeneratorStub(channel)
         try:
-            for chunk in stub.Answer(req, timeout=args.timeout, metadata=bearer_metadata(args.api_key)):
+            for chunk in stub.Answer(req, timeout=args.timeout,
+                                     metadata=(*bearer_metadata(args.api_key), *tenant_metadata(req.tenant))):
                 if chunk.HasField("delta"):
                     print(chunk.delta.text, end="", flush=True)
                 else:
