@@ -16,7 +16,8 @@ from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.fused import FusedMember, fuse_weights, joined
 from lookahead_core.forward.kernels import CostCurve, KernelSet, keep, make_twin
 from lookahead_core.forward.memory import drop_file_pages, resident
-from transformers import PreTrainedModel
+from lookahead_core.forward.packed import packable
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
 from tests.core.conftest import NO_CALIBRATION
 from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, tiny_model
@@ -132,6 +133,26 @@ def test_a_copying_twin_is_kept_only_where_it_saves_enough() -> None:
     assert keep(close, min_gain=0.0) == ["stock", "packed"]
     sharing = CostCurve(counts, {"stock": (1.0, 5.0), "split": (2.0, 4.9)})  # sharing twins win on any margin
     assert keep(sharing) == ["stock", "split"]
+
+
+@pytest.mark.skipif(not packable(tiny_model("llama")), reason="torch build without oneDNN")
+def test_a_dropped_packed_twin_gives_its_memory_back() -> None:
+    config = LlamaConfig(hidden_size=512, intermediate_size=1536, num_hidden_layers=4, num_attention_heads=8,
+                         vocab_size=256)  # 54 MB of Linear weights: the packed twin's copy is as big
+    model = AutoModelForCausalLM.from_config(config).float().eval()
+    scratch = torch.ones(32 << 20, dtype=torch.uint8)  # a big block freed (as loading does): glibc then serves
+    del scratch
+    ks = KernelSet(model, None, kernels=("stock", "packed"))  # the packed weights from its heap
+    built = resident().anon
+    now = [0.0]
+    cost = {id(ks.twins["stock"]): 1.0, id(ks.twins["packed"]): 2.0}  # stock wins everywhere: packed goes
+
+    def probe(twin: torch.nn.Module, n: int) -> None:
+        now[0] += cost[id(twin)]
+
+    ks.calibrate(probe, (1, 8), repeats=1, clock=lambda: now[0])
+    assert ks.names == ["stock"]
+    assert resident().anon < built - (46 << 20)  # the copy (53 MiB) went back, free lists included
 
 
 def test_drop_file_pages_lets_go_of_mapped_file_pages_only(tmp_path: object) -> None:

@@ -261,6 +261,7 @@ class KernelSet:
         """
         probes = {k: functools.partial(probe, twin) for k, twin in self._twins.items()}
         self.measured = measure(probes, token_counts, repeats, warmup, clock)
+        del probes  # they hold every twin: the dropped ones must be freed before ``release_freed``
         kept = keep(self.measured)
         self._twins = {k: t for k, t in self._twins.items() if k in kept}
         self.curve = self.measured.only(list(self._twins))
