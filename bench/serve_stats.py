@@ -55,6 +55,8 @@ class RequestRecord:
     stats: EngineStats | None = None  # None: no FinalInfo
     client: int | None = None  # which closed-loop client sent it (0-based)
     client_order: int | None = None  # its place among that client's requests (0-based)
+    retries: int = 0  # times it was sent again after failing before its first token (behind a proxy)
+    request_id: str = ""  # the x-request-id it was sent with (every attempt's): its event's request_id
 
     @property
     def completed(self) -> bool:
