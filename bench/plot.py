@@ -1,8 +1,8 @@
 """Redraw a benchmark's PNG from its JSON, without running anything.
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
-        [--kind decoding|pipeline|serve|retrieval|events|draft_agreement|profile|prompt_order|exactness|
-               logprobs]
+        [--kind decoding|pipeline|serve|serve_replicas|replica_sim|retrieval|events|draft_agreement|profile|
+               prompt_order|exactness|logprobs]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
@@ -27,6 +27,8 @@ PLOTTERS = {
     "decoding": "lookahead_rag.bench.decoding_plot",
     "pipeline": "lookahead_rag.bench.pipeline_plot",
     "serve": "lookahead_rag.bench.serve_plot",
+    "serve_replicas": "lookahead_rag.bench.serve_replicas_plot",
+    "replica_sim": "lookahead_rag.bench.replica_sim_plot",
     "retrieval": "lookahead_rag.bench.retrieval_plot",
     "events": "lookahead_rag.bench.events_plot",
     "draft_agreement": "lookahead_rag.bench.draft_agreement_plot",

@@ -4,6 +4,8 @@
         --concurrency 1,4,16 --max-new-tokens 128 --json out.json [--png out.png] [--tenants-by-title] \\
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
         [--temperature T --top-p P --top-k K] [--record REQUESTS.json] [--replay REQUESTS.json [--replay-from C:WAY]]
+    lookahead-rag-bench serve --replay REQUESTS.json --replicas 2 --routing round_robin,tenant [--tenants 8] \\
+        --concurrency 4 --threads 2 --json out.json     # real replicas behind Caddy: bench/serve_replicas.py
 
 Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
 pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
@@ -90,6 +92,15 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--replay-from", default="", metavar="C:WAY",
                    help=f"the recorded level and way whose prompts --replay sends (default: the first level's "
                         f"{DEFAULT_WAY})")
+    p.add_argument("--replicas", type=int, default=0,
+                   help="N > 0: N generator processes behind the Caddy proxy, per --routing (needs --replay; "
+                        "bench/serve_replicas.py); 0: the one-process stack")
+    p.add_argument("--routing", default="round_robin,tenant", help="with --replicas: comma-separated proxy "
+                   "routings compared side by side: round_robin (the baseline), tenant (hash on x-tenant)")
+    p.add_argument("--tenants", type=int, default=0,
+                   help="with --replicas: give the prompts N synthetic tenants (each distinct prompt one, by hash)")
+    p.add_argument("--max-in-flight", type=int, default=16,
+                   help="with --replicas: calls one replica takes before its tenants spill to the next one")
     seed_help = "fixes the request sequence and, with --temperature > 0, is every request's sampling seed"
     args = parse_workload(p, argv, seed_help)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]
@@ -101,6 +112,9 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     args.levels = sorted({int(c) for c in args.concurrency.split(",") if c.strip()})
     if not args.levels or args.levels[0] < 1:
         p.error("--concurrency needs positive integers")
+    args.routings = [r.strip() for r in args.routing.split(",") if r.strip()]
+    if args.replicas and (not args.replay or set(args.routings) - {"round_robin", "tenant"} or not args.routings):
+        p.error("--replicas needs --replay FILE and --routing among round_robin,tenant")
     args.replayed = None  # bench.serve_record.Replay of --replay
     if args.replay_from and not args.replay:
         p.error("--replay-from needs --replay FILE")
@@ -115,6 +129,10 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
+    if args.replicas:  # processes behind the proxy: this process loads no model
+        from lookahead_rag.bench.serve_replicas import run as run_replicas
+
+        return run_replicas(args)
     from lookahead_rag.bench.serve import run  # torch: see the module docstring
 
     return run(args)
