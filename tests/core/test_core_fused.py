@@ -16,7 +16,7 @@ from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.fused import FusedMember, fuse_weights, joined
 from lookahead_core.forward.kernels import CostCurve, KernelSet, keep, make_twin
 from lookahead_core.forward.memory import drop_file_pages, resident
-from lookahead_core.forward.packed import packable
+from lookahead_core.forward.packed import OneDNNLinear, packable
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedModel
 
 from tests.core.conftest import NO_CALIBRATION
@@ -113,6 +113,25 @@ def test_decoder_on_a_row_split_kernel_is_greedy(family: str, kernel: str, two_t
             decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels=kernel, engine=NO_CALIBRATION)
             assert decoder.kernels.names == [kernel]
             assert decoder.generate(prompt).output_ids == want
+
+
+@pytest.mark.skipif(not packable(tiny_model("llama")), reason="torch build without oneDNN")
+@pytest.mark.parametrize("family", FAMILIES)
+def test_onednn_twin_shares_the_weights_and_is_greedy(family: str) -> None:
+    model = biased(family)
+    twin = make_twin(model, "onednn", attn_implementation=None)
+    assert any(isinstance(m, OneDNNLinear) for m in twin.modules())
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
+    assert not any(b.numel() > 0 for b in twin.buffers() if b.data_ptr() not in {t.data_ptr() for t in model.buffers()})
+    ids = torch.tensor([random_prompt(random.Random(6))])  # [1, T]
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
+    prompt = random_prompt(random.Random(12))
+    with eos_as(model, None):
+        want = greedy(model, prompt, 24)
+        config = DecodingConfig(mode="hierarchical", max_new_tokens=24)
+        decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="onednn", engine=NO_CALIBRATION)
+        assert decoder.generate(prompt).output_ids == want
 
 
 def test_fused_needs_two_threads() -> None:

@@ -3,7 +3,8 @@
 A kernel is a *twin* of the model: the same parameters (shared, not copied) under other module
 objects, so its Linear layers may be split into per-thread row blocks (``split``: the stock result
 bit for bit), with q/k/v and gate/up as one product each over one joined storage (``fused``: bit
-for bit too), or oneDNN-packed (``packed``), and its attention implementation swapped while the
+for bit too), run by oneDNN on the model's own weights (``onednn``) or on a packed copy (``packed``),
+and its attention implementation swapped while the
 original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
 from ~8 on one 2-core CPU, the other way round elsewhere), so ``KernelSet.calibrate`` times every
@@ -12,7 +13,7 @@ one that holds a second copy of every Linear weight (2.0 GB on Qwen2.5-0.5B fp32
 when asked for (``kernels=KERNELS``; the default is ``SHARING``) and kept only where it is
 ``COPY_MIN_GAIN`` faster than every twin that shares the weights.
 
-    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock", on CPU "split", "fused"
+    kernels = KernelSet(model, attn_implementation=RAGGED_ATTENTION)  # "stock"; on CPU "split", "fused", "onednn"
     kernels.calibrate(probe, token_counts=(1, 2, 4, 8, 16, 32, 64), repeats=3)
     kernels.runner(1)(input_ids=...)                            # the twin that wins at 1 token
     kernels.curve.cost(9), kernels.curve.marginal(9)            # seconds: for draft budgets
@@ -33,14 +34,15 @@ from torch import nn
 
 from .fused import fusable, fuse_linears, fuse_weights
 from .memory import release_freed
-from .packed import pack_linears, packable
+from .packed import onednn_linears, pack_linears, packable
 from .split import split_linears, splittable
 
 STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
+ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, PACKED)  # every kernel a KernelSet may hold, in tie-break order
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
 SHARING = tuple(k for k in KERNELS if k not in COPIES)  # the default set: no second copy of any weight
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
@@ -51,7 +53,7 @@ def available(model: nn.Module, kernel: str) -> bool:
     where a q/k/v or gate/up group divides into the blocks; packed on fp32 CPU with oneDNN)."""
     if kernel == FUSED:
         return splittable(model) and fusable(model)
-    return {STOCK: True, SPLIT: splittable(model), PACKED: packable(model)}[kernel]
+    return {STOCK: True, SPLIT: splittable(model), ONEDNN: packable(model), PACKED: packable(model)}[kernel]
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
@@ -74,6 +76,8 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) ->
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
     if kernel == PACKED:
         pack_linears(twin)
+    elif kernel == ONEDNN:
+        onednn_linears(twin)
     elif kernel == SPLIT:
         split_linears(twin)
     elif kernel == FUSED:
