@@ -65,6 +65,9 @@ class RequestLimits(ServiceSettings):
         4096, ge=1, description="most chat messages one HTTP request may have rendered, counted once per choice "
         "(n x messages)"
     )
+    max_logprob_entries: int = Field(
+        65_536, ge=1, description="most logprob entries one request may ask for: n x max_tokens x (top_logprobs + 1)"
+    )
     # per-tenant quotas (services/common/quota.py), each service counting its own calls
     tenant_rps: float = Field(50.0, ge=0, description="requests per second one tenant may start, each service "
                               "counting its calls of every RPC but Snapshot (0 = unlimited)")
@@ -104,6 +107,15 @@ class RequestLimits(ServiceSettings):
         if count * choices > self.max_choice_messages:
             raise InvalidArgument(f"{what}: {count} messages x n={choices} choices; the limit is "
                                   f"{self.max_choice_messages} messages rendered per request")
+
+    def check_logprob_entries(self, choices: int, max_tokens: int | None, top_logprobs: int) -> None:
+        """A request asking for logprobs: ``choices`` x its tokens (None or past the limit: max_new_tokens) x
+        (``top_logprobs`` + the chosen token) entries within max_logprob_entries."""
+        tokens = min(max_tokens or self.max_new_tokens, self.max_new_tokens)
+        entries = choices * tokens * (top_logprobs + 1)
+        if entries > self.max_logprob_entries:
+            raise InvalidArgument(f"logprobs: n={choices} x {tokens} tokens x (top_logprobs={top_logprobs} + 1) = "
+                                  f"{entries} entries; the limit is {self.max_logprob_entries}")
 
     def check_prompt_tokens(self, what: str, tokens: int) -> None:
         """A prompt given as token ids (``what``: "prompt_ids") within max_prompt_chars, the raw prompt's bound."""

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from lookahead_rag.services.common.logs import request_context
 from lookahead_rag.services.generator.domain import FinalInfo, TokenLogprob
@@ -20,7 +20,14 @@ from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import choices, errors, translate
 from lookahead_rag.services.http.logprobs import TokenPieces, chat_logprobs
 from lookahead_rag.services.http.schema import ChatCompletionRequest
-from lookahead_rag.services.http.streaming import DONE, SSE_MEDIA_TYPE, ClosingStreamingResponse, or_disconnect, sse
+from lookahead_rag.services.http.streaming import (
+    DONE,
+    SSE_MEDIA_TYPE,
+    ClosingStreamingResponse,
+    json_reply,
+    or_disconnect,
+    sse,
+)
 
 if TYPE_CHECKING:
     from lookahead_rag.services.http.routes import Chunks, Frontend
@@ -61,7 +68,10 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
                deadline: float | None, rid: str, headers: dict[str, str]) -> Response:
     """The response to ``body`` (checked already), its choices run concurrently."""
     n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, body.safe_stream))  # the tenant's too
-    front.engine.limits.check_messages("messages", len(body.messages), n)  # each choice renders them
+    limits = front.engine.limits
+    limits.check_messages("messages", len(body.messages), n)  # each choice renders them
+    if body.logprobs:  # every choice's tokens, each with its alternatives: built, held and sent
+        limits.check_logprob_entries(n, body.max_completion_tokens or body.max_tokens, body.top_logprobs or 0)
     reply = translate.Reply.of(rid, front.model, body)
     pieces = TokenPieces(front.engine.tokenizer) if body.logprobs else None
     facts: list[PromptFacts] = []
@@ -74,23 +84,29 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
     when = choices.loop_deadline(deadline)
     if not body.stream:
         got = await or_disconnect(request, choices.collect_all(streams, when, deadline))
-        out = translate.completion(reply, got[0].final)
-        out["choices"] = []
-        for i, c in enumerate(got):
-            choice = translate.completion(reply, c.final)["choices"][0]
-            choice["index"] = i
-            if pieces is not None:
-                choice["logprobs"] = chat_logprobs(pieces, c.logprobs)
-            out["choices"].append(choice)
-        out["usage"] = translate.usage(*(c.final for c in got))
         headers.update(translate.prompt_headers(facts[-1] if facts else None))
-        return JSONResponse(out, headers=headers)
+        return await json_reply(lambda: _whole(reply, got, pieces), front.engine.settings.stream_send_timeout_s,
+                                headers)
     first = await or_disconnect(request, choices.firsts(streams, when))  # errors before it keep their status
     headers.update(translate.prompt_headers(facts[-1] if facts else None))
     per_choice = [ChoiceChunks(i, reply, pieces) for i in range(n)]
     events = _events(reply, per_choice, choices.merged(first, streams, when), deadline, (rid, tenant))
     return ClosingStreamingResponse(events, front.engine.settings.stream_send_timeout_s, media_type=SSE_MEDIA_TYPE,
                                     headers={**headers, "cache-control": "no-cache"})
+
+
+def _whole(reply: translate.Reply, got: list[choices.Choice], pieces: TokenPieces | None) -> Json:
+    """The whole response (not streamed): every choice, its logprobs when asked, the summed usage."""
+    out = translate.completion(reply, got[0].final)
+    out["choices"] = []
+    for i, c in enumerate(got):
+        choice = translate.completion(reply, c.final)["choices"][0]
+        choice["index"] = i
+        if pieces is not None:
+            choice["logprobs"] = chat_logprobs(pieces, c.logprobs)
+        out["choices"].append(choice)
+    out["usage"] = translate.usage(*(c.final for c in got))
+    return out
 
 
 async def _events(reply: translate.Reply, per_choice: list[ChoiceChunks], chunks: AsyncIterator[tuple[int, Any]],

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from lookahead_core.config import MAX_TOP_LOGPROBS
 from openai.types import Completion, CompletionChoice, CompletionUsage
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +31,7 @@ from lookahead_rag.services.http.streaming import (
     SSE_MEDIA_TYPE,
     ClientDisconnected,
     ClosingStreamingResponse,
+    json_reply,
     or_disconnect,
     padded_sse,
     safe_event_bytes,
@@ -186,6 +187,8 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
         if refused is not None:
             raise refused
         n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, False))  # a safe tenant: one choice
+        if body.logprobs is not None:  # every choice's tokens, each with its alternatives: built, held and sent
+            front.engine.limits.check_logprob_entries(n, body.max_tokens, _logprobs(body)[1])
         with request_context(request.headers.get(REQUEST_ID_HEADER), tenant) as rid:
             headers[REQUEST_ID_HEADER] = rid
             queries = [generate_query(body, tenant, s) for s in choices.choice_seeds(body.seed, n)]
@@ -196,7 +199,8 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
             when = choices.loop_deadline(deadline)
             if not body.stream:
                 got = await or_disconnect(request, choices.collect_all(streams, when, deadline))
-                return JSONResponse(shape.whole(got), headers=headers)
+                return await json_reply(lambda: shape.whole(got), front.engine.settings.stream_send_timeout_s,
+                                        headers)
             first = await or_disconnect(request, choices.firsts(streams, when))
             events = _events(shape, choices.merged(first, streams, when), deadline, (rid, tenant))
             return ClosingStreamingResponse(events, front.engine.settings.stream_send_timeout_s,

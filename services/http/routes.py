@@ -43,6 +43,7 @@ from lookahead_rag.services.http.streaming import (
     SSE_MEDIA_TYPE,
     ClientDisconnected,
     ClosingStreamingResponse,
+    json_reply,
     or_disconnect,
     padded_sse,
     safe_event_bytes,
@@ -151,7 +152,8 @@ class Frontend:
                     final = (await or_disconnect(request, choices.collect(chunks, when))).final
                     choices.check_final(final, deadline)
                     headers.update(translate.prompt_headers(facts[-1] if facts else None))
-                    return JSONResponse(translate.completion(reply, final), headers=headers)
+                    return await json_reply(lambda: translate.completion(reply, final),
+                                            self.engine.settings.stream_send_timeout_s, headers)
                 # errors before the first chunk keep their status
                 first = await or_disconnect(request, choices.next_chunk(chunks, when))
                 headers.update(translate.prompt_headers(facts[-1] if facts else None))

@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterable, Awaitable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any, TypeVar
 
 from starlette.requests import Request
-from starlette.responses import StreamingResponse
-from starlette.types import Message, Send
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Message, Receive, Scope, Send
 
 from lookahead_rag.services.common.errors import SendTimeout
 from lookahead_rag.services.common.send_timeout import send_within
@@ -100,3 +100,29 @@ class ClosingStreamingResponse(StreamingResponse):
             close = getattr(self.body_iterator, "aclose", None)
             if close is not None:
                 await close()
+
+
+class TimedJSONResponse(JSONResponse):
+    """A whole JSON reply whose sending gives up past ``send_timeout_s`` (``[generator]
+    stream_send_timeout_s``), as a stream's does: a client that stops reading holds it no longer (the
+    server closes the connection with the reply unfinished)."""
+
+    def __init__(self, content: Any, send_timeout_s: float, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.send_timeout_s = send_timeout_s
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def timed(message: Message) -> None:
+            await send_within(send(message), self.send_timeout_s)
+
+        try:
+            await super().__call__(scope, receive, timed)
+        except SendTimeout as exc:
+            log.info("reply ended: %s", exc)
+
+
+async def json_reply(build: Callable[[], dict[str, Any]], send_timeout_s: float,
+                     headers: dict[str, str] | None = None) -> TimedJSONResponse:
+    """The reply ``build`` makes, built and serialized on a worker thread (many choices' logprobs never
+    hold the event loop), sent within ``send_timeout_s``."""
+    return await asyncio.to_thread(lambda: TimedJSONResponse(build(), send_timeout_s, headers=headers))

@@ -25,6 +25,7 @@ from lookahead_rag.services.common.auth_settings import AuthSettings
 from lookahead_rag.services.common.keys import KeyFile
 from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats, TextDelta
+from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.server import HttpServer
 from lookahead_rag.services.http.settings import HttpSettings
@@ -44,6 +45,11 @@ class StandInEngine:
 
     model_name = "stand-in"
     limits = RequestLimits()  # the routes read [limits] max_messages
+    settings = GeneratorSettings()  # and [generator] stream_send_timeout_s
+
+    @staticmethod
+    def is_safe(tenant: str, params: Any) -> bool:  # no safe-stream tenant here
+        return False
 
     def __init__(self) -> None:
         self.calls = 0
