@@ -62,3 +62,20 @@ def test_a_profiled_step_books_its_weight_and_kv_reads(scheduler_of) -> None:
     assert floor["machine_gb_per_s"] == pytest.approx(measured.gb_per_s)
     assert floor["floor_ms"] == pytest.approx(1000.0 * nbytes / measured.bytes_per_s)
     assert floor["x_floor"] == pytest.approx(floor["forward_ms"] / floor["floor_ms"])
+
+
+def test_the_untied_head_multiplies_only_the_rows_a_step_keeps(scheduler_of) -> None:
+    model = tiny_model("qwen2")  # qwen2: its own (untied) lm_head, the largest matrix of the real model
+    assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
+    sched = scheduler_of(model, SchedulerConfig(calibrate=False, max_running=1))
+    rows: list[int] = []
+    heads = {id(twin.get_output_embeddings()): twin.get_output_embeddings() for twin in sched.kernels.twins.values()}
+    hooks = [head.register_forward_pre_hook(lambda _m, args: rows.append(args[0].shape[1])) for head in heads.values()]
+    prompt = random_prompt(random.Random(5))
+    try:
+        with eos_as(model, None):
+            serve_all_greedy(sched, model, [prompt], [DecodingConfig(mode="none", max_new_tokens=6)])
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert rows == [1] * 6  # the prompt's forward: its last row only; then one row a step
