@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "exactness": (f"{PKG}.exactness_args",
                   "exactness: engine answers vs HF greedy, batched and from the prefix cache, with logit margins"),
     "logprobs": (f"{PKG}.logprobs_args", "logprobs: their cost in the engine (tok/s off vs on), equal to HF greedy's"),
+    "replica-requests": (f"{PKG}.replica_requests", "a --replay requests file grounded on each question's document "
+                         "(no model run)"),
     "replica-sim": (f"{PKG}.replica_sim_cli",
                     "simulated replicas from measured costs: round robin vs tenant vs bounded-load hashing"),
     "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
