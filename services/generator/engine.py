@@ -53,7 +53,7 @@ from lookahead_rag.services.generator.domain import (
 )
 from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
 from lookahead_rag.services.generator.logprobs import check_logprobs, step_logprobs
-from lookahead_rag.services.generator.params import decoding_config, server_config
+from lookahead_rag.services.generator.params import check_mode, decoding_config, server_config
 from lookahead_rag.services.generator.prepared import Prepared, PromptFacts
 from lookahead_rag.services.generator.prompt_ids import check_vocabulary
 from lookahead_rag.services.generator.read_ahead import read_ahead
@@ -180,6 +180,7 @@ class GeneratorEngine:
         reading), re-cut by the safe stream when the request or its tenant asks for it."""
         self.limits.check_tenant(tenant)
         check_logprobs(params, self.is_safe(tenant, params))
+        check_mode(params, tenant, self.settings)  # the operator's modes for the tenant ([generator] tenant_modes)
         with self.quotas.admit(tenant) as release:
             ahead = read_ahead(chunks, release)
             stream = self._safe(ahead, params) if self.is_safe(tenant, params) else ahead

@@ -10,6 +10,7 @@ import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
 from lookahead_core.config import DraftMode, parse_mode
 
+from lookahead_rag.services.common.auth_settings import ALL_TENANTS
 from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.generator.domain import GenerationParams
@@ -30,6 +31,17 @@ def _mode(params: GenerationParams, s: GeneratorSettings) -> DraftMode:
         return parse_mode(params.mode or s.mode)
     except ValueError as exc:
         raise InvalidArgument(str(exc)) from None
+
+
+def check_mode(params: GenerationParams, tenant: str, s: GeneratorSettings) -> None:
+    """Refuse a mode the operator has not allowed ``tenant``: the server's default and ``none`` always are,
+    others only as ``[generator] tenant_modes`` lists them for the tenant or for every tenant (``*``)."""
+    mode = _mode(params, s)
+    allowed = {parse_mode(s.mode), DraftMode.NONE}
+    allowed |= {parse_mode(m) for m in (*s.tenant_modes.get(ALL_TENANTS, ()), *s.tenant_modes.get(tenant, ()))}
+    if mode not in allowed:
+        raise InvalidArgument(f"mode {mode.value!r} is not allowed for tenant {tenant!r} (allowed: "
+                              f"{', '.join(sorted(m.value for m in allowed))}; [generator] tenant_modes)")
 
 
 def sampling_fields(params: GenerationParams) -> dict[str, object]:

@@ -55,6 +55,10 @@ class GeneratorSettings(ServerSettings):
         "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none "
         "(mjsd is lossy: per request, by name, never the default)"
     )
+    tenant_modes: dict[str, list[str]] = Field(
+        default={}, description="draft modes a tenant's requests may ask for besides the default mode and none "
+        "({tenant = [modes]}; \"*\": every tenant): a draft model's modes add work to every tenant's steps"
+    )
     decoding_length: int = Field(8, ge=0, description="default draft tokens per forward")
     max_decoding_length: int = Field(32, ge=0, description="most draft tokens a confident copy may grow to")
     branch_length: int = Field(32, ge=2, description="trie branch length")
@@ -101,6 +105,9 @@ class GeneratorSettings(ServerSettings):
         if parse_mode(self.mode) in LOSSY_MODES:
             raise ValueError(f"mode {self.mode} is lossy (its output may differ from plain decoding): it cannot be "
                              "the server's default; a request asks for it by name")
+        for modes in self.tenant_modes.values():
+            for mode in modes:
+                parse_mode(mode)  # an unknown name is a configuration error, not a silent refusal later
         if self.decoding_length > self.max_decoding_length:
             raise ValueError(f"decoding_length {self.decoding_length} is over "
                              f"max_decoding_length {self.max_decoding_length}")

@@ -70,6 +70,7 @@ GRPC, ENDED, FAKE, HTTP, ENGINE = (unique_tenant(f"stalled-{n}") for n in ("grpc
 
 pipe = module_pipeline(
     generator={"stream_send_timeout_s": SEND_TIMEOUT_S, "safe_stream_tenants": [HTTP],
+               "tenant_modes": {t: ["draft-model"] for t in (GRPC, ENDED, FAKE, ENGINE)},  # the draft-model cases
                "safe_stream_chunk_tokens": SAFE_CHUNK_TOKENS, "safe_stream_interval_ms": SAFE_INTERVAL_MS},
     limits={"tenant_quotas": {t: ONE_STREAM for t in (GRPC, ENDED, FAKE, HTTP, ENGINE)}},
 )

@@ -31,7 +31,7 @@ MODES = ["hierarchical", "parallel", "llma", "none"]
 CSV_QUESTION = "How do I read the rows of a CSV file?"
 
 
-pipe = module_pipeline(limits={"default_m": 0})
+pipe = module_pipeline(limits={"default_m": 0}, generator={"tenant_modes": {"*": MODES}})  # every tenant: MODES
 
 
 @pytest.mark.parametrize("mode", MODES)
