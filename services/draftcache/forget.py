@@ -3,7 +3,7 @@
     log = OutputLog(capacity=settings.max_references, max_tokens=settings.max_reference_tokens)
     log.add(output_ids, doc_ids)           # beside every trie insertion
     log.drop("json.dumps")                 # the outputs grounded on the document leave the log
-    trie, refs = rebuild(log, trie_config, new_refs)   # a scope's trie and whole outputs, from the log alone
+    trie, refs = rebuild(log, trie_config, new_refs, max_tokens)   # a scope's trie and whole outputs, from the log
 
 A trie keeps only counts of token windows: an output cannot be taken out of it again. Forgetting a
 document therefore rebuilds the scope from the outputs the log still holds. The log is bounded (the
@@ -81,9 +81,18 @@ def needs_rebuild(dropped: int, log: OutputLog) -> bool:
 
 
 def rebuild(
-    log: OutputLog, config: TrieConfig, new_refs: Callable[[], ReferenceStore]
+    log: OutputLog, config: TrieConfig, new_refs: Callable[[], ReferenceStore], max_tokens: int
 ) -> tuple[TokenTrie, ReferenceStore]:
-    """A scope's trie and whole outputs holding exactly the logged outputs (the log becomes complete)."""
+    """A scope's trie and whole outputs holding exactly the logged outputs (the log becomes complete), the
+    newest of them within ``max_tokens`` (``[draftcache] max_rebuild_tokens``): older ones leave the log
+    too, so one rebuild's work is bounded however a tenant filled its log (a forget drops more, never less)."""
+    kept, total = 0, 0
+    for entry in reversed(log.entries):
+        if total + len(entry.ids) > max_tokens:
+            break
+        kept, total = kept + 1, total + len(entry.ids)
+    while len(log.entries) > kept:
+        log.entries.popleft()
     trie = TokenTrie(config)
     refs = new_refs()
     for entry in log.entries:

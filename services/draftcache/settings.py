@@ -44,6 +44,9 @@ class DraftCacheSettings(ServerSettings):
     max_references: int = Field(1000, ge=0, description="latest distinct outputs kept whole per tenant and tokenizer")
     max_reference_tokens: int = Field(4096, ge=1, description="an output kept whole is cut to this many tokens")
     max_event_ids: int = Field(100_000, ge=1, description="applied event ids kept per tenant (oldest forgotten first)")
+    max_rebuild_tokens: int = Field(
+        32_768, ge=1, description="most logged tokens a forget rebuilds a scope from (its newest outputs; older go)"
+    )
     default_budget: int = Field(512, ge=1, description="tokens a Fetch returns when it says budget=0")
     max_budget: int = Field(8192, ge=1, description="largest budget a Fetch may ask for")
     similarity_ngram: int = Field(4, ge=1, description="n-gram length scoring past outputs against the request")

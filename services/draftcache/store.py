@@ -246,7 +246,8 @@ class DraftCacheStore:
         if not scope.log:
             del state.scopes[tokenizer_id]
             return
-        scope.trie, scope.refs = rebuild(scope.log, self._trie_config, self._new_refs)
+        scope.trie, scope.refs = rebuild(scope.log, self._trie_config, self._new_refs,
+                                         self.settings.max_rebuild_tokens)
 
     # ---- reads -------------------------------------------------------------------------------
     def fetch(
