@@ -31,6 +31,7 @@ from lookahead_rag.bench.serve_stats import percentile
 
 POLICIES = ("round_robin", "tenant", "bounded")
 MAX_RATE_PER_REPLICA = 4096.0  # the capacity search gives up doubling here (requests / s / replica)
+MIN_RATE_PER_REPLICA = 1e-3  # ... and halving here: no load meets the target (capacity 0)
 
 
 @dataclass(frozen=True)
@@ -199,12 +200,19 @@ def simulate(cfg: SimConfig, costs: Costs, policy: str) -> SimResult:
 def capacity(costs: Costs, policy: str, ttft_p99_s: float, base: SimConfig, iterations: int = 8) -> float:
     """The highest arrivals per second per replica at which ``policy`` keeps TTFT p99 under ``ttft_p99_s``
     (bisection over the rate, on ``base``'s replicas and tenants)."""
+    def meets(rate: float) -> bool:
+        return simulate(_at(base, rate), costs, policy).ttft_p99_s <= ttft_p99_s
+
     lo, hi = 0.0, 1.0
-    while hi < MAX_RATE_PER_REPLICA and simulate(_at(base, hi), costs, policy).ttft_p99_s <= ttft_p99_s:
+    while hi > MIN_RATE_PER_REPLICA and not meets(hi):  # slow costs: start lower
+        hi /= 2
+    if hi <= MIN_RATE_PER_REPLICA:
+        return 0.0
+    while hi < MAX_RATE_PER_REPLICA and meets(hi):
         lo, hi = hi, hi * 2
     for _ in range(iterations):
         mid = (lo + hi) / 2
-        if simulate(_at(base, mid), costs, policy).ttft_p99_s <= ttft_p99_s:
+        if meets(mid):
             lo = mid
         else:
             hi = mid

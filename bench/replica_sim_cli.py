@@ -6,7 +6,8 @@
 The costs are the ones ``bench serve --replicas`` measured (its JSON's tenant routing, else round
 robin, at its highest level: prefill per missed token, step cost by batch, tokens per step, prompt and
 answer length, the warm prefix-hit share). First each policy's capacity: the highest arrivals per
-second per replica at which TTFT p99 stays under ``--ttft-p99-s`` (on the smallest replica count), and
+second per replica at which TTFT p99 stays under ``--ttft-p99-s`` (default: 3 x one cold prompt's
+prefill alone at the measured cost, so the target means the same on any machine) on the smallest replica count, and
 so the replicas one needs per 1,000 requests/s. Then, at round robin's capacity per replica (the load
 a plain balancer can just take), every replica count: prefix-hit fraction, goodput and TTFT p50/p99
 per policy. A table, the JSON (``"kind": "replica_sim"``) and a PNG.
@@ -29,6 +30,7 @@ from lookahead_rag.bench.replica_costs import Costs
 from lookahead_rag.bench.replica_sim import POLICIES, SimConfig, capacity, simulate
 
 PER = 1_000.0  # requests / s the replica count is given for
+AUTO_TARGET = 3.0  # default TTFT p99 target: this many cold-prompt prefills (attainable whatever the machine)
 
 
 def costs_of(path: str) -> tuple[Costs, str]:
@@ -53,7 +55,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--cache-tenants", type=int, default=64, help="tenants one replica's prefix cache holds")
     p.add_argument("--max-running", type=int, default=16, help="requests in one replica's batch")
     p.add_argument("--bound", type=float, default=1.25, help="bounded: x the mean calls in flight")
-    p.add_argument("--ttft-p99-s", type=float, default=2.0, help="the TTFT p99 a replica count must keep")
+    p.add_argument("--ttft-p99-s", type=float, default=0.0, help="the TTFT p99 a replica must keep "
+                   f"(0: {AUTO_TARGET:g} x one cold prompt's prefill alone, at the measured cost)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default="", help="write the result here (and the PNG beside it)")
     p.add_argument("--png", default="", help="the PNG (default: beside --json)")
@@ -64,11 +67,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     costs, source = costs_of(args.costs)
+    target = args.ttft_p99_s or AUTO_TARGET * costs.prompt_tokens * costs.prefill_s_per_token
     base = SimConfig(replicas=args.replica_counts[0], rate_per_s=1.0, requests=args.requests, tenants=args.tenants,
                      zipf=args.zipf, cache_tenants=args.cache_tenants, max_running=args.max_running,
                      bound=args.bound, seed=args.seed)
-    caps = {p: capacity(costs, p, args.ttft_p99_s, base) for p in tqdm(POLICIES, desc="capacity", leave=False)}
-    load = caps["round_robin"]  # per replica: what round robin can just take
+    caps = {p: capacity(costs, p, target, base) for p in tqdm(POLICIES, desc="capacity", leave=False)}
+    # per replica: what round robin can just take (else the least any policy can)
+    load = caps["round_robin"] or min((v for v in caps.values() if v), default=1.0)
     runs: dict[str, dict[str, Any]] = {}
     todo = [(r, p) for r in args.replica_counts for p in POLICIES]
     for r, policy in tqdm(todo, desc="replica counts", leave=False):
@@ -77,7 +82,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": "replica_sim", "costs": costs.to_json(), "costs_from": source, "tenants": args.tenants,
         "zipf": args.zipf, "requests": args.requests, "cache_tenants": args.cache_tenants,
-        "max_running": args.max_running, "bound": args.bound, "ttft_p99_target_s": args.ttft_p99_s,
+        "max_running": args.max_running, "bound": args.bound, "ttft_p99_target_s": round(target, 3),
         "capacity_per_replica": {p: round(v, 3) for p, v in caps.items()},
         "replicas_per_1000_rps": {p: round(PER / v, 1) if v else None for p, v in caps.items()},
         "load_per_replica": round(load, 3), "runs": runs, "baseline": "round_robin",

@@ -23,6 +23,8 @@ def plot(data: dict[str, Any], path: str) -> None:
             ax.plot(xs, ys, marker=marker, color=color, label=policy)
             label_points(ax, xs, ys, color)
         ax.set_xscale("log")
+        if key == "ttft_p99_s":  # unbounded hashing's queue is orders of magnitude past the others
+            ax.set_yscale("log")
         ax.set_xticks([int(r) for r in counts], counts)
         ax.set_xlabel("replicas (count)")
         ax.set_ylabel(label)
