@@ -174,6 +174,21 @@ def test_a_dropped_packed_twin_gives_its_memory_back() -> None:
     assert resident().anon < built - (46 << 20)  # the copy (53 MiB) went back, free lists included
 
 
+def test_one_token_forwards_run_a_kernel_that_is_stock_bit_for_bit() -> None:
+    ks = KernelSet(tiny_model("llama"), None, kernels=("stock", "onednn"))
+    now = [0.0]
+    cost = {id(ks.twins["stock"]): {1: 3.0, 8: 9.0}, id(ks.twins["onednn"]): {1: 2.0, 8: 4.0}}  # onednn faster
+
+    def probe(twin: torch.nn.Module, n: int) -> None:
+        now[0] += cost[id(twin)][n]
+
+    ks.calibrate(probe, (1, 8), repeats=1, clock=lambda: now[0])
+    assert ks.names == ["stock", "onednn"]  # stock kept for the one-token forwards of plain decoding
+    assert ks.runner(1) is ks.twins["stock"] and ks.runner(2) is ks.twins["onednn"]
+    assert ks.describe() == "onednn, 1 token: stock"
+    assert keep(CostCurve((1, 8), {"onednn": (2.0, 4.0)})) == ["onednn"]  # no exact kernel held: the fastest
+
+
 def test_drop_file_pages_lets_go_of_mapped_file_pages_only(tmp_path: object) -> None:
     path = f"{tmp_path}/weights.bin"
     values = np.arange(4 << 20, dtype=np.float32)  # 16 MiB

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from .memory import drop_file_pages
-from .split import MIN_PARTS, split_linears, split_parts, split_product
+from .split import split_linears, split_parts, split_product
 
 log = logging.getLogger(__name__)
 
@@ -139,15 +139,6 @@ def _ready(layers: Sequence[nn.Module], parts: int) -> bool:
     biases = [m.bias for m in layers]
     return (joined([m.weight for m in layers]) and (biases[0] is None or joined(biases))  # type: ignore[misc]
             and sum(m.out_features for m in layers) % parts == 0)  # type: ignore[misc]
-
-
-def fusable(model: nn.Module) -> bool:
-    """Whether ``model`` has at least one group whose joined rows divide into ``split_parts()`` blocks."""
-    parts = split_parts()
-    return parts >= MIN_PARTS and any(
-        layers is not None and sum(m.out_features for m in layers) % parts == 0
-        for module in model.modules() for layers in (group_linears(module, names) for names in GROUPS)
-    )
 
 
 def fuse_linears(module: nn.Module, parts: int | None = None) -> int:

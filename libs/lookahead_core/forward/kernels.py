@@ -32,7 +32,7 @@ from typing import Any
 
 from torch import nn
 
-from .fused import fusable, fuse_linears, fuse_weights
+from .fused import fuse_linears, fuse_weights
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
 from .split import split_linears, splittable
@@ -44,16 +44,16 @@ ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; 
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
 KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, PACKED)  # every kernel a KernelSet may hold, in tie-break order
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = tuple(k for k in KERNELS if k not in COPIES)  # the default set: no second copy of any weight
+SHARING = (STOCK, FUSED, ONEDNN)  # the default set: no second copy of any weight (fused is split where nothing joins)
+EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 
 
 def available(model: nn.Module, kernel: str) -> bool:
-    """Whether ``kernel`` can run ``model`` here (stock always; split on fp32 CPU with 2+ threads, fused too
-    where a q/k/v or gate/up group divides into the blocks; packed on fp32 CPU with oneDNN)."""
-    if kernel == FUSED:
-        return splittable(model) and fusable(model)
-    return {STOCK: True, SPLIT: splittable(model), ONEDNN: packable(model), PACKED: packable(model)}[kernel]
+    """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
+    fused being split where no q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN)."""
+    return {STOCK: True, SPLIT: splittable(model), FUSED: splittable(model), ONEDNN: packable(model),
+            PACKED: packable(model)}[kernel]
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
@@ -199,11 +199,21 @@ def keep(measured: CostCurve, copies: frozenset[str] = COPIES, min_gain: float =
     """The kernels that win at some measured count, a copying twin's (``copies``) seconds weighed
     (1 + ``min_gain``) times: its second copy of the weights is kept only where it saves that much.
 
+    The one-token forward (every step of plain decoding) is always run by the fastest ``EXACT`` kernel
+    held (``one_token``), so that one is kept too.
     Example: at (1, 8) stock (1.0, 5.0), packed (2.0, 4.7): packed's 4.7 weighs 5.17 > 5.0 -> ["stock"].
     """
-    weighed = {k: tuple(s * (1.0 + min_gain) for s in v) if k in copies else v for k, v in measured.seconds.items()}
-    winners = {CostCurve(measured.token_counts, weighed).best(n) for n in measured.token_counts}
+    weighed = CostCurve(measured.token_counts, {k: tuple(s * (1.0 + min_gain) for s in v) if k in copies else v
+                                                for k, v in measured.seconds.items()})
+    winners = {weighed.best(n) for n in measured.token_counts if n > 1} | {one_token(measured)}
     return [k for k in measured.kernels if k in winners]
+
+
+def one_token(curve: CostCurve) -> str:
+    """The kernel for one-token forwards: the cheapest ``EXACT`` one (plain decoding's own arithmetic, so
+    speculation off gives plain greedy's tokens bit for bit), or the cheapest of all where none is held."""
+    exact = [k for k in curve.kernels if k in EXACT]
+    return min(exact, key=lambda k: curve.cost(1, k)) if exact else curve.best(1)
 
 
 def describe(curve: CostCurve) -> str:
@@ -278,10 +288,12 @@ class KernelSet:
             return next(iter(self._twins.values()))
         if self.curve is None:
             return self._twins[STOCK]
-        return self._twins[self.curve.best(n_tokens)]
+        return self._twins[one_token(self.curve) if n_tokens == 1 else self.curve.best(n_tokens)]
 
     def describe(self) -> str:
-        """E.g. "stock<=3<packed" (calibrated), "packed" (one kernel), "stock|packed" (not calibrated)."""
+        """E.g. "stock<=3<packed" (calibrated), "packed" (one kernel), "stock|packed" (not calibrated);
+        "onednn<=3<packed, 1 token: split" where the one-token kernel is not the cheapest at one token."""
         if self.curve is None:
             return "|".join(self._twins)
-        return describe(self.curve)
+        single = one_token(self.curve)
+        return describe(self.curve) + ("" if single == self.curve.best(1) else f", 1 token: {single}")

@@ -25,6 +25,8 @@ class RaggedProbe:
     def __call__(self, runner: torch.nn.Module, n: int) -> None:
         past, device = self.past, self.shape.device
         kv = RequestKV(self.shape, past + n)
+        for buf in (*kv.keys, *kv.values):
+            buf.zero_()  # the buffers come uninitialised: NaNs or denormals there would time another forward
         kv.length = past
         plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
         plan.finalize(self.shape.dtype, device)
