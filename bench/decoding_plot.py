@@ -54,17 +54,18 @@ def speedup_panel(ax: Any, data: dict[str, Any], ref: str) -> None:
     values = [r.get(f"speedup_vs_{ref}") for r in rows]
     names = []
     for m, r in zip(modes, rows, strict=True):
-        exact, per_step = r.get(f"exact_match_vs_{ref}"), r.get("mean_accepted_per_step")
+        exact, per_step, f1 = r.get(f"exact_match_vs_{ref}"), r.get("mean_accepted_per_step"), r.get("squad_f1")
         name, unit = (_wrapped(m), "t/step") if len(modes) > CROWDED else (m, "tok/step")
         names.append("\n".join([name, *([f"exact {exact:.2f}"] if exact is not None else []),
-                                *([f"{per_step:.2f} {unit}"] if per_step is not None else [])]))
+                                *([f"{per_step:.2f} {unit}"] if per_step is not None else []),
+                                *([f"F1 {f1:.0f}%"] if f1 is not None else [])]))
     bars = ax.bar(names, [v or 0.0 for v in values], color=BAR_COLOR)
     label_bars(ax, bars, values, lambda v: f"{v:.2f}x")
     if len(names) > CROWDED:
         ax.tick_params(axis="x", labelsize="x-small")
     ax.axhline(1.0, **BASELINE_LINE)
     ax.set_ylabel(f"speedup vs the {ref} baseline (x, wall time incl. prefill)")
-    ax.set_xlabel("mode (exact match vs the baseline's output; tokens per forward step)")
+    ax.set_xlabel("mode (exact match vs the baseline's output; tokens per forward step; SQuAD F1 of the answers)")
     ax.set_title(f"{data.get('scenario', UNKNOWN)}: {data.get('questions', UNKNOWN)} questions, "
                  f"{data.get('max_new_tokens', UNKNOWN)} new tokens, engine {known(data.get('engine'))}",
                  fontsize=TITLE_FONT)
