@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,11 @@ READY_TIMEOUT_S = 180.0  # a generator loads the model and times its kernels bef
 READY_POLL_S = 0.5  # pause between two health checks while a process starts
 HEALTH_CALL_S = 1.0  # deadline of one health check
 STOP_TIMEOUT_S = 30.0  # SIGTERM grace (drain, in-flight streams, the outbox flush) before SIGKILL
+LOAD_GAUGES = {  # a generator's load on its /metrics (services/generator/metrics.py) -> our name
+    "lookahead_rag_generator_running_requests": "running",
+    "lookahead_rag_generator_queue_depth": "waiting",
+    "lookahead_rag_generator_kv_bytes": "kv_bytes",
+}
 
 
 @dataclass
@@ -59,6 +65,7 @@ class Proc:
     env: dict[str, str]  # its LAR_* settings
     grpc_port: int  # where it serves gRPC
     http_port: int | None = None  # the OpenAI door (generators)
+    metrics_port: int | None = None  # its /metrics (generators: the load gauges)
     popen: subprocess.Popen[bytes] | None = None
 
 
@@ -78,7 +85,8 @@ class ReplicaSet:
     def __init__(self, cfg: ReplicaConfig) -> None:
         self.cfg = cfg
         self.draftcache = Proc("draftcache", {}, free_port(HOST))
-        self.generators = [Proc(f"generator-{i}", {}, free_port(HOST), free_port(HOST)) for i in range(cfg.replicas)]
+        self.generators = [Proc(f"generator-{i}", {}, free_port(HOST), free_port(HOST), free_port(HOST))
+                           for i in range(cfg.replicas)]
         self.draftcache.env = self._common("draftcache") | _section("DRAFTCACHE", {
             "host": HOST, "port": str(self.draftcache.grpc_port), "data_dir": str(cfg.root / "draftcache")})
         for proc in self.generators:
@@ -96,7 +104,7 @@ class ReplicaSet:
         own = {"host": HOST, "port": str(proc.grpc_port), "data_dir": str(self.cfg.root / proc.name),
                "threads": str(self.cfg.threads), "draftcache_target": f"{HOST}:{self.draftcache.grpc_port}",
                "retriever_target": f"{HOST}:{free_port(HOST)}",  # Generate never retrieves; nothing listens
-               "drain_s": str(self.cfg.drain_s), "metrics_port": "0"}
+               "drain_s": str(self.cfg.drain_s), "metrics_port": str(proc.metrics_port)}
         return (self._common(proc.name) | _section("GENERATOR", own | self.cfg.generator)
                 | _section("HTTP", {"host": HOST, "port": str(proc.http_port)}) | _section("LIMITS", self.cfg.limits))
 
@@ -154,6 +162,18 @@ class ReplicaSet:
 
     def draftcache_target(self) -> str:
         return f"{HOST}:{self.draftcache.grpc_port}"
+
+    def load(self, index: int) -> dict[str, float]:
+        """What generator ``index`` reports of its load on /metrics: running, waiting, kv_bytes."""
+        url = f"http://{HOST}:{self.generators[index].metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=HEALTH_CALL_S) as reply:
+            text = reply.read().decode()
+        found = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            if name in LOAD_GAUGES:
+                found[LOAD_GAUGES[name]] = float(value)
+        return found
 
     def __enter__(self) -> ReplicaSet:
         try:

@@ -85,6 +85,8 @@ async def load_and_kill(replicas: ReplicaSet, proxy: CaddyProxy) -> tuple[list[R
 
         clients = [asyncio.create_task(client()) for _ in range(CLIENTS)]
         while True:  # the kill: mid-load, on a replica that holds requests now
+            if all(c.done() for c in clients):
+                pytest.fail("every request ended before the kill: nothing was in flight to lose")
             loads = [in_flight(proxy, a) for a in replicas.grpc_upstreams()]
             if len(records) >= KILL_AFTER and max(loads) > 0:
                 break
@@ -149,9 +151,9 @@ def test_a_replica_killed_mid_load_loses_no_request_and_no_event(
     assert asyncio.run(applied_outputs(replicas.draftcache_target(), len(ids))) == len(ids)
 
 
-def test_after_the_kill_and_the_restart_each_tenant_stays_on_one_replica(
+def test_after_the_kill_and_the_restart_each_tenant_stays_on_one_replica_and_each_reports_its_load(
         proxied: tuple[ReplicaSet, CaddyProxy, str]) -> None:
-    _, proxy, _ = proxied
+    replicas, proxy, _ = proxied
     proxy.wait_healthy()  # the restarted replica is back in the proxy's pool: its tenants go home
 
     async def twice() -> list[RequestRecord]:  # every tenant at once, then every tenant again
@@ -165,5 +167,7 @@ def test_after_the_kill_and_the_restart_each_tenant_stays_on_one_replica(
 
     records = asyncio.run(twice())
     assert all(r.completed for r in records)
+    # every replica reports its load (running, waiting, KV bytes) where an operator can read it
+    assert all(set(replicas.load(i)) == {"running", "waiting", "kv_bytes"} for i in range(len(replicas.generators)))
     # every tenant's second request reuses the prefix KV its first one left on the same replica
     assert [r.index for r in records[TENANTS:] if r.stats is None or r.stats.prefix_hit_tokens == 0] == []
