@@ -62,7 +62,7 @@ class OneDNNLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.detach()
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight.detach(), bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(x, self.weight.detach(), bias, "none", [], "")  # [..., out]
 
 
 def onednn_linears(module: nn.Module) -> int:
