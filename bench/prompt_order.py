@@ -57,7 +57,7 @@ def retriever_cores(root: Path, args: argparse.Namespace, wl: Workload, tok: Any
     cores = {}
     for order in orders:
         update: dict[str, Any] = {"passage_order": order, "data_dir": None}
-        if args.system_prompt is not None:
+        if getattr(args, "system_prompt", None) is not None:  # prompt-order's flag; exactness and logprobs have none
             update["system_prompt"] = args.system_prompt
         core = RetrieverCore(rs.model_copy(update=update), embedder=embedder,
                              tokenizer=tok, limits=settings.limits, served=settings.model)

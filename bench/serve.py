@@ -24,6 +24,7 @@ from lookahead_rag.bench.serve_client import closed_loop
 from lookahead_rag.bench.serve_hf import SerialBaseline, fill_references, run_serial
 from lookahead_rag.bench.serve_load import Question, ReplayPrompt, Workload, draw_sequence, load_workload
 from lookahead_rag.bench.serve_plot import plot
+from lookahead_rag.bench.serve_quality import answer_quality, question_ids, reference_answers
 from lookahead_rag.bench.serve_record import Recording, Replay, bench_args, record_data, sequence_json, write_record
 from lookahead_rag.bench.serve_stack import (
     RssSampler,
@@ -33,6 +34,7 @@ from lookahead_rag.bench.serve_stack import (
     serving,
 )
 from lookahead_rag.bench.serve_stats import PromptKey, RequestRecord, ratio, serial_queue, summarize
+from lookahead_rag.bench.squad_eval import QUALITY_COLUMNS
 from lookahead_rag.bench.thread_cpu import print_thread_cpu, since, thread_cpu
 from lookahead_rag.bench.ties import divergences
 
@@ -60,6 +62,8 @@ class RunConfig:
     beside: dict[str, dict[str, float]] | None = None  # --profile: each engine way's CPU seconds by thread
     recording: Recording | None = None  # --record: every (level, way)'s records are kept here
     references: dict[PromptKey, list[int]] = field(default_factory=dict)  # answers known up front (a replay's)
+    qids: dict[int, str] = field(default_factory=dict)  # request index -> its question (for SQuAD EM / F1)
+    answers: dict[str, list[str]] = field(default_factory=dict)  # qid -> the question's reference answers
 
 
 async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, wl: Workload,
@@ -137,7 +141,8 @@ async def run_levels(stack: StackConfig, run: RunConfig, model: Any, tok: Any, w
             keys = [tuple(r.prompt_ids) for recs, _, _ in raw.values() for r in recs if r.completed and r.prompt_ids]
             fill = functools.partial(fill_references, baseline, keys, references, stop)
             await asyncio.to_thread(on_own_thread, fill, run.threads or usable_cores())
-            levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1)}
+            levels[str(c)] = {w: {**summarize(recs, wall, references), "rss_mb": round(mb, 1),
+                                  **answer_quality(recs, run.qids, run.answers, tok)}
                               for w, (recs, wall, mb) in raw.items()}
             if not run.sampling.enabled:  # where a greedy answer differs: a floating-point tie or not
                 for w, (recs, _, _) in raw.items():
@@ -157,7 +162,7 @@ COLUMNS = [
     ("goodput_tokens_per_s", "tok/s", ".2f"), ("ttft_p50_s", "TTFT p50", ".3f"), ("ttft_p99_s", "p99", ".3f"),
     ("itl_p50_s", "ITL p50", ".4f"), ("itl_p99_s", "p99", ".4f"), ("mean_accepted_per_step", "tok/step", ".2f"),
     ("mean_tokens_per_forward", "tok/fwd", ".2f"), ("prefix_hit_tokens", "prefix hits", "d"),
-    ("exact_match", "exact", ".3f"), ("rss_mb", "RSS MB", ".0f"),
+    ("exact_match", "exact", ".3f"), *QUALITY_COLUMNS, ("rss_mb", "RSS MB", ".0f"),
 ]
 
 
@@ -245,7 +250,8 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
                     args.mode, {} if args.profile else None, {} if args.profile else None,
                     Recording() if args.record else None,
-                    args.replayed.references_for(bench_args(args)) if args.replayed is not None else {})
+                    args.replayed.references_for(bench_args(args)) if args.replayed is not None else {},
+                    question_ids(sequence), reference_answers(args.questions))
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as root:
         stack = StackConfig(Path(root), args.model, args.max_new_tokens, max(args.levels), args.threads,
                             args.dependency_timeout_s, args.kafka, check_generator_overrides(args.gen))

@@ -133,6 +133,7 @@ class FakeStub:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.metadata: list[dict[str, str]] = []  # each Generate call's metadata
 
     async def _stream(self, prompt: list[int]) -> AsyncIterator[generator_pb2.AnswerChunk]:
         await asyncio.sleep(0)  # let the other clients take their turn
@@ -141,12 +142,15 @@ class FakeStub:
                                         stats=events_pb2.GenerationStats(new_tokens=1, forward_steps=1))
         yield generator_pb2.AnswerChunk(final=final)
 
-    def Answer(self, request: generator_pb2.AnswerRequest, timeout: float) -> AsyncIterator[Any]:
+    def Answer(self, request: generator_pb2.AnswerRequest, timeout: float,
+               metadata: tuple[tuple[str, str], ...] = ()) -> AsyncIterator[Any]:
         self.calls.append(("Answer", request))
         return self._stream([1])
 
-    def Generate(self, request: generator_pb2.GenerateRequest, timeout: float) -> AsyncIterator[Any]:
+    def Generate(self, request: generator_pb2.GenerateRequest, timeout: float,
+                 metadata: tuple[tuple[str, str], ...] = ()) -> AsyncIterator[Any]:
         self.calls.append(("Generate", request))
+        self.metadata.append(dict(metadata))
         return self._stream(list(request.prompt_ids.ids))
 
 
@@ -158,6 +162,7 @@ def test_replayed_prompts_go_through_generate_and_every_record_names_its_client(
     sent = [(r.tenant, list(r.prompt_ids.ids), r.WhichOneof("input")) for _, r in stub.calls]
     assert sent == [(f"t{i}", [i + 1, i + 2], "prompt_ids") for i in range(5)]
     assert [r.prompt_ids for r in records] == [[i + 1, i + 2] for i in range(5)]
+    assert [m["x-tenant"] for m in stub.metadata] == [f"t{i}" for i in range(5)]  # what a proxy routes on
     assert {r.client for r in records} == {0, 1}
     for k in (0, 1):  # each client's requests, in the order it sent them
         mine = [r for r in records if r.client == k]
