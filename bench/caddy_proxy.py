@@ -29,7 +29,7 @@ from lookahead_rag.services.events.kafka.broker import free_port
 HOST = "127.0.0.1"
 DEPLOY_CADDY = Path(__file__).resolve().parent.parent / "deploy" / "caddy"  # in a checkout of the repository
 CADDYFILE = DEPLOY_CADDY / "Caddyfile"
-ROUTINGS = ("round_robin", "tenant")  # the Caddyfile's snippets: LAR_PROXY_ROUTING
+ROUTINGS = ("round_robin", "tenant")  # the Caddyfile's snippets: PROXY_ROUTING
 START_TIMEOUT_S = 15.0  # until the admin endpoint answers and every upstream has passed a health check
 POLL_S = 0.1  # pause between two looks while starting
 ADMIN_CALL_S = 2.0  # deadline of one admin API request
@@ -59,7 +59,7 @@ class ProxyConfig:
     grpc: list[str]  # the replicas' gRPC HOST:PORT, in replica order
     http: list[str]  # their OpenAI doors, same order
     routing: str = "tenant"  # one of ROUTINGS
-    max_in_flight: int = 16  # LAR_PROXY_MAX_IN_FLIGHT: calls one replica takes before its tenants spill over
+    max_in_flight: int = 16  # PROXY_MAX_IN_FLIGHT: calls one replica takes before its tenants spill over
     log: Path | None = None  # caddy's own log (None: discarded)
     caddyfile: Path = CADDYFILE  # the configuration run (deploy/'s)
 
@@ -88,14 +88,14 @@ class CaddyProxy:
     def env(self) -> dict[str, str]:
         """The Caddyfile's variables for this run."""
         return {
-            "LAR_PROXY_ADMIN": f"{HOST}:{self.admin_port}",
-            "LAR_PROXY_GRPC_PORT": str(self.grpc_port),
-            "LAR_PROXY_HTTP_PORT": str(self.http_port),
-            "LAR_PROXY_GRPC_UPSTREAMS": " ".join(f"h2c://{u}" for u in self.cfg.grpc),
-            "LAR_PROXY_HTTP_UPSTREAMS": " ".join(self.cfg.http),
-            "LAR_PROXY_ROUTING": self.cfg.routing,
-            "LAR_PROXY_MAX_IN_FLIGHT": str(self.cfg.max_in_flight),
-            "LAR_PROXY_DIR": str(self.cfg.caddyfile.parent),
+            "PROXY_ADMIN": f"{HOST}:{self.admin_port}",
+            "PROXY_GRPC_PORT": str(self.grpc_port),
+            "PROXY_HTTP_PORT": str(self.http_port),
+            "PROXY_GRPC_UPSTREAMS": " ".join(f"h2c://{u}" for u in self.cfg.grpc),
+            "PROXY_HTTP_UPSTREAMS": " ".join(self.cfg.http),
+            "PROXY_ROUTING": self.cfg.routing,
+            "PROXY_MAX_IN_FLIGHT": str(self.cfg.max_in_flight),
+            "PROXY_DIR": str(self.cfg.caddyfile.parent),
         }
 
     def start(self) -> None:

@@ -94,7 +94,7 @@ def test_tenants_by_title(tmp_path: Path) -> None:
 
 GREEDY_ROW_KEYS = ["new_tokens", "wall_s", "tokens_per_s", "forward_steps", "mean_accepted_per_step",
                    "speedup_vs_greedy", "speedup_vs_none", "exact_match_vs_greedy", "joules_per_token",
-                   "differ_frac", "mean_logprob"]
+                   "differ_frac", "mean_logprob", "squad_em", "squad_f1", "squad_scored"]
 
 
 def test_mode_rows_against_greedy_keep_their_keys_and_against_the_reference_rename_them() -> None:

@@ -39,9 +39,9 @@ def adapted(routing: str) -> dict[str, Any]:
         binary = caddy_binary()
     except CaddyMissingError as exc:
         pytest.skip(f"the proxy is not installed: {exc}")
-    env = {**os.environ, "LAR_PROXY_ROUTING": routing, "LAR_PROXY_DIR": str(DEPLOY_CADDY),
-           "LAR_PROXY_GRPC_UPSTREAMS": "h2c://10.0.0.1:50053 h2c://10.0.0.2:50053",
-           "LAR_PROXY_HTTP_UPSTREAMS": "10.0.0.1:8080 10.0.0.2:8080"}
+    env = {**os.environ, "PROXY_ROUTING": routing, "PROXY_DIR": str(DEPLOY_CADDY),
+           "PROXY_GRPC_UPSTREAMS": "h2c://10.0.0.1:50053 h2c://10.0.0.2:50053",
+           "PROXY_HTTP_UPSTREAMS": "10.0.0.1:8080 10.0.0.2:8080"}
     out = subprocess.run([str(binary), "adapt", "--config", str(DEPLOY_CADDY / "Caddyfile")], env=env,
                          capture_output=True, check=True, timeout=30)
     return dict(json.loads(out.stdout))

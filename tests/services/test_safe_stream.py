@@ -261,7 +261,8 @@ class FakeStub:
     def __init__(self) -> None:
         self.requests: list[generator_pb2.AnswerRequest] = []
 
-    def Answer(self, request: generator_pb2.AnswerRequest, timeout: float) -> AsyncIterator[generator_pb2.AnswerChunk]:
+    def Answer(self, request: generator_pb2.AnswerRequest, timeout: float,
+               metadata: tuple[tuple[str, str], ...] = ()) -> AsyncIterator[generator_pb2.AnswerChunk]:
         self.requests.append(request)
 
         async def chunks() -> AsyncIterator[generator_pb2.AnswerChunk]:

@@ -15,6 +15,7 @@ import ssl
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import grpc
@@ -243,6 +244,7 @@ def get_health(port: int, context: ssl.SSLContext | None) -> int:
 def test_http_endpoint_serves_https_and_mutual_tls(pki: Pki) -> None:
     # the OpenAI endpoint with [tls]: HTTPS verified against the CA answers; plain HTTP gets no answer;
     # under mutual TLS a client without a certificate is cut off and one with the CA's certificate answers
+    from lookahead_rag.services.common.limits import RequestLimits
     from lookahead_rag.services.http.server import HttpServer
     from lookahead_rag.services.http.settings import HttpSettings
 
@@ -253,7 +255,8 @@ def test_http_endpoint_serves_https_and_mutual_tls(pki: Pki) -> None:
         return ctx
 
     async def statuses(tls: TlsSettings) -> list[int | str]:
-        server = await HttpServer.start(None, HttpSettings(host=LOOPBACK_V4, port=0), 0, tls)  # type: ignore[arg-type]
+        engine = SimpleNamespace(limits=RequestLimits())  # the app reads the request limits; /health needs no more
+        server = await HttpServer.start(engine, HttpSettings(host=LOOPBACK_V4, port=0), 0, tls)  # type: ignore[arg-type]
         got: list[int | str] = []
         try:
             for ctx in (context(cert=False), None, context(cert=True)):
