@@ -37,11 +37,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = workload_parser("lookahead-rag-bench prompt-order", __doc__)
     p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="the first N answerable questions")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="greedy answer length cap")
+    add_model_args(p)
     p.add_argument("--unanswerable", type=int, default=DEFAULT_UNANSWERABLE,
                    help="also ask the first N unanswerable questions (reported apart: how many abstain)")
     p.add_argument("--system-prompt", default=None, help="the retriever's system prompt for this run "
                    "(default: [retriever] system_prompt's default)")
-    add_model_args(p)
     args = p.parse_args(argv)
     if args.limit < 1 or args.max_new_tokens < 1 or args.unanswerable < 0:
         p.error("--limit and --max-new-tokens must be positive, --unanswerable not negative")

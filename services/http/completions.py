@@ -23,20 +23,10 @@ from pydantic import BaseModel, ConfigDict
 from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import FinalInfo, GenerateQuery, GenerationParams, PromptIds, TextDelta
 from lookahead_rag.services.http import choices, errors, translate
+from lookahead_rag.services.http import streaming as sse_io  # one name for the SSE helpers
 from lookahead_rag.services.http.errors import InvalidParam
 from lookahead_rag.services.http.logprobs import LegacyLogprobs, TokenPieces
 from lookahead_rag.services.http.schema import StreamOptions
-from lookahead_rag.services.http.streaming import (
-    DONE,
-    SSE_MEDIA_TYPE,
-    ClientDisconnected,
-    ClosingStreamingResponse,
-    json_reply,
-    or_disconnect,
-    padded_sse,
-    safe_event_bytes,
-    sse,
-)
 
 if TYPE_CHECKING:
     from lookahead_rag.services.http.routes import Frontend
@@ -173,9 +163,9 @@ class Shape:
         """One step's event; a safe stream's padded to the one size every delta event of the stream has."""
         event = self.chunk(self.choice(index, delta.text, delta.logprobs, None, list(delta.token_ids)))
         if not delta.safe_bytes:
-            return sse(event)
+            return sse_io.sse(event)
         largest = self.chunk(self.choice(index, "", (), None, []))  # every field a delta's event can have, empty
-        return padded_sse(event, safe_event_bytes(largest, delta.safe_bytes))
+        return sse_io.padded_sse(event, sse_io.safe_event_bytes(largest, delta.safe_bytes))
 
 
 async def complete(front: Frontend, body: CompletionRequest, request: Request) -> Response:
@@ -198,14 +188,15 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
             shape = Shape(rid, front.model, int(time.time()), body, pieces, n)
             when = choices.loop_deadline(deadline)
             if not body.stream:
-                got = await or_disconnect(request, choices.collect_all(streams, when, deadline))
-                return await json_reply(lambda: shape.whole(got), front.engine.settings.stream_send_timeout_s,
-                                        headers)
-            first = await or_disconnect(request, choices.firsts(streams, when))
+                got = await sse_io.or_disconnect(request, choices.collect_all(streams, when, deadline))
+                return await sse_io.json_reply(lambda: shape.whole(got),
+                                               front.engine.settings.stream_send_timeout_s, headers)
+            first = await sse_io.or_disconnect(request, choices.firsts(streams, when))
             events = _events(shape, choices.merged(first, streams, when), deadline, (rid, tenant))
-            return ClosingStreamingResponse(events, front.engine.settings.stream_send_timeout_s,
-                                            media_type=SSE_MEDIA_TYPE, headers={**headers, "cache-control": "no-cache"})
-    except ClientDisconnected:
+            return sse_io.ClosingStreamingResponse(
+                events, front.engine.settings.stream_send_timeout_s, media_type=sse_io.SSE_MEDIA_TYPE,
+                headers={**headers, "cache-control": "no-cache"})
+    except sse_io.ClientDisconnected:
         return Response(status_code=errors.CLIENT_CLOSED)
     except Exception as exc:
         return errors.error_response(exc, headers, CompletionRequest.model_fields)
@@ -223,13 +214,13 @@ async def _events(shape: Shape, chunks: AsyncIterator[tuple[int, Any]], deadline
                     last = shape.choice(i, "", (), translate.finish_reason(chunk.stats.finish_reason), None)
                     if shape.token_ids:
                         last["prompt_token_ids"] = list(chunk.prompt_ids)
-                    yield sse(shape.chunk(last))
+                    yield sse_io.sse(shape.chunk(last))
                 elif chunk.text or chunk.logprobs or (shape.token_ids and chunk.token_ids) or chunk.safe_bytes:
                     yield shape.delta_event(i, chunk)  # a safe stream's delta always makes one: a missing one tells
             if shape.include_usage:
-                yield sse({**shape.head, "choices": [], "usage": shape.usage(finals)})
-            yield DONE
+                yield sse_io.sse({**shape.head, "choices": [], "usage": shape.usage(finals)})
+            yield sse_io.DONE
         except Exception as exc:
-            yield sse(errors.http_error(exc)[1])
+            yield sse_io.sse(errors.http_error(exc)[1])
         finally:
             await chunks.aclose()  # type: ignore[attr-defined]

@@ -379,3 +379,13 @@ def serve_all_greedy(sched: StepScheduler, model: PreTrainedModel, prompts: Sequ
         assert c.error is None
         assert c.streamed == r.output == greedy(model, p, r.config.max_new_tokens)
     return reqs
+
+
+def serve_mixed_modes(sched: StepScheduler, prompts: Sequence[Sequence[int]], max_new: int) -> list[ServeRequest]:
+    """Serve ``prompts`` at once on a not yet started ``sched``, request j in mode MODES[j % len(MODES)];
+    the requests, after checking that some forward carried more than one of them."""
+    configs = [DecodingConfig(mode=DraftMode(MODES[j % len(MODES)]), max_new_tokens=max_new)
+               for j in range(len(prompts))]
+    reqs = serve_at_once(sched.start(), prompts, configs)
+    assert max(max(r.stats.batch_sizes) for r in reqs) > 1
+    return reqs

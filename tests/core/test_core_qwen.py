@@ -7,9 +7,7 @@ has put it in the cache, and skip with that command as the reason otherwise.
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode
@@ -19,7 +17,7 @@ from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.models import load_model
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core.helpers import MODES, greedy, serve_at_once
+from tests.core.helpers import MODES, greedy, serve_mixed_modes
 from tests.core.test_core_real_model import grounded_prompts
 
 QWEN = "qwen2.5-coder-0.5b-instruct"  # the built-in under test
@@ -48,19 +46,9 @@ def qwen() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
 
 
 @pytest.fixture(scope="module")
-def prompts(qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase]) -> list[list[int]]:
-    return grounded_prompts(qwen[1])[:PROMPTS]
-
-
-@pytest.fixture(scope="module")
-def reference(
-    qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase], prompts: list[list[int]]
-) -> Callable[[int], list[int]]:
-    @functools.cache
-    def ref(i: int) -> list[int]:
-        return greedy(qwen[0], prompts[i], MAX_NEW)
-
-    return ref
+def cases(qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase]) -> list[tuple[list[int], list[int]]]:
+    """(prompt, stock greedy's answer) for each grounded prompt used here."""
+    return [(p, greedy(qwen[0], p, MAX_NEW)) for p in grounded_prompts(qwen[1])[:PROMPTS]]
 
 
 def test_qwen_is_the_untied_biased_family(qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase]) -> None:
@@ -74,28 +62,21 @@ def test_qwen_is_the_untied_biased_family(qwen: tuple[PreTrainedModel, PreTraine
 
 @pytest.mark.parametrize("mode", MODES)
 def test_qwen_every_mode_equals_greedy(
-    mode: str, qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase], prompts: list[list[int]],
-    reference: Callable[[int], list[int]],
+    mode: str, qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase], cases: list[tuple[list[int], list[int]]]
 ) -> None:
     # each prompt alone through the engine at one request
     dec = LookaheadDecoder(qwen[0], qwen[1], DecodingConfig(mode=DraftMode(mode), max_new_tokens=MAX_NEW))
-    for i, prompt in enumerate(prompts):
-        assert dec.generate(prompt).output_ids == reference(i), f"prompt {i}"
+    for i, (prompt, want) in enumerate(cases):
+        assert dec.generate(prompt).output_ids == want, f"prompt {i}"
 
 
 def test_qwen_batched_scheduler_equals_greedy(
-    qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase], prompts: list[list[int]],
-    reference: Callable[[int], list[int]],
+    qwen: tuple[PreTrainedModel, PreTrainedTokenizerBase], cases: list[tuple[list[int], list[int]]]
 ) -> None:
     # every prompt at once (and one again: a prefix-cache hit), modes mixed, chunked prefill
-    model, tok = qwen
-    sched = StepScheduler(model, tok, SchedulerConfig(max_running=4, prefill_chunk=96,
-                                                      calibration_counts=(1, 8), calibration_repeats=1))
-    order = [*range(len(prompts)), 1]
-    configs = [DecodingConfig(mode=DraftMode(MODES[j % len(MODES)]), max_new_tokens=MAX_NEW)
-               for j in range(len(order))]
-    reqs = serve_at_once(sched.start(), [prompts[i] for i in order], configs)
-    for i, req in zip(order, reqs, strict=True):
-        assert req.output == reference(i), f"prompt {i} in mode {req.config.mode}"
-    assert max(max(r.stats.batch_sizes) for r in reqs) > 1
-    assert reqs[-1].stats.prefix_hit_tokens == len(prompts[1]) - 1
+    sched = StepScheduler(qwen[0], qwen[1], SchedulerConfig(max_running=4, prefill_chunk=96,
+                                                            calibration_counts=(1, 8), calibration_repeats=1))
+    order = [*range(len(cases)), 1]
+    reqs = serve_mixed_modes(sched, [cases[i][0] for i in order], MAX_NEW)
+    assert [r.output for r in reqs] == [cases[i][1] for i in order]
+    assert reqs[-1].stats.prefix_hit_tokens == len(cases[1][0]) - 1
