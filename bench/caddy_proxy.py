@@ -20,10 +20,10 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from lookahead_rag.bench.replica_set import terminate
+from lookahead_rag.services.common.until_ready import wait_until_ready
 from lookahead_rag.services.events.kafka.broker import free_port
 
 HOST = "127.0.0.1"
@@ -76,14 +76,8 @@ class CaddyProxy:
         self.binary = caddy_binary()
         self.grpc_port, self.http_port, self.admin_port = free_port(HOST), free_port(HOST), free_port(HOST)
         self._popen: subprocess.Popen[bytes] | None = None
-
-    @property
-    def grpc_target(self) -> str:
-        return f"{HOST}:{self.grpc_port}"
-
-    @property
-    def http_base(self) -> str:
-        return f"http://{HOST}:{self.http_port}"
+        self.grpc_target = f"{HOST}:{self.grpc_port}"  # the gRPC door clients dial
+        self.http_base = f"http://{HOST}:{self.http_port}"  # the OpenAI door's base URL
 
     def env(self) -> dict[str, str]:
         """The Caddyfile's variables for this run."""
@@ -108,14 +102,8 @@ class CaddyProxy:
         finally:
             if self.cfg.log:
                 out.close()  # type: ignore[union-attr]
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not self._ready():
-            if self._popen.poll() is not None:
-                raise RuntimeError(f"caddy exited with {self._popen.returncode} (log: {self.cfg.log})")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"caddy did not hold every replica healthy within {START_TIMEOUT_S:g} s")
-            time.sleep(POLL_S)
+        wait_until_ready(self._ready, self._popen, START_TIMEOUT_S, POLL_S,
+                         f"caddy (every replica healthy; log: {self.cfg.log})", self.stop)
 
     def _ready(self) -> bool:
         try:
@@ -158,6 +146,5 @@ class CaddyProxy:
         self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from lookahead_rag.services.common.until_ready import wait_until_ready
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.events.kafka.topics import all_topics
 
@@ -114,14 +114,8 @@ class LocalBroker:
         finally:
             if self.log_path:
                 out.close()  # type: ignore[union-attr]
-        deadline = time.monotonic() + timeout_s
-        while not _accepts(self.host, self.port):
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {self._proc.returncode} on {self.bootstrap}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise TimeoutError(f"tansu did not accept connections on {self.bootstrap} in {timeout_s} s")
-            time.sleep(CONNECT_POLL_S)
+        wait_until_ready(lambda: _accepts(self.host, self.port), self._proc, timeout_s, CONNECT_POLL_S,
+                         f"tansu on {self.bootstrap}", self.stop)
 
     def stop(self) -> None:
         """Stop the broker (its memory storage is lost)."""
