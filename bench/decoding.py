@@ -18,7 +18,7 @@ from lookahead_core.config import LOSSY_MODES, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.profile import StepProfile
 from lookahead_core.engine.scheduler import StepScheduler
-from lookahead_core.forward.kernels import CostCurve, KernelSet
+from lookahead_core.forward.kernels import KernelSet
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.models import load_model
@@ -39,7 +39,7 @@ from lookahead_rag.bench.decoding_args import parse_args as _parse_args
 from lookahead_rag.bench.decoding_plot import REFERENCE
 from lookahead_rag.bench.energy import open_meter
 from lookahead_rag.bench.engine_runner import SchedulerRunner
-from lookahead_rag.bench.forward_cost import choose_decoding_length, measure_forward_cost
+from lookahead_rag.bench.forward_cost import choose_decoding_length, measure_forward_cost, print_cost
 from lookahead_rag.bench.pipeline import measure_pipeline
 from lookahead_rag.bench.plot import plot_result
 from lookahead_rag.bench.profile_report import flatten, report_profile
@@ -196,7 +196,7 @@ def run(args: argparse.Namespace) -> int:
     past = int(sum(map(len, prompts)) / len(prompts)) + args.max_new_tokens // 2
     print(f"timing kernels vs tree tokens (cache {past} tokens)...")
     curve = measure_forward_cost(kernels, past)
-    _print_cost(kernels.measured or curve, curve)
+    print_cost(kernels.measured or curve, curve)
     print(f"kernels: {kernels.describe()}")
     probe = LookaheadDecoder(model, tok, base, kernels=kernels)
     calibration: dict[str, Any] = {}
@@ -379,14 +379,6 @@ def _kernel_record(kernels: KernelSet) -> dict[str, Any]:
     measured = kernels.measured
     return {"choice": kernels.describe(), "kept": kernels.names,
             "measured_s": measured.to_dict() if measured is not None else None}
-
-
-def _print_cost(measured: CostCurve, curve: CostCurve) -> None:
-    """ms per forward of every kernel timed, and the chosen one's cost relative to a 1-token forward."""
-    rows = [{"q": q, **{k: measured.cost(q, k) * 1000.0 for k in measured.kernels},
-             "best": curve.best(q), "rel": curve.cost(q) / curve.cost(1)} for q in measured.token_counts]
-    print_table(rows, [("q", "tree tokens", "d"), *[(k, f"{k} ms", ".1f") for k in measured.kernels],
-                       ("best", "runs", "s"), ("rel", "x 1-token", ".2f")])
 
 
 def _retrieved_prompts(tok: Any, rows: list[dict[str, Any]], questions: list[str], k: int,

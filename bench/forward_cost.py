@@ -124,5 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def print_cost(measured: CostCurve, curve: CostCurve) -> None:
+    """ms per forward of every kernel timed, and the chosen one's cost relative to a 1-token forward."""
+    rows = [{"q": q, **{k: measured.cost(q, k) * 1000.0 for k in measured.kernels},
+             "best": curve.best(q), "rel": curve.cost(q) / curve.cost(1)} for q in measured.token_counts]
+    print_table(rows, [("q", "tree tokens", "d"), *[(k, f"{k} ms", ".1f") for k in measured.kernels],
+                       ("best", "runs", "s"), ("rel", "x 1-token", ".2f")])
+
+
 if __name__ == "__main__":
     raise SystemExit(main())
