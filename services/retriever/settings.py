@@ -106,9 +106,7 @@ class RetrieverSettings(ServerSettings):
     max_remembered_event_ids: int = Field(
         1_000_000, ge=1, description="applied event ids kept for deduplication (oldest forgotten first)"
     )
-    tenant_remembered_event_ids: int = Field(
-        100_000, ge=1, description="of those, most kept per tenant (a tenant's flood pushes out only its own)"
-    )
+    tenant_remembered_event_ids: int = Field(100_000, ge=1, description="of those, most kept per tenant")
     system_prompt: str = Field(
         "You are a helpful assistant. Answer the question using the numbered documents and past answers "
         "below. If they do not contain the answer, say so briefly.",
