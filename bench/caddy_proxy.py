@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,10 +115,17 @@ class CaddyProxy:
 
     def wait_healthy(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Return once caddy holds every upstream healthy (after a replica came back: its next health check)."""
+        self._wait(self._ready, timeout_s, "every replica healthy")
+
+    def wait_unhealthy(self, address: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Return once caddy's health checks have taken ``address`` out of its pool (after it died)."""
+        self._wait(lambda: not self.healthy().get(address, True), timeout_s, f"{address} unhealthy")
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
-        while not self._ready():
+        while not done():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"caddy did not hold every replica healthy within {timeout_s:g} s")
+                raise TimeoutError(f"caddy did not hold {what} within {timeout_s:g} s")
             time.sleep(POLL_S)
 
     def _admin(self, path: str) -> bytes:

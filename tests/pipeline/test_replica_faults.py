@@ -138,7 +138,7 @@ def test_a_replica_killed_mid_load_loses_no_request_and_no_event(
     assert [r.index for r in records if not r.completed and not r.deltas] == []
     assert sum(r.completed for r in records) >= REQUESTS - CLIENTS  # at most one cut stream per client
     # the killed replica comes back on its own data directory: its outbox drains what it had not sent
-    assert not proxy.healthy()[replicas.grpc_upstreams()[victim]]  # meanwhile the proxy had taken it out
+    proxy.wait_unhealthy(replicas.grpc_upstreams()[victim])  # its health checks take it out (1 s apart)
     replicas.restart(victim)
     answered = {r.request_id for r in records if r.completed}
     events = asyncio.run(published(bootstrap, KafkaSettings().topic, len(answered)))
