@@ -81,24 +81,36 @@ def test_fused_twin_is_the_model_bit_for_bit_at_one_token(family: str, two_threa
         torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
 
 
-def test_a_group_is_multiplied_once_per_forward(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    model = biased("qwen2")
-    twin = make_twin(model, "fused", attn_implementation=None)
+def product_shapes(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple[int, ...]]:
+    """The weight shape of every call of ``fused.<name>`` (a group's product) from now on."""
     calls: list[tuple[int, ...]] = []
-    product = fused_module.split_product
+    product = getattr(fused_module, name)
 
-    def counted(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
+    def counted(x: torch.Tensor, weight: torch.Tensor, *rest: object) -> torch.Tensor:
         calls.append(tuple(weight.shape))
-        return product(x, weight, bias, parts)
+        return product(x, weight, *rest)
 
-    monkeypatch.setattr(fused_module, "split_product", counted)
-    with torch.inference_mode():
-        twin(input_ids=torch.tensor([[5, 6, 7]]))
+    monkeypatch.setattr(fused_module, name, counted)
+    return calls
+
+
+def joined_shapes(model: PreTrainedModel) -> list[tuple[int, int]]:
+    """Every layer's joined q/k/v and gate/up weight shapes, in call order."""
     config = model.config
     head_dim = config.hidden_size // config.num_attention_heads
     qkv = (config.num_attention_heads + 2 * config.num_key_value_heads) * head_dim  # rows of the joined q/k/v
-    joined_shapes = [(qkv, config.hidden_size), (2 * config.intermediate_size, config.hidden_size)]
-    assert [c for c in calls if c in joined_shapes] == joined_shapes * config.num_hidden_layers
+    per_layer = [(qkv, config.hidden_size), (2 * config.intermediate_size, config.hidden_size)]
+    return per_layer * config.num_hidden_layers
+
+
+def test_a_group_is_multiplied_once_per_forward(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = biased("qwen2")
+    twin = make_twin(model, "fused", attn_implementation=None)
+    calls = product_shapes(monkeypatch, "split_product")
+    with torch.inference_mode():
+        twin(input_ids=torch.tensor([[5, 6, 7]]))
+    want = joined_shapes(model)
+    assert [c for c in calls if c in want] == want
 
 
 @pytest.mark.parametrize("kernel", ["split", "fused"])

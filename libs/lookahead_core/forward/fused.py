@@ -10,7 +10,9 @@ The model's own forward is unchanged (a contiguous row view, the same values).
 joined rows, the others slice its result, so a layer makes 2 products + o_proj + down_proj instead
 of 7. At one row every output row is the same GEMV dot product as the layer's own, so the result is
 the stock one bit for bit (``tests/core/test_core_fused.py``); from 2 rows it differs by summation
-order only, as the split kernel does. ``kernels.KernelSet`` measures where it wins.
+order only, as the split kernel does. ``fuse_linears(twin, weight_major=True)`` runs each group's product
+and every other Linear weight-major instead (``wmajor``: the tree kernel that shares the weights).
+``kernels.KernelSet`` measures where each wins.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch import nn
 
 from .memory import drop_file_pages
 from .split import split_linears, split_parts, split_product
+from .wmajor import weight_major_linears, weight_major_product
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +99,13 @@ def _whole(first: torch.Tensor, rows: int) -> torch.Tensor:
 class FusedGroup:
     """One product over a group's joined rows, computed once per input and sliced by each member."""
 
-    def __init__(self, layers: Sequence[nn.Module], parts: int) -> None:
+    def __init__(self, layers: Sequence[nn.Module], parts: int, weight_major: bool = False) -> None:
         self.rows = sum(m.out_features for m in layers)  # type: ignore[misc]
         self.weight = _whole(layers[0].weight, self.rows)  # type: ignore[arg-type]  # [rows, in]
         bias = layers[0].bias
         self.bias = None if bias is None else _whole(bias, self.rows)  # type: ignore[arg-type]  # [rows]
-        self.parts = parts
+        self.parts = parts  # row blocks of the split product
+        self.weight_major = weight_major  # the product as (W x^T)^T instead (``wmajor``): parts unused
         self.members = len(layers)
         self._stash = threading.local()  # per thread: (input, output, members still to read it)
 
@@ -109,7 +113,8 @@ class FusedGroup:
         """x W_group^T + b_group ([..., in] -> [..., rows]); the same input ``x`` is multiplied once."""
         stash = self._stash
         if getattr(stash, "input", None) is not x:
-            stash.output = split_product(x, self.weight, self.bias, self.parts)  # [..., rows]
+            stash.output = (weight_major_product(x, self.weight, self.bias) if self.weight_major  # [..., rows]
+                            else split_product(x, self.weight, self.bias, self.parts))
             stash.input, stash.left = x, self.members
         y = stash.output
         stash.left -= 1
@@ -141,22 +146,27 @@ def _ready(layers: Sequence[nn.Module], parts: int) -> bool:
             and sum(m.out_features for m in layers) % parts == 0)  # type: ignore[misc]
 
 
-def fuse_linears(module: nn.Module, parts: int | None = None) -> int:
+def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool = False) -> int:
     """In a twin whose model went through ``fuse_weights``: each joined group whose rows divide into
     ``parts`` becomes ``FusedMember`` modules of one ``FusedGroup``; every other Linear is split
-    (``split.split_linears``). Returns the groups fused."""
-    parts = split_parts() if parts is None else parts
+    (``split.split_linears``). ``weight_major``: every product runs weight-major instead (no row blocks,
+    so every joined group fuses). Returns the groups fused."""
+    parts = 1 if weight_major else split_parts() if parts is None else parts
     fused = 0
     for module_ in list(module.modules()):
         for names in GROUPS:
             layers = group_linears(module_, names)
             if layers is None or not _ready(layers, parts):
                 continue
-            group, lo = FusedGroup(layers, parts), 0
+            group, lo = FusedGroup(layers, parts, weight_major), 0
             for name, layer in zip(names, layers, strict=True):
                 setattr(module_, name, FusedMember(layer, group, lo))
                 lo += layer.out_features
             fused += 1
+    if weight_major:
+        weight_major_linears(module)
+        log.info("fused %d layer groups, every product weight-major", fused)
+        return fused
     split = split_linears(module, parts)
     log.info("fused %d layer groups, split %d other linear layers into %d row blocks", fused, split, parts)
     return fused

@@ -4,6 +4,7 @@ A kernel is a *twin* of the model: the same parameters (shared, not copied) unde
 objects, so its Linear layers may be split into per-thread row blocks (``split``: the stock result
 bit for bit), with q/k/v and gate/up as one product each over one joined storage (``fused``: bit
 for bit too), run by oneDNN on the model's own weights (``onednn``) or on a packed copy (``packed``),
+fused with every product weight-major (``wmajor``: the weight as the GEMM's left operand),
 and its attention implementation swapped while the
 original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
@@ -36,24 +37,27 @@ from .fused import fuse_linears, fuse_weights
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
 from .split import split_linears, splittable
+from .wmajor import weight_major_ok
 
 STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
+WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, WMAJOR, PACKED)  # every kernel a KernelSet may hold, in tie-break order
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, ONEDNN)  # the default set: no second copy of any weight (fused is split where nothing joins)
+SHARING = (STOCK, FUSED, ONEDNN, WMAJOR)  # the default set: no second copy of a weight (fused: split where none join)
 EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 
 
 def available(model: nn.Module, kernel: str) -> bool:
     """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
-    fused being split where no q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN)."""
+    fused being split where no q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN;
+    wmajor on fp32 CPU)."""
     return {STOCK: True, SPLIT: splittable(model), FUSED: splittable(model), ONEDNN: packable(model),
-            PACKED: packable(model)}[kernel]
+            WMAJOR: weight_major_ok(model), PACKED: packable(model)}[kernel]
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
@@ -70,7 +74,7 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) ->
     if not available(model, kernel):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
-    if kernel == FUSED:
+    if kernel in (FUSED, WMAJOR):
         fuse_weights(model)
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
@@ -82,6 +86,8 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) ->
         split_linears(twin)
     elif kernel == FUSED:
         fuse_linears(twin)
+    elif kernel == WMAJOR:
+        fuse_linears(twin, weight_major=True)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
     return twin.eval()

@@ -22,6 +22,8 @@ import logging
 import torch
 from torch import nn
 
+from .linear_swap import SharedLinear, swap_linears
+
 log = logging.getLogger(__name__)
 
 PACK_BATCH_HINT = 16  # rows oneDNN tunes the packed layout for (the typical tree size)
@@ -32,15 +34,11 @@ def onednn_available() -> bool:
     return bool(torch.backends.mkldnn.is_available()) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-class PackedLinear(nn.Module):
+class PackedLinear(SharedLinear):
     """y = x W^T + b with W pre-packed for oneDNN (inference only, CPU, fp32)."""
 
     def __init__(self, linear: nn.Linear, batch_hint: int = PACK_BATCH_HINT) -> None:
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.weight = linear.weight  # shared with the source model (same tensor, no copy)
-        self.bias = linear.bias
+        super().__init__(linear)
         with torch.no_grad():
             packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_hint)
         self.register_buffer("packed_weight", packed, persistent=False)
@@ -50,15 +48,8 @@ class PackedLinear(nn.Module):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
 
 
-class OneDNNLinear(nn.Module):
+class OneDNNLinear(SharedLinear):
     """y = x W^T + b by oneDNN on the model's own weight (inference only, CPU, fp32; no copy)."""
-
-    def __init__(self, linear: nn.Linear) -> None:
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.weight = linear.weight  # shared with the source model (same tensor, no copy)
-        self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         bias = None if self.bias is None else self.bias.detach()
@@ -67,10 +58,7 @@ class OneDNNLinear(nn.Module):
 
 def onednn_linears(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` under ``module`` (in place) by a ``OneDNNLinear``; returns how many."""
-    linears = [(name, mod) for name, mod in module.named_modules() if type(mod) is nn.Linear]
-    for name, mod in linears:
-        module.set_submodule(name, OneDNNLinear(mod))
-    return len(linears)
+    return swap_linears(module, OneDNNLinear)
 
 
 def packable(model: nn.Module) -> bool:
@@ -81,8 +69,6 @@ def packable(model: nn.Module) -> bool:
 
 def pack_linears(module: nn.Module, batch_hint: int = PACK_BATCH_HINT) -> int:
     """Replace every ``nn.Linear`` under ``module`` (in place) by a ``PackedLinear``; returns how many."""
-    linears = [(name, mod) for name, mod in module.named_modules() if type(mod) is nn.Linear]
-    for name, mod in linears:
-        module.set_submodule(name, PackedLinear(mod, batch_hint))
-    log.info("packed %d linear layers for oneDNN", len(linears))
-    return len(linears)
+    count = swap_linears(module, lambda linear: PackedLinear(linear, batch_hint))
+    log.info("packed %d linear layers for oneDNN", count)
+    return count
