@@ -23,6 +23,8 @@ import logging
 import torch
 from torch import nn
 
+from .linear_swap import SharedLinear
+
 log = logging.getLogger(__name__)
 
 MIN_PARTS = 2  # fewer blocks than this is the stock kernel
@@ -50,18 +52,14 @@ def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return y.transpose(0, 1).reshape(*x.shape[:-1], out_features)  # [..., out]
 
 
-class SplitLinear(nn.Module):
+class SplitLinear(SharedLinear):
     """y = x W^T + b with W's rows in ``parts`` blocks, multiplied as one batched product (inference only)."""
 
     def __init__(self, linear: nn.Linear, parts: int) -> None:
-        super().__init__()
         if linear.out_features % parts:
             raise ValueError("SplitLinear needs a Linear whose out_features divide by parts")
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
+        super().__init__(linear)
         self.parts = parts
-        self.weight = linear.weight  # shared with the source model (same tensor, no copy)
-        self.bias = linear.bias  # shared too (None: bias-free)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
