@@ -20,6 +20,7 @@ from lookahead_core.vocab import tokenizer_id, vocab_size_of
 import lookahead_rag.services.generator.engine as engine_module
 from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.draftcache.convert import continuations_from_proto
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 from lookahead_rag.services.generator.prepared import Prepared
@@ -108,10 +109,10 @@ async def test_fetched_drafts_outside_the_vocabulary_are_dropped(pipe: Any, monk
     size = engine.vocab_size
 
     async def poisoned(*_args: Any, **_kw: Any) -> Any:
-        return draftcache_pb2.FetchResponse(continuations=[
+        return continuations_from_proto(draftcache_pb2.FetchResponse(continuations=[
             draftcache_pb2.Branch(ids=[5, size + 3], weight=2.0),
             draftcache_pb2.Branch(ids=[5, 6], weight=1.0),
-        ])
+        ]))  # what a client returns: the reply read back from the wire
 
     monkeypatch.setattr(engine.draft_cache, "fetch", poisoned)
     prep = Prepared("acme", "", [1, 2, 3], [], DecodingConfig(), "r1")
