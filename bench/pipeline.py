@@ -43,7 +43,7 @@ def _request(question: str, k: int, params: Any) -> Any:
 async def _answer_local(p: Pipeline, question: str, k: int, params: Any) -> tuple[float, list[int]]:
     t0 = time.perf_counter()
     out: list[int] = []
-    async for chunk in p.engine.answer(answer_query(_request(question, k, params))):  # the engine's domain types
+    async for chunk in p.generator.answer(answer_query(_request(question, k, params))):  # the engine's domain types
         if isinstance(chunk, FinalInfo):
             out = list(chunk.output_ids)
     return time.perf_counter() - t0, out

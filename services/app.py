@@ -22,7 +22,7 @@ Tracing: with an OTLP endpoint (``[tracing]``, services.common.tracing) every se
 the HTTP endpoint started here carry one trace per request; off, nothing is installed.
 
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
-(``lookahead_rag.services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
+(``lookahead_rag.services.http``, ``[http]`` settings) serves the same generator on ``http_port`` (``bind["http"]``
 overrides its port); ``stop()`` closes it first, gracefully.
 
 Auth: with ``[auth] mode = "required"`` every gRPC server here refuses a call whose credential is not
@@ -66,7 +66,7 @@ from lookahead_rag.services.events.metrics import OutboxMetrics, outbox_job
 from lookahead_rag.services.events.protocols import EventBus
 from lookahead_rag.services.generator.build import build_generator
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
-from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.core import GeneratorCore
 from lookahead_rag.services.generator.forget import subscribe_forgets
 from lookahead_rag.services.http.server import HttpServer
 from lookahead_rag.services.retriever.build import build_retriever
@@ -94,7 +94,7 @@ class Pipeline:
     server_credentials: grpc.ServerCredentials | None = None  # TLS of the gRPC servers ([tls]); None: plaintext
 
     @property
-    def engine(self) -> GeneratorEngine:
+    def generator(self) -> GeneratorCore:
         return self.services["generator"].core
 
     @property
@@ -163,8 +163,8 @@ class Pipeline:
                                               forgets=forgets)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
             if grpc_servers and settings.http.enabled:
-                pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"), settings.tls,
-                                                   auth, registry)
+                pipeline.http = await HttpServer.start(pipeline.generator, settings.http, bind.get("http"),
+                                                       settings.tls, auth, registry)
                 pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:

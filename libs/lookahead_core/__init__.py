@@ -18,16 +18,16 @@ from .drafting.draft import Drafter, DraftTree, retrieve_draft
 from .drafting.trie import TokenTrie
 from .drafting.verify import accept_longest
 from .observer import PathRecorder, StepObserver
-from .stats import GenerationStats
+from .stats import DecodeStats
 from .vocab import tokenizer_id
 
 __all__ = [
     "DEFAULT_MODEL",
+    "DecodeStats",
     "DecodingConfig",
     "DraftMode",
     "DraftTree",
     "Drafter",
-    "GenerationStats",
     "PathRecorder",
     "StepObserver",
     "TokenTrie",

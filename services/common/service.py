@@ -44,7 +44,7 @@ class Service(Generic[T]):
     """One built service: its domain object, its gRPC servicers and its lifecycle steps."""
 
     name: str  # "retriever", "draftcache" or "generator"
-    core: T  # the domain object in-process callers use (RetrieverCore, DraftCacheStore, GeneratorEngine)
+    core: T  # the domain object in-process callers use (RetrieverCore, DraftCacheStore, GeneratorCore)
     settings: ServerSettings  # host, port, grace
     handlers: Sequence[tuple[AddFn, Any]]  # (add_XServicer_to_server, servicer) pairs
     service_names: Sequence[str]  # full gRPC service names, for health and reflection

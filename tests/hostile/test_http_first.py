@@ -124,7 +124,7 @@ async def test_no_credential_is_401_before_the_body_is_parsed(endpoint: Endpoint
         sync = {**endpoint.bearer("sync"), "content-type": "application/json"}
         assert_openai_error(await http.post("/v1/chat/completions", content=b"{not json", headers=sync),
                             HTTPStatus.FORBIDDEN)
-    assert endpoint.engine.calls == 0
+    assert endpoint.generator.calls == 0
 
 
 @module_loop
@@ -145,7 +145,7 @@ async def test_a_body_past_the_limit_is_413_in_the_openai_shape(endpoint: Endpoi
         assert "content-length" not in response.request.headers
         assert_openai_error(response, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         assert "max_body_bytes" in response.json()["error"]["message"]
-    assert endpoint.engine.calls == 0
+    assert endpoint.generator.calls == 0
 
 
 @module_loop

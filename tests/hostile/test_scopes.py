@@ -198,7 +198,7 @@ WRITES: dict[str, Rpc] = {
     "Forget": lambda s, t, m: _ret(s).Forget(retriever_pb2.ForgetRequest(tenant=t, doc_id="no-such-doc"), metadata=m,
                                              timeout=TIMEOUT_S),
     "AddOutput": lambda s, t, m: _dc(s).AddOutput(dpb.AddOutputRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{len(m)}"),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{len(m)}"),
         metadata=m),
 }
 ASKS: dict[str, Rpc] = {
@@ -206,9 +206,9 @@ ASKS: dict[str, Rpc] = {
         generator_pb2.AnswerRequest(tenant=t, question=QUESTION, params=params(max_new_tokens=MAX_NEW)), metadata=m,
         timeout=TIMEOUT_S)),
     "Retrieve": lambda s, t, m: _ret(s).Retrieve(retriever_pb2.RetrieveRequest(
-        tenant=t, question=QUESTION, tokenizer_id=s.p.engine.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
+        tenant=t, question=QUESTION, tokenizer_id=s.p.generator.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
     "Fetch": lambda s, t, m: _dc(s).Fetch(dpb.FetchRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
     "Stats": lambda s, t, m: _ret(s).Stats(retriever_pb2.RetrieverStatsRequest(tenant=t), metadata=m),
 }
 SNAPSHOT: Rpc = lambda s, t, m: _dc(s).Snapshot(dpb.SnapshotRequest(), metadata=m)  # noqa: E731

@@ -55,5 +55,5 @@ def test_imports_point_one_way(rule: str) -> None:
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     # hidden in a function
-    bad.write_text("def f():\n    from lookahead_rag.services.generator.engine import GeneratorEngine\n")
-    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports lookahead_rag.services.generator.engine"]
+    bad.write_text("def f():\n    from lookahead_rag.services.generator.core import GeneratorCore\n")
+    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports lookahead_rag.services.generator.core"]

@@ -1,6 +1,6 @@
 """Protobuf stays at the edge: servicers, clients and ``convert.py`` (from_pb -> domain -> to_pb), the
 gRPC plumbing, and the event bus, whose events are its protobuf messages. Everything else (the
-generator's engine, the cores, the decoding library) works on domain types.
+services' cores, the generator's included, and the decoding library) works on domain types.
 
 Read from the source with ``ast`` (every import, also those inside functions): a ``*_pb2`` or
 ``*_pb2_grpc`` module imported anywhere else fails here.
@@ -83,12 +83,12 @@ def test_the_check_sees_protobuf_past_the_edge(tmp_path: Path) -> None:
         (tmp_path / root).mkdir()
     generator = tmp_path / "services" / "generator"
     generator.mkdir()
-    # the engine reading a reply, hidden in a function; the same import in convert.py is the edge
-    (generator / "engine.py").write_text("def f():\n    from lookahead_rag.v1 import retriever_pb2\n")
+    # the core reading a reply, hidden in a function; the same import in convert.py is the edge
+    (generator / "core.py").write_text("def f():\n    from lookahead_rag.v1 import retriever_pb2\n")
     (generator / "convert.py").write_text("from lookahead_rag.v1 import retriever_pb2\n")
     # build.py may register a servicer, not read messages
     (generator / "build.py").write_text("import lookahead_rag.v1.generator_pb2_grpc\nfrom x import events_pb2\n")
     assert violations(tmp_path) == [
         "services/generator/build.py imports events_pb2",
-        "services/generator/engine.py imports retriever_pb2",
+        "services/generator/core.py imports retriever_pb2",
     ]

@@ -23,7 +23,7 @@ from ..observer import StepObserver
 from ..proposers.base import Proposer
 from ..sampling.chooser import resolve_seed
 from ..sampling.logprobs import TokenLogprob
-from ..stats import GenerationStats
+from ..stats import DecodeStats
 from ..vocab import out_of_vocab
 
 
@@ -37,10 +37,10 @@ class Phase(enum.Enum):
 
 
 @dataclass
-class ServeStats(GenerationStats):
+class ServeStats(DecodeStats):
     """Decoding counts plus what the engine did for this request and when (the service reports these).
 
-    ``sampled`` and ``seed`` (from GenerationStats) are set when the request is built: the seed a
+    ``sampled`` and ``seed`` (from DecodeStats) are set when the request is built: the seed a
     sampled request runs with, its own or a random one, so the caller can replay it.
     """
 

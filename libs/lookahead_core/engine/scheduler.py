@@ -321,15 +321,15 @@ class StepScheduler:
             if active.req.phase is Phase.PREFILL:
                 self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         try:
-            self._run(live)
+            self._step_phases(live)
         except Exception as exc:  # one request's input failed the shared forward: find it, step the rest
             log.warning("step of %d requests failed (%s); stepping them apart", len(live), type(exc).__name__)
-            for active, error in isolate(live, self._run, exc):
+            for active, error in isolate(live, self._step_phases, exc):
                 log.error("request %s failed its step: %s: %s", active.req.id, type(error).__name__, error)
                 active.req.error = error
                 self._end(active.req, active)
 
-    def _run(self, live: Sequence[Active]) -> None:
+    def _step_phases(self, live: Sequence[Active]) -> None:
         """plan -> pack -> run -> apply for ``live``; raises, having changed nothing, when the forward fails."""
         started = time.perf_counter()
         curve, prof = self.kernels.curve, self.profile

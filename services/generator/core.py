@@ -1,4 +1,4 @@
-"""GeneratorEngine: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
+"""GeneratorCore: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
 
 One request: the retriever gives the grounded prompt (if it is down or late, the question and its
 conversation are templated alone and the stats say documents were unavailable); the draft cache
@@ -85,7 +85,7 @@ def fill_trie(req: ServeRequest, continuations: list[tuple[list[int], int]]) -> 
     req.fill_trie()
 
 
-class GeneratorEngine:
+class GeneratorCore:
     """The generator as a library: thin gRPC servicers and the demo both drive it."""
 
     def __init__(
@@ -265,12 +265,12 @@ class GeneratorEngine:
         self._check_fits(prep.prompt_ids, prep.config)
 
     async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
-        if self.draft_cache is None or not prep.config.speculative or not self.settings.draft_budget:
+        if self.draft_cache is None or not prep.config.speculative or not self.settings.continuation_tokens:
             return [], self.draft_cache is not None
         refs = [t for r in prep.references for t in r]
         try:
             found = await self.draft_cache.fetch(
-                prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.draft_budget,
+                prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.continuation_tokens,
                 self._timeout(self.settings.fetch_timeout_s, deadline),
             )
         except Exception as exc:
