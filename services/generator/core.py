@@ -28,7 +28,7 @@ from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeSta
 from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.threads import usable_cores
-from lookahead_core.vocab import out_of_vocab
+from lookahead_core.vocab import check_in_vocab, out_of_vocab
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead_rag.services.common.context import check_fits, context_room
@@ -58,7 +58,6 @@ from lookahead_rag.services.generator.logprobs import check_logprobs
 from lookahead_rag.services.generator.metrics import EngineMetrics
 from lookahead_rag.services.generator.params import check_mode, decoding_config, server_config
 from lookahead_rag.services.generator.prepared import Prepared, PromptFacts
-from lookahead_rag.services.generator.prompt_ids import check_vocabulary
 from lookahead_rag.services.generator.read_ahead import read_ahead
 from lookahead_rag.services.generator.render import PromptRenderer
 from lookahead_rag.services.generator.safe_stream import (
@@ -238,7 +237,7 @@ class GeneratorCore:
         limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
         if query.reference_ids:
-            check_vocabulary("reference", query.reference_ids, self.vocab_size)
+            check_in_vocab(query.reference_ids, self.vocab_size, "reference token", InvalidArgument)
             references.append(list(query.reference_ids))
         limits.check_reference_tokens(sum(map(len, references)))
         self._check_room()

@@ -24,7 +24,6 @@ from ..proposers.base import Proposer
 from ..sampling.chooser import resolve_seed
 from ..sampling.logprobs import TokenLogprob
 from ..stats import DecodeStats
-from ..vocab import out_of_vocab
 
 
 class Phase(enum.Enum):
@@ -74,13 +73,6 @@ OnDone = Callable[["ServeRequest", BaseException | None], None]
 
 
 P = TypeVar("P", bound=Proposer)
-
-
-def check_in_vocab(ids: Sequence[int], vocab_size: int) -> None:
-    """ValueError naming the first id the model cannot embed (a prompt is checked before it runs)."""
-    bad = out_of_vocab(ids, vocab_size)
-    if bad is not None:
-        raise ValueError(f"token id {bad} is out of the model's vocabulary (size {vocab_size})")
 
 
 class RequestExpired(Exception):

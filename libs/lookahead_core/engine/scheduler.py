@@ -37,6 +37,7 @@ from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
+from ..vocab import check_in_vocab
 from .active import Active
 from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
@@ -46,7 +47,7 @@ from .isolate import isolate
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
 from .profile import StepProfile, running, watch_heads
-from .request import Phase, RequestExpired, ServeRequest, check_in_vocab
+from .request import Phase, RequestExpired, ServeRequest
 from .run import choose, forward
 from .sched_config import SchedulerConfig
 
