@@ -30,6 +30,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/vulture
 
 protos: $(STAMP)
 	$(BIN)/python -m lookahead_rag.services.common.protogen

@@ -36,6 +36,7 @@ from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, Gene
 from lookahead_rag.services.generator.servicer import GeneratorServicer
 from lookahead_rag.services.http.streaming import DONE
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
+from tests.core.peek import proposer_of
 from tests.http.helpers import TENANT_HEADER, ask, model
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
@@ -104,7 +105,7 @@ class WeakSubmits:
 def holdings(req: ServeRequest | None) -> list[weakref.ref[Any]]:
     """Weak references to what a running request holds: its ticket, its trie, its draft model's cache."""
     assert req is not None
-    draft = req.proposer(DraftModelProposer)
+    draft = proposer_of(req, DraftModelProposer)
     assert draft is not None, "the request was to draft with a draft model"
     return [weakref.ref(req), weakref.ref(req.trie), weakref.ref(draft.cache)]
 

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from ..config import DecodingConfig
 from ..drafting.draft import Drafter
@@ -70,9 +69,6 @@ class ServeStats(DecodeStats):
 OnTokens = Callable[["ServeRequest", list[int]], None]
 # Called once from the scheduler thread when the request ends: (request, error or None).
 OnDone = Callable[["ServeRequest", BaseException | None], None]
-
-
-P = TypeVar("P", bound=Proposer)
 
 
 class RequestExpired(Exception):
@@ -139,10 +135,6 @@ class ServeRequest:
     @property
     def finished(self) -> bool:
         return bool(self.stats.finish_reason)
-
-    def proposer(self, kind: type[P]) -> P | None:
-        """The request's proposer of class ``kind``, if the engine built one."""
-        return next((p for p in self.proposers if isinstance(p, kind)), None)
 
     def cancel(self) -> None:
         """Ask the engine to stop this request (thread-safe; effective within one step)."""
