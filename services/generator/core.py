@@ -22,8 +22,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
 from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
 from lookahead_core.defaults import DEFAULT_MODEL
+from lookahead_core.detok import TextStreamer
 from lookahead_core.engine.admission import QueueFull
-from lookahead_core.engine.detok import TextStreamer
 from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
 from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
 from lookahead_core.forward.shared import shared_kernels

@@ -26,7 +26,7 @@ TORCH_FREE = [
     "lookahead_core.proposers.trie",  # TrieProposer, retrieve_draft (the trie's drafts)
     "lookahead_core.drafting.verify",  # accept_longest
     "lookahead_core.engine.finish",  # trim_step, eos_ids
-    "lookahead_core.engine.detok",  # TextStreamer (tokenizers are duck-typed)
+    "lookahead_core.detok",  # TextStreamer (tokenizers are duck-typed)
     "lookahead_core.stats",  # DecodeStats
     "lookahead_core.observer",  # StepObserver, PathRecorder
     "lookahead_core.drafting.jacobi",  # the Jacobi window and n-gram pool

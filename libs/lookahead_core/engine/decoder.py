@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..config import DecodingConfig
+from ..detok import TextStreamer
 from ..drafting.draft import Drafter
 from ..drafting.trie import TokenTrie
 from ..forward.kernels import KernelSet
 from ..forward.shared import AUTO, shared_kernels
 from ..observer import StepObserver
 from ..stats import DecodeStats
-from .detok import TextStreamer
 from .request import Phase, ServeRequest
 from .scheduler import SchedulerConfig, StepScheduler
 
