@@ -16,7 +16,7 @@ from typing import Any
 from lookahead_rag.bench.sampling_args import Sampling
 from lookahead_rag.bench.serve_client import generation_params
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.convert import answer_query
 from lookahead_rag.services.generator.domain import FinalInfo

@@ -351,7 +351,7 @@ OTEL_DISABLED_ENV = "OTEL_SDK_DISABLED"  # OTel's off switch ("true": no tracing
 
 
 class TracingSettings(ServiceSettings):
-    """OpenTelemetry traces (``lookahead_rag.services.common.tracing``): off unless an OTLP endpoint is set."""
+    """OpenTelemetry traces (``services.common.telemetry.tracing``): off unless an OTLP endpoint is set."""
 
     model_config = SettingsConfigDict(env_prefix="LAR_TRACING_")
     section: ClassVar[str] = "tracing"

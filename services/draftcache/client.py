@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import grpc
 from pydantic import SecretStr
 
-from lookahead_rag.services.common.auth import call_metadata
+from lookahead_rag.services.common.auth.callers import call_metadata
 from lookahead_rag.services.draftcache.convert import continuations_from_proto
 from lookahead_rag.services.draftcache.fetch import Continuation, Fetcher
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc

@@ -12,9 +12,9 @@ import asyncio
 
 import grpc
 
-from lookahead_rag.services.common.call_quota import CallMeter
 from lookahead_rag.services.common.errors import FailedPrecondition, grpc_errors
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.call_quota import CallMeter
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.convert import fetch_response, stats_response
 from lookahead_rag.services.draftcache.meter import StoreMeter
 from lookahead_rag.services.draftcache.store import DraftCacheStore
@@ -30,7 +30,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         self.meter = meter
         self._calls: StoreMeter | DraftCacheStore = meter or store  # fetch/add_output go through the meter
         self.limits = limits if limits is not None else RequestLimits()
-        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (common/call_quota.py)
+        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (rules/call_quota.py)
 
     def metered(self, method: str, tenant: str) -> None:
         """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""

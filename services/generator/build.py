@@ -21,8 +21,8 @@ from lookahead_core.vocab import tokenizer_id
 from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.common.errors import FailedPrecondition
-from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.service import Service
 from lookahead_rag.services.common.settings import ConfigError
 from lookahead_rag.services.events.protocols import EventPublisher

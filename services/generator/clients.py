@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from lookahead_rag.services.common.conversation import Message
+from lookahead_rag.services.common.rules.conversation import Message
 
 if TYPE_CHECKING:  # types only: the generator never loads the other services' code for them
     from lookahead_rag.services.draftcache.fetch import Continuation

@@ -31,13 +31,13 @@ from lookahead_core.threads import usable_cores
 from lookahead_core.vocab import check_in_vocab, out_of_vocab
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lookahead_rag.services.common.context import check_fits, context_room
-from lookahead_rag.services.common.conversation import check_history
 from lookahead_rag.services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.logs import log_text
-from lookahead_rag.services.common.quota import TenantQuotas
-from lookahead_rag.services.common.tracing import request_spans
+from lookahead_rag.services.common.rules.context import check_fits, context_room
+from lookahead_rag.services.common.rules.conversation import check_history
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.common.rules.quota import TenantQuotas
+from lookahead_rag.services.common.telemetry.logs import log_text
+from lookahead_rag.services.common.telemetry.tracing import request_spans
 from lookahead_rag.services.events import EventPublisher
 from lookahead_rag.services.generator.attribution import DraftAttribution
 from lookahead_rag.services.generator.bridge import Bridge, Ended
@@ -103,7 +103,7 @@ class GeneratorCore:
         self.settings = settings
         self.model_name = model_name  # the served model's name ([model] name), stamped on every event
         self.limits = limits if limits is not None else RequestLimits()
-        self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/quota.py)
+        self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/rules/quota.py)
         self.tokenizer = tokenizer
         self.config = server_config(settings, self.limits)
         on_forward = None if metrics is None else metrics.record_forward

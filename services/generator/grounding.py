@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from lookahead_rag.services.common.context import context_room
-from lookahead_rag.services.common.conversation import newest_that_fit, split_turns
 from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.context import context_room
+from lookahead_rag.services.common.rules.conversation import newest_that_fit, split_turns
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.clients import RetrieverClient
 from lookahead_rag.services.generator.domain import DocumentChunk, GenerationParams
 from lookahead_rag.services.generator.prepared import Prepared

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 
 if TYPE_CHECKING:
     from lookahead_core.engine.request import ServeStats

@@ -10,9 +10,9 @@ import numpy as np
 from lookahead_core import DecodingConfig, TrieConfig
 from lookahead_core.config import DraftMode, parse_mode
 
-from lookahead_rag.services.common.auth_settings import ALL_TENANTS
+from lookahead_rag.services.common.auth.settings import ALL_TENANTS
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import GenerationParams
 from lookahead_rag.services.generator.settings import GeneratorSettings
 

@@ -7,7 +7,7 @@ from typing import Any
 from lookahead_core.vocab import check_in_vocab
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import ChatMessage, PromptIds
 
 ROLES = ("system", "user", "assistant")  # the chat roles a Generate call may send

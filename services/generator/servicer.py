@@ -12,10 +12,10 @@ from typing import Any
 
 import grpc
 
-from lookahead_rag.services.common.auth import current_principal, sees_engine_load
+from lookahead_rag.services.common.auth.callers import current_principal, sees_engine_load
 from lookahead_rag.services.common.errors import grpc_errors
-from lookahead_rag.services.common.logs import request_context
-from lookahead_rag.services.common.send_timeout import send_within
+from lookahead_rag.services.common.rpc.send_timeout import send_within
+from lookahead_rag.services.common.telemetry.logs import request_context
 from lookahead_rag.services.generator.convert import answer_query, chunk_to_proto, generate_query
 from lookahead_rag.services.generator.core import GeneratorCore
 from lookahead_rag.services.generator.domain import AnswerChunk, AnswerQuery, GenerateQuery

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from lookahead_rag.services.common.logs import request_context
+from lookahead_rag.services.common.telemetry.logs import request_context
 from lookahead_rag.services.generator.domain import FinalInfo, TokenLogprob
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import choices, errors, translate

@@ -20,7 +20,7 @@ from lookahead_core.config import MAX_TOP_LOGPROBS
 from openai.types import Completion, CompletionChoice, CompletionUsage
 from pydantic import BaseModel, ConfigDict
 
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import FinalInfo, GenerateQuery, GenerationParams, PromptIds, TextDelta
 from lookahead_rag.services.http import choices, errors, translate
 from lookahead_rag.services.http import streaming as sse_io  # one name for the SSE helpers

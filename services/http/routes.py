@@ -6,7 +6,7 @@
     app = make_app(front)                    # served by services.http.server.HttpServer
 
 Every request passes ``lookahead_rag.services.http.guard.RequestGuard`` first: the credential and the route's scope
-(``lookahead_rag.services.common.scopes``) are checked and the body limited before FastAPI reads it; the routes
+(``lookahead_rag.services.common.auth.scopes``) are checked and the body limited before FastAPI reads it; the routes
 only authorize the tenant, with the caller the guard put on ``request.state``. The schema pages
 (/docs, /redoc, /openapi.json) are routed only with ``[http] docs = true``.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from lookahead_rag.services.common.auth import Authenticator, Principal
+from lookahead_rag.services.common.auth.callers import Authenticator, Principal
 from lookahead_rag.services.common.errors import (
     InvalidArgument,
     NotFound,
@@ -31,7 +31,7 @@ from lookahead_rag.services.common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate

@@ -22,14 +22,14 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.common.auth.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.http.metrics import HttpMetrics, HttpMetricsMiddleware, MetricsRoute
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 
 if TYPE_CHECKING:
-    from lookahead_rag.services.common.auth import Authenticator
+    from lookahead_rag.services.common.auth.callers import Authenticator
     from lookahead_rag.services.generator.core import GeneratorCore
 
 log = logging.getLogger(__name__)

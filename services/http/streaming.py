@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from lookahead_rag.services.common.errors import SendTimeout
-from lookahead_rag.services.common.send_timeout import send_within
+from lookahead_rag.services.common.rpc.send_timeout import send_within
 
 log = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 import grpc
 from pydantic import SecretStr
 
-from lookahead_rag.services.common.auth import call_metadata
-from lookahead_rag.services.common.conversation import Message
+from lookahead_rag.services.common.auth.callers import call_metadata
 from lookahead_rag.services.common.errors import reraise_bad_input
+from lookahead_rag.services.common.rules.conversation import Message
 from lookahead_rag.services.retriever.convert import history_to_proto, retrieve_result
 from lookahead_rag.services.retriever.core import RetrieverCore, RetrieveResult
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from lookahead_rag.services.common.conversation import Message
+from lookahead_rag.services.common.rules.conversation import Message
 from lookahead_rag.services.retriever.core import DeleteResult, IngestResult, RetrieveResult, RetrieverStats
 from lookahead_rag.services.retriever.documents import ChunkRecord, Document, ScoredChunk
 from lookahead_rag.services.retriever.sessions import ScoredSession, SessionRecord
@@ -18,7 +18,7 @@ from lookahead_rag.v1 import retriever_pb2
 
 @dataclass(frozen=True, slots=True)
 class HistoryMessage:
-    """One message of a conversation before the question (``services.common.conversation.Message``)."""
+    """One message of a conversation before the question (``services.common.rules.conversation.Message``)."""
 
     role: str  # system | developer | user | assistant (checked by the core)
     content: str  # its text

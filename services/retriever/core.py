@@ -27,11 +27,11 @@ from lookahead_core.models import load_tokenizer, resolve_model_path
 from lookahead_core.vocab import tokenizer_id
 from transformers import AutoConfig
 
-from lookahead_rag.services.common.context import context_room
-from lookahead_rag.services.common.conversation import Message, check_history, retrieval_query
 from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rules.context import context_room
+from lookahead_rag.services.common.rules.conversation import Message, check_history, retrieval_query
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
@@ -214,7 +214,7 @@ class RetrieverCore:
         it, so a mismatch is refused (FailedPrecondition) rather than answered; empty skips the check.
         ``history``: the conversation before ``question`` (its last user turn), in the prompt as its
         newest turns that fit; a follow-up question is searched with the user turn before it
-        (``services.common.conversation.retrieval_query``, ``[retriever] followup_max_words``).
+        (``services.common.rules.conversation.retrieval_query``, ``[retriever] followup_max_words``).
         """
         s, limits = self.settings, self.limits
         self.check_tokenizer(tokenizer_id)

@@ -20,10 +20,10 @@ import openai
 import pytest
 import pytest_asyncio
 
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats, TextDelta
 from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.http.routes import Frontend, make_app

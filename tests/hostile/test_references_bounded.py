@@ -19,7 +19,7 @@ from lookahead_core.vocab import tokenizer_id, vocab_size_of
 
 import lookahead_rag.services.generator.core as engine_module
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.convert import continuations_from_proto
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.draftcache.store import DraftCacheStore

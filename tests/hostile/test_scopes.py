@@ -1,7 +1,7 @@
 """Issue 22 item 5: a key does what its scopes say, and no more. A web frontend's key (``answer``) asks;
 it cannot Ingest, Delete, Forget or AddOutput; a ``write`` key changes data but cannot ask; ``admin``
 does everything for every tenant. Every RPC and every HTTP route declares its scope in one table
-(``lookahead_rag.services.common.scopes``); a call of no declared scope is refused. Keys and certificate subjects
+(``lookahead_rag.services.common.auth.scopes``); a call of no declared scope is refused. Keys and certificate subjects
 written before scopes existed keep working.
 
 The pipeline here requires keys (``[auth] mode = "required"``); its generator reaches the other two
@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry
 
 from lookahead_rag import v1 as protos
 from lookahead_rag.services import keys_cli
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.grpcutil import start_server, stop_server
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.scopes import GRPC_SCOPES, HTTP_SCOPES, Scope, grpc_scope, http_scope
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.scopes import GRPC_SCOPES, HTTP_SCOPES, Scope, grpc_scope, http_scope
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rpc.grpcutil import start_server, stop_server
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.v1 import draftcache_pb2 as dpb

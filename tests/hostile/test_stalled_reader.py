@@ -31,7 +31,7 @@ import pytest
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.proposers.draft_model import DraftModelProposer
 
-from lookahead_rag.services.common.quota import Quota, TenantQuotas
+from lookahead_rag.services.common.rules.quota import Quota, TenantQuotas
 from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams, TextDelta
 from lookahead_rag.services.generator.servicer import GeneratorServicer
 from lookahead_rag.services.http.streaming import DONE

@@ -19,8 +19,8 @@ import pytest
 import pytest_asyncio
 
 from lookahead_rag.services import keys_cli
+from lookahead_rag.services.common.auth.keys import KeyFile
 from lookahead_rag.services.common.errors import FailedPrecondition
-from lookahead_rag.services.common.keys import KeyFile
 from lookahead_rag.services.draftcache.client import GrpcDraftCacheClient
 from lookahead_rag.services.retriever.client import GrpcRetrieverClient
 from lookahead_rag.v1 import draftcache_pb2 as dpb

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, setup_logging
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, setup_logging
 from lookahead_rag.services.events.kafka.broker import LocalBroker
 from lookahead_rag.services.generator.convert import answer_query
 from lookahead_rag.services.generator.domain import FinalInfo

@@ -1,11 +1,11 @@
-"""The one context-window arithmetic (services/common/context.py): a prompt and its answer must fit."""
+"""The one context-window arithmetic (services/common/rules/context.py): a prompt and its answer must fit."""
 
 from __future__ import annotations
 
 import pytest
 
-from lookahead_rag.services.common.context import check_fits, context_room
 from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.rules.context import check_fits, context_room
 
 
 def test_room_is_what_is_left_and_none_for_an_unknown_window() -> None:

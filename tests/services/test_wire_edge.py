@@ -19,8 +19,8 @@ REGISTRATION_FILES = frozenset({"build.py"})
 # (file, why): the rest of the edge, named one by one
 EDGE_MODULES: dict[str, str] = {
     "services/common/errors.py": "gRPC status details (google.rpc RetryInfo)",
-    "services/common/grpcutil.py": "the gRPC server's health service",
-    "services/common/protogen.py": "generates and checks the stubs",
+    "services/common/rpc/grpcutil.py": "the gRPC server's health service",
+    "services/common/rpc/protogen.py": "generates and checks the stubs",
     "services/generator/ask.py": "a command-line gRPC client",
     "services/retriever/ingest_cli.py": "a command-line gRPC client",
 }
