@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 
-from lookahead_core.engine.request import ServeRequest
+from lookahead_core.serving import ServeRequest
 
 from lookahead_rag.services.generator.domain import TokenLogprob
 from lookahead_rag.services.generator.logprobs import step_logprobs

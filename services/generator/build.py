@@ -16,8 +16,8 @@ import asyncio
 import logging
 from typing import Any
 
-from lookahead_core.models import load_model
-from lookahead_core.vocab import tokenizer_id
+from lookahead_core import tokenizer_id
+from lookahead_core.serving import load_model
 from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.common.errors import FailedPrecondition

@@ -20,15 +20,26 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
-from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
-from lookahead_core.defaults import DEFAULT_MODEL
-from lookahead_core.detok import TextStreamer
-from lookahead_core.engine.admission import QueueFull
-from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
-from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
-from lookahead_core.forward.shared import shared_kernels
-from lookahead_core.threads import usable_cores
-from lookahead_core.vocab import check_in_vocab, out_of_vocab
+from lookahead_core import (
+    DEFAULT_MODEL,
+    DecodingConfig,
+    TextStreamer,
+    TokenTrie,
+    check_in_vocab,
+    out_of_vocab,
+    tokenizer_id,
+)
+from lookahead_core.serving import (
+    QueueFull,
+    RequestExpired,
+    SchedulerClosed,
+    SchedulerConfig,
+    ServeRequest,
+    ServeStats,
+    StepScheduler,
+    shared_kernels,
+    usable_cores,
+)
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from lookahead_rag.services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable

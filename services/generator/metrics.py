@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 
 if TYPE_CHECKING:
-    from lookahead_core.engine.request import ServeStats
+    from lookahead_core.serving import ServeStats
 
     from lookahead_rag.services.generator.domain import GenerationStats
 

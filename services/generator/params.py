@@ -7,8 +7,7 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from lookahead_core import DecodingConfig, TrieConfig
-from lookahead_core.config import DraftMode, parse_mode
+from lookahead_core import DecodingConfig, DraftMode, TrieConfig, parse_mode
 
 from lookahead_rag.services.common.auth.settings import ALL_TENANTS
 from lookahead_rag.services.common.errors import InvalidArgument

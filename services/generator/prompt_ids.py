@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lookahead_core.vocab import check_in_vocab
+from lookahead_core import check_in_vocab
 
 from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.common.rules.limits import RequestLimits

@@ -29,7 +29,7 @@ import heapq
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from lookahead_core.detok import TextStreamer
+from lookahead_core import TextStreamer
 
 from lookahead_rag.services.generator.convert import largest_delta_bytes
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationStats, TextDelta

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.config import LOSSY_MODES, parse_mode
-from lookahead_core.drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
+from lookahead_core import LOSSY_MODES, MJSD_BEAMS, MJSD_THRESHOLD, parse_mode
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
