@@ -13,11 +13,10 @@ torch users import from the submodules explicitly:
 
 from __future__ import annotations
 
-from .config import LOSSY_MODES, DecodingConfig, DraftMode, TrieConfig, parse_mode
+from .config import LOSSY_MODES, MJSD_BEAMS, MJSD_THRESHOLD, DecodingConfig, DraftMode, TrieConfig, parse_mode
 from .defaults import DEFAULT_MODEL, cache_dir
 from .detok import TextStreamer
 from .drafting.draft import Drafter, DraftTree
-from .drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
 from .drafting.trie import TokenTrie
 from .drafting.verify import accept_longest
 from .observer import PathRecorder, StepObserver
