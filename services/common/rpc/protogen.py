@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "protos"
+ROOT = Path(__file__).resolve().parents[3] / "protos"
 
 
 def proto_files(root: Path = ROOT) -> list[Path]:
