@@ -265,8 +265,8 @@ class StepScheduler:
         return taken
 
     def _admit(self, req: ServeRequest) -> None:
-        """Build the request's running state whole (its window resolved before its KV is sized), reusing a
-        cached prefix of its prompt; a request that cannot be built fails alone."""
+        """Build the request's running state whole (its window resolved before its KV is sized); a request
+        that cannot be built fails alone. Its cached prompt prefix is looked up in ``_step``, the one place."""
         try:
             check_in_vocab(req.prompt_ids, self.vocab_size)
             curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
@@ -283,7 +283,6 @@ class StepScheduler:
                 self._admitting -= 1
             self._end(req)
             return
-        self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         with self._cv:
             self._admitting -= 1
             self.running.append(active)
@@ -318,7 +317,9 @@ class StepScheduler:
                 self._end(active.req, active)
             else:
                 live.append(active)
-        for active in live:  # prompts prefilled since a waiting one was admitted may cover more of it
+        # the prefix cache's one lookup: before a prompt's first chunk, and again until that chunk runs (a
+        # prompt prefilled since may cover more of it)
+        for active in live:
             if active.req.phase is Phase.PREFILL:
                 self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         try:
