@@ -38,7 +38,7 @@ from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
 from ..vocab import check_in_vocab
-from .active import Active
+from .active import Active, Emitting
 from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
 from .finish import eos_ids
@@ -276,7 +276,7 @@ class StepScheduler:
             )
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = RequestKV(self.shape, Active.capacity(req, spec))
-            active = Active(req, spec, drafting, kv, chooser, self.eos, self._decode, self._timed)
+            active = Active(req, spec, drafting, kv, chooser, self.eos)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error = exc
             with self._cv:
@@ -373,7 +373,8 @@ class StepScheduler:
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
-        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache):
+        out = Emitting(self._decode, self._timed)
+        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache, out):
             log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
             active.req.error = error
             self._end(active.req, active)
