@@ -1,8 +1,8 @@
 """Issue 22 item 7: the HTTP endpoint checks the caller before it reads a byte of the body, limits the
 body (chunked ones too), and serves its schema only when asked to.
 
-The endpoint runs on real uvicorn (``HttpServer``) over a stand-in engine: what is tested happens
-before any engine call, and the one answered request needs no model. The ASGI-level tests count the
+The endpoint runs on real uvicorn (``HttpServer``) over a stand-in generator: what is tested happens
+before any generator call, and the one answered request needs no model. The ASGI-level tests count the
 body messages the application pulls, which no client on a socket can see.
 """
 
@@ -40,8 +40,8 @@ ANSWER = "hello"
 SCHEMA_PATHS = ("/openapi.json", "/docs", "/redoc")
 
 
-class StandInEngine:
-    """What the routes call on the engine: one short answer, and a count of the calls."""
+class StandInGenerator:
+    """What the routes call on the generator: one short answer, and a count of the calls."""
 
     model_name = "stand-in"
     limits = RequestLimits()  # the routes read [limits] max_messages
@@ -67,7 +67,7 @@ class StandInEngine:
 @dataclass
 class Endpoint:
     server: HttpServer
-    engine: StandInEngine
+    generator: StandInGenerator
     auth: Authenticator
     tokens: dict[str, str]  # who -> key
 
@@ -89,7 +89,7 @@ def keyed_auth(root: Path) -> tuple[Authenticator, dict[str, str]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def endpoint(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Endpoint]:
     auth, tokens = keyed_auth(tmp_path_factory.mktemp("http-first"))
-    engine = StandInEngine()
+    engine = StandInGenerator()
     server = await HttpServer.start(engine, HttpSettings(port=0, max_body_bytes=LIMIT), port=0,  # type: ignore[arg-type]
                                     auth=auth)
     try:
@@ -158,7 +158,7 @@ async def test_within_the_limit_the_right_key_is_answered_and_the_tenant_still_c
         with pytest.raises(openai.PermissionDeniedError):  # the guard's caller, the route's tenant check
             await client.chat.completions.create(model="", messages=body()["messages"], max_tokens=4,
                                                  extra_headers={"x-tenant": OTHER})
-        assert [m.id async for m in client.models.list()] == [StandInEngine.model_name]
+        assert [m.id async for m in client.models.list()] == [StandInGenerator.model_name]
 
 
 @module_loop
@@ -206,9 +206,9 @@ async def asgi_post(app: Any, headers: dict[str, str], pieces: Sequence[bytes], 
                     pulled)
 
 
-def app_of(root: Path, **http: Any) -> tuple[Any, StandInEngine, dict[str, str]]:
+def app_of(root: Path, **http: Any) -> tuple[Any, StandInGenerator, dict[str, str]]:
     auth, tokens = keyed_auth(root)
-    engine = StandInEngine()
+    engine = StandInGenerator()
     front = Frontend(engine, HttpSettings(max_body_bytes=LIMIT, **http), auth)  # type: ignore[arg-type]
     front.serving = True
     return make_app(front), engine, tokens
