@@ -30,9 +30,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/vulture
 
 protos: $(STAMP)
-	$(BIN)/python -m lookahead_rag.services.common.protogen
+	$(BIN)/python -m lookahead_rag.services.common.rpc.protogen
 
 bench: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag-bench decoding --limit 40 --json bench/results/smoke.json

@@ -143,7 +143,7 @@ def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new:
         extra["assistant_model"] = assistant
     extra |= sampling.hf_kwargs()
 
-    def run(ids: list[int]) -> tuple[list[int], int]:
+    def generate_hf(ids: list[int]) -> tuple[list[int], int]:
         x = torch.tensor([ids])  # [1, prompt]
         before = counter.calls
         if sampling.enabled:
@@ -151,26 +151,26 @@ def _hf_runner(model: torch.nn.Module, counter: CallCounter, mode: str, max_new:
         with torch.inference_mode():
             out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, **extra)
         return out[0, len(ids):].tolist(), counter.calls - before - 1  # minus prefill
-    return run
+    return generate_hf
 
 
 def _reference_runner(model: torch.nn.Module, tok: Any, counter: CallCounter, cfg: DecodingConfig) -> Callable:
     """The reference sampler on the stock model: one token per forward, keyed by (seed, position)."""
     from lookahead_core.sampling import generate_sampled
 
-    def run(ids: list[int]) -> tuple[list[int], int]:
+    def generate_reference(ids: list[int]) -> tuple[list[int], int]:
         before = counter.calls
         with torch.inference_mode():
             out = list(generate_sampled(model, tok, ids, cfg))
         return out, max(counter.calls - before - 1, 0)  # minus prefill
-    return run
+    return generate_reference
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(parse_args(argv or []))
+    return bench_decoding(parse_args(argv or []))
 
 
-def run(args: argparse.Namespace) -> int:
+def bench_decoding(args: argparse.Namespace) -> int:
     """The benchmark for parsed arguments (bench.decoding_args.main parses them without torch)."""
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -239,13 +239,13 @@ def run(args: argparse.Namespace) -> int:
             engines[m] = runners[m].scheduler
             continue
         dec = LookaheadDecoder(model, tok, cfg, kernels=kernels)
-        engines[m] = dec.engine
+        engines[m] = dec.scheduler
 
-        def run(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
+        def generate_lookahead(ids: list[int], dec: LookaheadDecoder = dec, m: str = m) -> tuple[list[int], int, Any]:
             res = dec.generate(ids, trie=tries[m])
             return res.output_ids, res.stats.forward_steps, res.stats
 
-        runners[m] = run
+        runners[m] = generate_lookahead
 
     if args.warm:
         warm_qs = answerable(read_jsonl(args.warm))[args.warm_skip : args.warm_skip + args.warm_limit]

@@ -96,6 +96,6 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv or [])
-    from lookahead_rag.bench.decoding import run  # torch: loads once the arguments are parsed, so --help stays light
+    from lookahead_rag.bench.decoding import bench_decoding  # torch: loads once the arguments are parsed (--help light)
 
-    return run(args)
+    return bench_decoding(args)

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import torch
-from lookahead_core.kv.draft_cache import rollback_cache
+from lookahead_core.kv.draft_kv import rollback_cache
 from lookahead_core.models import load_model
 from lookahead_core.proposers.draft_model import early_exit
 from tqdm import tqdm

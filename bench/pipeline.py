@@ -16,7 +16,7 @@ from typing import Any
 from lookahead_rag.bench.sampling_args import Sampling
 from lookahead_rag.bench.serve_client import generation_params
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.convert import answer_query
 from lookahead_rag.services.generator.domain import FinalInfo
@@ -43,7 +43,7 @@ def _request(question: str, k: int, params: Any) -> Any:
 async def _answer_local(p: Pipeline, question: str, k: int, params: Any) -> tuple[float, list[int]]:
     t0 = time.perf_counter()
     out: list[int] = []
-    async for chunk in p.engine.answer(answer_query(_request(question, k, params))):  # the engine's domain types
+    async for chunk in p.generator.answer(answer_query(_request(question, k, params))):  # the engine's domain types
         if isinstance(chunk, FinalInfo):
             out = list(chunk.output_ids)
     return time.perf_counter() - t0, out

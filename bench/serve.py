@@ -72,7 +72,7 @@ async def _engine_way(stack: StackConfig, run: RunConfig, model: Any, tok: Any, 
                 RssSampler() as rss):
         mode = MODE_OF[way] or run.mode
         if run.profile is not None:
-            run.profile[f"{way}@{c}"] = pipeline.engine.scheduler.start_profile()
+            run.profile[f"{way}@{c}"] = pipeline.generator.scheduler.start_profile()
         before = thread_cpu()
         records, wall = await closed_loop(stub, seq, c, mode, run.max_new_tokens, run.deadline_s,
                                           f"c={c} {way}", run.sampling, way in SAFE_WAYS)

@@ -16,7 +16,7 @@ fresh services (cold caches) sharing one loaded model:
 - ``on``: speculation on (the server's default mode, or ``--mode M`` in every request: jacobi,
   draft-model, or the lossy mjsd, whose exact match then says how often its answers differ);
 - ``on_tls``: ``on`` with every gRPC channel over TLS (a CA and a server certificate made at run time,
-  services.common.devpki; needs the ``cryptography`` package): what TLS costs;
+  services.common.auth.devpki; needs the ``cryptography`` package): what TLS costs;
 - ``on_safe``: ``on`` with GenerationParams.safe_stream (fixed cadence, fixed-size padded chunks:
   docs/SECURITY.md): what the mode costs in TTFT and tokens/s; set its cadence with
   ``--gen safe_stream_interval_ms=MS --gen safe_stream_chunk_tokens=N``. Its final messages carry no

@@ -22,8 +22,8 @@ from tqdm import tqdm
 from lookahead_rag.bench.sampling_args import Sampling
 from lookahead_rag.bench.serve_load import Question, ReplayPrompt
 from lookahead_rag.bench.serve_stats import SERVER_FIELDS, EngineStats, RequestRecord
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER
-from lookahead_rag.services.common.tenant_route import tenant_metadata
+from lookahead_rag.services.common.rpc.tenant_route import tenant_metadata
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER
 from lookahead_rag.v1 import generator_pb2
 
 

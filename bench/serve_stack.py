@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.grpcutil import local_target, open_channel
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rpc.grpcutil import local_target, open_channel
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.retriever.documents import Document, make_chunks
@@ -67,7 +67,9 @@ class StackConfig:
     def tls(self) -> dict[str, Any]:
         """``[tls]`` for a stack over TLS: its servers present a run-time CA's certificate, and its
         clients (the generator's channels, the benchmark's) verify it. The CA is made once per run."""
-        from lookahead_rag.services.common.devpki import make_pki  # the cryptography package: only for the on_tls way
+        from lookahead_rag.services.common.auth.devpki import (
+            make_pki,  # the cryptography package: only for the on_tls way
+        )
 
         directory = self.root / "pki"
         if not (directory / "server.crt").exists():

@@ -18,15 +18,15 @@ and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 ``refresh_metrics()`` samples the state gauges now (a background task does it every
 ``metrics_refresh_s``). The HTTP endpoint serves the same registry at its own ``/metrics``.
 
-Tracing: with an OTLP endpoint (``[tracing]``, services.common.tracing) every server, channel and
+Tracing: with an OTLP endpoint (``[tracing]``, services.common.telemetry.tracing) every server, channel and
 the HTTP endpoint started here carry one trace per request; off, nothing is installed.
 
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
-(``lookahead_rag.services.http``, ``[http]`` settings) serves the same engine on ``http_port`` (``bind["http"]``
+(``lookahead_rag.services.http``, ``[http]`` settings) serves the same generator on ``http_port`` (``bind["http"]``
 overrides its port); ``stop()`` closes it first, gracefully.
 
 Auth: with ``[auth] mode = "required"`` every gRPC server here refuses a call whose credential is not
-for its tenant (``lookahead_rag.services.common.auth_grpc``), so does the HTTP endpoint, and the generator's
+for its tenant (``lookahead_rag.services.common.auth.interceptor``), so does the HTTP endpoint, and the generator's
 clients send ``[auth] service_key`` (a key for every tenant) to the other two.
 """
 
@@ -43,20 +43,20 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.grpcutil import local_target, open_channel
-from lookahead_rag.services.common.observability import start_metrics_server, stop_metrics_server
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.auth.tls import check_bind, server_credentials
 from lookahead_rag.services.common.ports import (  # start order: retriever, draftcache, generator
     DRAFTCACHE_GRPC_PORT,
     RETRIEVER_GRPC_PORT,
     SERVICES,
 )
-from lookahead_rag.services.common.refresher import Refresher
+from lookahead_rag.services.common.rpc.grpcutil import local_target, open_channel
+from lookahead_rag.services.common.rpc.tenant_route import TenantRouteInterceptor
 from lookahead_rag.services.common.service import Service
-from lookahead_rag.services.common.tenant_route import TenantRouteInterceptor
-from lookahead_rag.services.common.tls import check_bind, server_credentials
+from lookahead_rag.services.common.telemetry import tracing
+from lookahead_rag.services.common.telemetry.observability import start_metrics_server, stop_metrics_server
+from lookahead_rag.services.common.telemetry.refresher import Refresher
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.draftcache.build import DraftCacheService, build_draftcache
 from lookahead_rag.services.draftcache.client import GrpcDraftCacheClient, LocalDraftCacheClient
@@ -66,7 +66,7 @@ from lookahead_rag.services.events.metrics import OutboxMetrics, outbox_job
 from lookahead_rag.services.events.protocols import EventBus
 from lookahead_rag.services.generator.build import build_generator
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
-from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.core import GeneratorCore
 from lookahead_rag.services.generator.forget import subscribe_forgets
 from lookahead_rag.services.http.server import HttpServer
 from lookahead_rag.services.retriever.build import build_retriever
@@ -94,7 +94,7 @@ class Pipeline:
     server_credentials: grpc.ServerCredentials | None = None  # TLS of the gRPC servers ([tls]); None: plaintext
 
     @property
-    def engine(self) -> GeneratorEngine:
+    def generator(self) -> GeneratorCore:
         return self.services["generator"].core
 
     @property
@@ -163,8 +163,8 @@ class Pipeline:
                                               forgets=forgets)
             await pipeline._add(generator, grpc_servers, bind, interceptors)
             if grpc_servers and settings.http.enabled:
-                pipeline.http = await HttpServer.start(pipeline.engine, settings.http, bind.get("http"), settings.tls,
-                                                   auth, registry)
+                pipeline.http = await HttpServer.start(pipeline.generator, settings.http, bind.get("http"),
+                                                       settings.tls, auth, registry)
                 pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:

@@ -15,10 +15,11 @@ from typing import Any
 
 from pydantic_settings import BaseSettings
 
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.channel_config import ChannelSettings
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.auth.tls import TlsSettings
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rpc.channel_config import ChannelSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.settings import (
     LoggingSettings,
     PathArg,
@@ -27,7 +28,6 @@ from lookahead_rag.services.common.settings import (
     config_path,
     load_settings,
 )
-from lookahead_rag.services.common.tls import TlsSettings
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.generator.settings import GeneratorSettings

@@ -56,7 +56,8 @@ def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int],
 
 async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: float | None = None) -> Any:
     final = None
-    async for chunk in pipeline.engine.answer(AnswerQuery(TENANT, question, GenerationParams(max_new_tokens=max_new))):
+    query = AnswerQuery(TENANT, question, GenerationParams(max_new_tokens=max_new))
+    async for chunk in pipeline.generator.answer(query):
         if isinstance(chunk, FinalInfo):
             final = chunk
             continue
@@ -92,7 +93,7 @@ async def run(args: argparse.Namespace) -> int:
             else:
                 with open(sample_questions_path(), encoding="utf-8") as fh:
                     questions = [json.loads(line)["question"] for line in fh if line.strip()][: args.questions]
-            model = pipeline.engine.scheduler.model  # the stock model: the plain-greedy baseline
+            model = pipeline.generator.scheduler.model  # the stock model: the plain-greedy baseline
             first: float | None = t_start  # reported once, at the very first streamed token
             for round_no in range(1, args.rounds + 1):
                 if round_no > 1:
@@ -109,7 +110,7 @@ async def run(args: argparse.Namespace) -> int:
                     if not args.no_baseline:
                         # on the engine's thread: its one OpenMP pool, as fast as the engine's forwards
                         baseline = functools.partial(_greedy, model, list(final.prompt_ids), args.max_new_tokens)
-                        ids, greedy_s = await asyncio.to_thread(pipeline.engine.scheduler.call, baseline)
+                        ids, greedy_s = await asyncio.to_thread(pipeline.generator.scheduler.call, baseline)
                         same = "identical tokens" if ids == list(final.output_ids) else "TOKENS DIFFER"
                         line += f"; plain greedy {greedy_s:.2f} s -> {greedy_s / st.wall_s:.2f}x faster, {same}"
                     print(line + "]\n", flush=True)

@@ -23,9 +23,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from lookahead_rag.services.common.auth_settings import ALL_TENANTS, AuthSettings
-from lookahead_rag.services.common.keys import ApiKey, KeyFile, KeyFileError
-from lookahead_rag.services.common.scopes import DEFAULT_SCOPES, GRANTABLE, Scope, parse_scopes
+from lookahead_rag.services.common.auth.keys import ApiKey, KeyFile, KeyFileError
+from lookahead_rag.services.common.auth.scopes import DEFAULT_SCOPES, GRANTABLE, Scope, parse_scopes
+from lookahead_rag.services.common.auth.settings import ALL_TENANTS, AuthSettings
 from lookahead_rag.services.common.settings import ConfigError, load_settings
 
 EXIT_ERROR = 2

@@ -12,10 +12,10 @@ keeps serving for its ``drain_s`` (readiness fails, balancers move away; the HTT
 on meanwhile), then the HTTP endpoint and the servers refuse new calls and in-flight ones get
 their ``shutdown_grace_s``; then the bus drains and state is saved.
 
-Transport security follows ``[tls]`` (services.common.tls): without a server certificate, a host
+Transport security follows ``[tls]`` (services.common.auth.tls): without a server certificate, a host
 other than loopback is refused (exit 2) unless ``allow_insecure = true``, which logs a warning.
 Traces go to ``[tracing] otlp_endpoint`` (or $OTEL_EXPORTER_OTLP_ENDPOINT) when one is set
-(services.common.tracing); the HTTP endpoint also serves the process's metrics at /metrics.
+(services.common.telemetry.tracing); the HTTP endpoint also serves the process's metrics at /metrics.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.logs import setup_logging
-from lookahead_rag.services.common.observability import start_metrics_server, stop_metrics_server
 from lookahead_rag.services.common.ports import SERVICES
 from lookahead_rag.services.common.service import graceful_stop
 from lookahead_rag.services.common.settings import ConfigError, LoggingSettings, ServerSettings, load_settings
+from lookahead_rag.services.common.telemetry import tracing
+from lookahead_rag.services.common.telemetry.logs import setup_logging
+from lookahead_rag.services.common.telemetry.observability import start_metrics_server, stop_metrics_server
 from lookahead_rag.services.config import AllSettings
 
 log = logging.getLogger("lookahead_rag.serve")

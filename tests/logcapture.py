@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from lookahead_rag.services.common.logs import setup_logging
+from lookahead_rag.services.common.telemetry.logs import setup_logging
 
 
 @contextlib.contextmanager

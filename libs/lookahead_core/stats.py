@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class GenerationStats:
+class DecodeStats:
     """Counts of one generation (the batch-1 loop's; the serving engine's ``ServeStats`` extends them)."""
 
     new_tokens: int = 0  # tokens emitted (the first token from prefill included)

@@ -33,3 +33,12 @@ def vocab_size_of(tokenizer_id_: str) -> int | None:
 def out_of_vocab(ids: Sequence[int], vocab_size: int) -> int | None:
     """The first id that is not below ``vocab_size`` (or is negative), or None when every one is."""
     return next((t for t in ids if not 0 <= t < vocab_size), None)
+
+
+def check_in_vocab(ids: Sequence[int], vocab_size: int, what: str = "token",
+                   error: type[Exception] = ValueError) -> None:
+    """Raise ``error`` naming the first of ``ids`` (``what`` ids: "prompt token", ...) not in [0, vocab_size):
+    the engine checks a prompt with it before it runs, a service each id a caller sends."""
+    bad = out_of_vocab(ids, vocab_size)
+    if bad is not None:
+        raise error(f"{what} id {bad} is out of the vocabulary (size {vocab_size})")

@@ -24,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 
-from lookahead_rag.services.common.grpcutil import (
+from lookahead_rag.services.common.rpc.grpcutil import (
     DEFAULT_MAX_MESSAGE_BYTES,
     AddFn,
     start_draining,
@@ -44,7 +44,7 @@ class Service(Generic[T]):
     """One built service: its domain object, its gRPC servicers and its lifecycle steps."""
 
     name: str  # "retriever", "draftcache" or "generator"
-    core: T  # the domain object in-process callers use (RetrieverCore, DraftCacheStore, GeneratorEngine)
+    core: T  # the domain object in-process callers use (RetrieverCore, DraftCacheStore, GeneratorCore)
     settings: ServerSettings  # host, port, grace
     handlers: Sequence[tuple[AddFn, Any]]  # (add_XServicer_to_server, servicer) pairs
     service_names: Sequence[str]  # full gRPC service names, for health and reflection
@@ -64,7 +64,7 @@ class Service(Generic[T]):
                     interceptors: Iterable[grpc.aio.ServerInterceptor] = (),
                     credentials: grpc.ServerCredentials | None = None) -> int:
         """Serve the servicers (health and reflection on) on ``host:port`` (default: the settings';
-        port 0 = any free port), over TLS with ``credentials`` (services.common.tls.server_credentials);
+        port 0 = any free port), over TLS with ``credentials`` (services.common.auth.tls.server_credentials);
         returns the bound port."""
         self.server, self.port = await start_server(
             list(self.handlers), list(self.service_names),

@@ -22,13 +22,15 @@ field (in the file or as a prefixed variable), an unknown table or an ill-typed 
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import tomllib
+import warnings
 from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -39,6 +41,8 @@ from pydantic_settings import (
 )
 
 from lookahead_rag.services.common.ports import CONFIG_ENV, SECRETS_DIR_ENV
+
+log = logging.getLogger(__name__)
 
 S = TypeVar("S", bound=BaseSettings)
 PathArg = str | os.PathLike[str] | None
@@ -114,7 +118,7 @@ def _unknown_env(cls: type[BaseSettings], section: str) -> None:
     prefix = env_prefix(cls).upper()
     if not prefix:
         return
-    known = {env_name(cls, name) for name in cls.model_fields}
+    known = {env_name(cls, name) for name in (*cls.model_fields, *renames(cls))}
     nested = str(cls.model_config.get("env_nested_delimiter") or "")
     for var in sorted(os.environ):
         upper = var.upper()
@@ -198,6 +202,33 @@ def _loader(cls: type[S], section: str, path: Path | None) -> type[S]:
     return type(cls.__name__, (cls,), namespace)  # type: ignore[return-value]
 
 
+def renames(cls: type[BaseSettings]) -> dict[str, str]:
+    """``cls``'s renamed fields: old name -> new name (``ServiceSettings.renamed``)."""
+    return dict(getattr(cls, "renamed", {}))
+
+
+def deprecated_name(cls: type[BaseSettings], old: str, new: str) -> None:
+    """Warn (DeprecationWarning and the log) that ``old`` was read as ``new``."""
+    message = f"[{getattr(cls, 'section', '') or cls.__name__}] {old} is renamed {new}: read as {new}; use the new name"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    log.warning("%s", message)
+
+
+def _renamed_env(cls: type[BaseSettings], overrides: dict[str, Any]) -> dict[str, Any]:
+    """``overrides`` plus the value of a renamed field's old variable, where neither the overrides nor the new
+    variable set the field (the env source reads fields' own names only)."""
+    env = {var.upper(): value for var, value in os.environ.items()}
+    out = dict(overrides)
+    for old, new in renames(cls).items():
+        value = env.get(env_name(cls, old))
+        if value is None:
+            continue
+        deprecated_name(cls, env_name(cls, old), env_name(cls, new))
+        if new not in out and old not in out and env_name(cls, new) not in env:
+            out[new] = value
+    return out
+
+
 def load_settings(cls: type[S], section: str, config_file: PathArg = None, **overrides: Any) -> S:
     """``cls`` filled from defaults < ``[section]`` of the TOML file < ``cls``'s env prefix < overrides.
 
@@ -207,6 +238,7 @@ def load_settings(cls: type[S], section: str, config_file: PathArg = None, **ove
     path = config_path(config_file)
     table = read_config(path).get(section, {}) if path else {}
     _unknown_env(cls, section)
+    overrides = _renamed_env(cls, overrides)
     try:
         loaded = _loader(cls, section, path)(**overrides)
     except ValidationError as exc:
@@ -234,8 +266,23 @@ class ServiceSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
     section: ClassVar[str] = ""  # the TOML table, e.g. "retriever"
     config_file: ClassVar[Path | None] = None  # None: $LAR_CONFIG (load_settings passes --config here)
+    renamed: ClassVar[dict[str, str]] = {}  # old field name -> new: the old one is still read, with a warning
 
     settings_customise_sources = classmethod(_file_then_env)  # type: ignore[assignment]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_renamed(cls, data: Any) -> Any:
+        """A renamed field given by its old name (a file's table, an argument) is read as the new one; the new
+        name wins when both are given."""
+        if not isinstance(data, dict) or not cls.renamed:
+            return data
+        data = dict(data)
+        for old, new in cls.renamed.items():
+            if old in data:
+                deprecated_name(cls, old, new)
+                data.setdefault(new, data.pop(old))
+        return data
 
 
 def port_field(default: int) -> Any:
@@ -304,7 +351,7 @@ OTEL_DISABLED_ENV = "OTEL_SDK_DISABLED"  # OTel's off switch ("true": no tracing
 
 
 class TracingSettings(ServiceSettings):
-    """OpenTelemetry traces (``lookahead_rag.services.common.tracing``): off unless an OTLP endpoint is set."""
+    """OpenTelemetry traces (``services.common.telemetry.tracing``): off unless an OTLP endpoint is set."""
 
     model_config = SettingsConfigDict(env_prefix="LAR_TRACING_")
     section: ClassVar[str] = "tracing"

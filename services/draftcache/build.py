@@ -16,7 +16,7 @@ import logging
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.service import Service
 from lookahead_rag.services.draftcache.meter import StoreMeter
 from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics

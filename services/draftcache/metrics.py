@@ -6,7 +6,7 @@ import contextlib
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 
 
 class DraftCacheMetrics(MetricGroup):

@@ -9,27 +9,18 @@ services.draftcache.convert.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 import grpc
 
-from lookahead_rag.services.common.call_quota import CallMeter
 from lookahead_rag.services.common.errors import FailedPrecondition, grpc_errors
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.call_quota import CallMeter
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.convert import fetch_response, stats_response
-from lookahead_rag.services.draftcache.fetch import Fetcher
 from lookahead_rag.services.draftcache.meter import StoreMeter
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc
 
 SERVICE_NAME: str = draftcache_pb2.DESCRIPTOR.services_by_name["DraftCache"].full_name
-
-
-async def fetch_reply(store: Fetcher, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int],
-                      reference_ids: Sequence[int], budget: int) -> draftcache_pb2.FetchResponse:
-    """One Fetch, off the event loop, as the wire has it: this servicer's reply and the in-process client's."""
-    found = await asyncio.to_thread(store.fetch, tenant, tokenizer_id, list(prompt_ids), list(reference_ids), budget)
-    return fetch_response(found)
 
 
 class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
@@ -39,7 +30,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         self.meter = meter
         self._calls: StoreMeter | DraftCacheStore = meter or store  # fetch/add_output go through the meter
         self.limits = limits if limits is not None else RequestLimits()
-        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (common/call_quota.py)
+        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (rules/call_quota.py)
 
     def metered(self, method: str, tenant: str) -> None:
         """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""
@@ -60,8 +51,9 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
         self.metered("Fetch", request.tenant)
-        return await fetch_reply(self._calls, request.tenant, request.tokenizer_id, request.prompt_ids,
-                                 request.reference_ids, request.budget)
+        found = await asyncio.to_thread(self._calls.fetch, request.tenant, request.tokenizer_id,
+                                        list(request.prompt_ids), list(request.reference_ids), request.budget)
+        return fetch_response(found)
 
     @grpc_errors
     async def Stats(

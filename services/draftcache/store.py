@@ -48,7 +48,7 @@ from lookahead_core.drafting.trie import TokenTrie
 from lookahead_core.vocab import vocab_size_of
 
 from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache import codec
 from lookahead_rag.services.draftcache.fetch import Continuation, fetch_continuations
 from lookahead_rag.services.draftcache.forget import OutputLog, needs_rebuild, rebuild

@@ -32,7 +32,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,11 +68,6 @@ def grounded_on(doc_ids: Iterable[str], doc_id: str) -> bool:
 def started_unix_ms(event: events_pb2.GenerationCompleted) -> int:
     """When the answer's request began (its retrieval included), on the generator's clock."""
     return int(event.created_unix_ms - event.stats.wall_s * MS_PER_S)
-
-
-def horizon_keys(tenant: str, doc_ids: Sequence[str]) -> list[Horizon]:
-    """The horizons that may cover an answer of ``tenant`` grounded on ``doc_ids``."""
-    return [(tenant, EVERYTHING), *((tenant, d) for d in doc_ids if d != EVERYTHING)]
 
 
 @dataclass

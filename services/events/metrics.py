@@ -1,7 +1,7 @@
 """Metrics of the event bus: its consumers and the Kafka outbox, sampled from ``EventBus.stats()``.
 
 Gauges and counters sampled from the bus (each group's counters and lag, the outbox depth and
-acknowledged total) are kept current by ``lookahead_rag.services.common.refresher.Refresher`` running
+acknowledged total) are kept current by ``lookahead_rag.services.common.telemetry.refresher.Refresher`` running
 ``consumer_jobs`` and ``outbox_job``; an event applier wrapped in ``ObservedApplier`` records each
 event's age when it is applied.
 """
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, EventBus
 from lookahead_rag.v1 import events_pb2
 

@@ -1,7 +1,7 @@
 """W3C trace context across the bus: injected into a record's headers at publish, extracted by the consumer.
 
 Only the OpenTelemetry *API* is used here: whoever runs the process installs a tracer provider and
-its exporters (``services.common.tracing``). With none installed, ``context_headers`` finds no valid
+its exporters (``services.common.telemetry.tracing``). With none installed, ``context_headers`` finds no valid
 span and returns nothing, and ``consumer_span`` neither parses the headers nor opens a span: a few
 microseconds per event.
 

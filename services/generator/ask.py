@@ -12,11 +12,11 @@ import sys
 
 import grpc
 
-from lookahead_rag.services.common.auth import add_key_argument, bearer_metadata
+from lookahead_rag.services.common.auth.callers import add_key_argument, bearer_metadata
+from lookahead_rag.services.common.auth.tls import add_tls_arguments, sync_channel, tls_from_args
 from lookahead_rag.services.common.ports import GENERATOR_GRPC_PORT
+from lookahead_rag.services.common.rpc.tenant_route import tenant_metadata
 from lookahead_rag.services.common.settings import ConfigError
-from lookahead_rag.services.common.tenant_route import tenant_metadata
-from lookahead_rag.services.common.tls import add_tls_arguments, sync_channel, tls_from_args
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
 
 EXIT_BAD_CONFIG = 2

@@ -1,10 +1,10 @@
-"""``build_generator``: the generator as one Service (engine, servicer, metrics).
+"""``build_generator``: the generator as one Service (GeneratorCore, servicer, metrics).
 
     service = await build_generator(settings, limits, bus, registry, retriever_client, draft_cache_client,
                                     served=ModelSettings())
-    await service.serve(port=0)          # or call service.core (the GeneratorEngine) in-process
+    await service.serve(port=0)          # or call service.core (the GeneratorCore) in-process
 
-The model loads here unless the caller already holds one (``model``/``tokenizer``); the engine
+The model loads here unless the caller already holds one (``model``/``tokenizer``); the generator
 publishes finished answers on ``bus`` and reaches the other two services through the clients.
 ``forgets`` (``lookahead_rag.services.generator.forget.subscribe_forgets``, subscribed before the bus started)
 drops a tenant's prefix KV in this engine when a ``ForgetRequested`` comes.
@@ -16,18 +16,18 @@ import asyncio
 import logging
 from typing import Any
 
-from lookahead_core.models import load_model
-from lookahead_core.vocab import tokenizer_id
+from lookahead_core import tokenizer_id
+from lookahead_core.serving import load_model
 from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.common.errors import FailedPrecondition
-from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.service import Service
 from lookahead_rag.services.common.settings import ConfigError
 from lookahead_rag.services.events.protocols import EventPublisher
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
-from lookahead_rag.services.generator.engine import GeneratorEngine
+from lookahead_rag.services.generator.core import GeneratorCore
 from lookahead_rag.services.generator.forget import PrefixForgets
 from lookahead_rag.services.generator.metrics import GeneratorMetrics
 from lookahead_rag.services.generator.servicer import SERVICE_NAME, GeneratorServicer
@@ -67,27 +67,27 @@ async def load_draft_model(name: str, served: ModelSettings, tokenizer: Any) -> 
 async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bus: EventPublisher,
                           registry: CollectorRegistry, retriever: RetrieverClient | None,
                           draft_cache: DraftCacheClient | None, *, served: ModelSettings, model: Any = None,
-                          tokenizer: Any = None, forgets: PrefixForgets | None = None) -> Service[GeneratorEngine]:
+                          tokenizer: Any = None, forgets: PrefixForgets | None = None) -> Service[GeneratorCore]:
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
         model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
     if retriever is not None:
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     draft = await load_draft_model(settings.draft_model, served, tokenizer) if settings.draft_model else None
-    engine = GeneratorEngine(settings, model, tokenizer, retriever, draft_cache, bus,
+    generator = GeneratorCore(settings, model, tokenizer, retriever, draft_cache, bus,
                              metrics=GeneratorMetrics.of(registry), limits=limits, model_name=served.name,
                              draft_model=draft)
     if forgets is not None:
-        forgets.attach(engine.scheduler.forgets_to())
+        forgets.attach(generator.scheduler.forgets_to())
 
     async def close() -> None:
-        engine.close()
+        generator.close()
 
     return Service(
-        "generator", engine, settings,
-        handlers=[(generator_pb2_grpc.add_GeneratorServicer_to_server, GeneratorServicer(engine))],
+        "generator", generator, settings,
+        handlers=[(generator_pb2_grpc.add_GeneratorServicer_to_server, GeneratorServicer(generator))],
         service_names=[SERVICE_NAME],
         max_message_bytes=settings.max_message_bytes,
-        jobs=[engine.observe_metrics],
+        jobs=[generator.observe_metrics],
         closers=[close],
     )

@@ -1,25 +1,30 @@
 """What the generator needs from the retriever and the draft cache (each ships its own clients).
 
 The retriever's and the draft cache's packages provide a gRPC client and an in-process client
-each (``lookahead_rag.services.retriever.client``, ``lookahead_rag.services.draftcache.client``); both return the same
-protobuf messages, so the engine does not care which it has. A failure or a deadline is raised
-to the engine, which then answers without that part.
+each (``lookahead_rag.services.retriever.client``, ``lookahead_rag.services.draftcache.client``); both return the
+same domain values (the retriever core's ``RetrieveResult``, the draft cache's ``Continuation`` list; the
+gRPC ones convert the wire in their service's ``convert.py``), so the engine holds no protobuf and does
+not care which client it has. A failure or a deadline is raised to the engine, which then answers without
+that part.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from lookahead_rag.services.common.conversation import Message
-from lookahead_rag.v1 import draftcache_pb2, retriever_pb2
+from lookahead_rag.services.common.rules.conversation import Message
+
+if TYPE_CHECKING:  # types only: the generator never loads the other services' code for them
+    from lookahead_rag.services.draftcache.fetch import Continuation
+    from lookahead_rag.services.retriever.core import RetrieveResult
 
 
 class RetrieverClient(Protocol):
     async def retrieve(
         self, tenant: str, question: str, k: int, m: int, max_new_tokens: int, tokenizer_id: str,
         history: Sequence[Message], timeout_s: float,
-    ) -> retriever_pb2.RetrieveResponse: ...
+    ) -> RetrieveResult: ...
 
     async def served_model(self, timeout_s: float) -> tuple[str, str]: ...
 
@@ -28,4 +33,4 @@ class DraftCacheClient(Protocol):
     async def fetch(
         self, tenant: str, tokenizer_id: str, prompt_ids: Sequence[int], reference_ids: Sequence[int],
         budget: int, timeout_s: float,
-    ) -> draftcache_pb2.FetchResponse: ...
+    ) -> list[Continuation]: ...

@@ -73,11 +73,6 @@ def generate_query(request: generator_pb2.GenerateRequest) -> GenerateQuery:
                          params_from_proto(request.params))
 
 
-def documents_from_proto(chunks: Sequence[retriever_pb2.Chunk]) -> tuple[DocumentChunk, ...]:
-    """The retriever's chunks of a prompt, as the documents its answer is grounded on."""
-    return tuple(DocumentChunk(c.doc_id, c.chunk_id, c.title, c.source, c.text, c.score) for c in chunks)
-
-
 # ---- replies --------------------------------------------------------------------------------------
 def stats_to_proto(stats: GenerationStats) -> events_pb2.GenerationStats:
     return events_pb2.GenerationStats(**asdict(stats))

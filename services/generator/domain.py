@@ -1,12 +1,12 @@
-"""The generator's requests and replies as plain values: what ``GeneratorEngine`` takes and yields.
+"""The generator's requests and replies as plain values: what ``GeneratorCore`` takes and yields.
 
 Both doors build them: the gRPC servicer from protobuf (``lookahead_rag.services.generator.convert``, the only
 protobuf <-> domain code), the OpenAI endpoint from its JSON (``lookahead_rag.services.http.translate``). Values
-mean what the proto's fields mean (0 / empty: the server's default) and are checked by the engine,
+mean what the proto's fields mean (0 / empty: the server's default) and are checked by the generator,
 one way for both doors.
 
     query = AnswerQuery("acme", "How do I pretty-print JSON?", GenerationParams(max_new_tokens=32))
-    async for chunk in engine.answer(query):      # TextDelta ... TextDelta, then one FinalInfo
+    async for chunk in generator.answer(query):      # TextDelta ... TextDelta, then one FinalInfo
         ...
 """
 
@@ -37,7 +37,7 @@ class GenerationParams:
 
 @dataclass(frozen=True)
 class AnswerQuery:
-    """A tenant's question, answered on its retrieved documents (``GeneratorEngine.answer``)."""
+    """A tenant's question, answered on its retrieved documents (``GeneratorCore.answer``)."""
 
     tenant: str  # whose documents, past sessions, drafts and quota
     question: str  # the user's question (a conversation's last user turn); the retriever builds the prompt around it
@@ -67,7 +67,7 @@ class PromptIds:
 
 @dataclass(frozen=True)
 class GenerateQuery:
-    """A caller-built prompt, decoded without retrieval (``GeneratorEngine.generate``)."""
+    """A caller-built prompt, decoded without retrieval (``GeneratorCore.generate``)."""
 
     tenant: str  # whose drafts and quota
     # raw text, messages in the chat template, or token ids as they are; None: refused
@@ -152,4 +152,4 @@ class FinalInfo:
     output_ids: tuple[int, ...] = ()  # the answer's tokens
 
 
-AnswerChunk = TextDelta | FinalInfo  # what the engine streams: deltas, then one FinalInfo
+AnswerChunk = TextDelta | FinalInfo  # what the generator streams: deltas, then one FinalInfo

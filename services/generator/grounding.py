@@ -11,18 +11,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lookahead_rag.services.common.conversation import newest_that_fit, split_turns
 from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument, NotFound
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.context import context_room
+from lookahead_rag.services.common.rules.conversation import newest_that_fit, split_turns
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.clients import RetrieverClient
-from lookahead_rag.services.generator.convert import documents_from_proto
-from lookahead_rag.services.generator.domain import GenerationParams
+from lookahead_rag.services.generator.domain import DocumentChunk, GenerationParams
 from lookahead_rag.services.generator.prepared import Prepared
 from lookahead_rag.services.generator.prompt_ids import chat_ids
 from lookahead_rag.services.retriever.prompt import sanitize
+
+if TYPE_CHECKING:
+    from lookahead_rag.services.retriever.documents import ScoredChunk
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +55,15 @@ async def retrieve(retriever: RetrieverClient | None, tokenizer_id: str, prep: P
         log.warning("retriever unavailable (%s); answering without documents", type(exc).__name__)
         return False
     prep.prompt_ids = list(resp.prompt_ids)
-    prep.documents = documents_from_proto(resp.chunks)
+    prep.documents = documents_of(resp.chunks)
     prep.history_turns_kept = resp.history_turns_kept
     return True
+
+
+def documents_of(chunks: Sequence[ScoredChunk]) -> tuple[DocumentChunk, ...]:
+    """The retriever's chunks of a prompt, as the documents its answer is grounded on."""
+    return tuple(DocumentChunk(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.title, c.chunk.source, c.chunk.text, c.score)
+                 for c in chunks)
 
 
 def fallback(tokenizer: Any, prep: Prepared, budget: int | None) -> None:
@@ -89,6 +99,7 @@ def fill_room(prep: Prepared, context_tokens: int, limits: RequestLimits) -> Non
     no room keeps its config, and the fit check refuses it."""
     if not prep.fill_context:
         return
-    room = context_tokens - len(prep.prompt_ids) if context_tokens else limits.max_new_tokens
+    room = context_room(context_tokens, len(prep.prompt_ids))
+    room = limits.max_new_tokens if room is None else room
     if room >= 1:
         prep.config = replace(prep.config, max_new_tokens=min(room, limits.max_new_tokens))

@@ -8,7 +8,7 @@ cadence: logprobs would tell what it hides, so they are refused with it.
 
 from __future__ import annotations
 
-from lookahead_core.engine.request import ServeRequest
+from lookahead_core.serving import ServeRequest
 
 from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.generator.domain import GenerationParams, TokenLogprob

@@ -9,14 +9,14 @@ here), labelled with ``model_name``, so dashboards and alerts written for vLLM c
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 
 if TYPE_CHECKING:
-    from lookahead_core.engine.request import ServeStats
+    from lookahead_core.serving import ServeStats
 
     from lookahead_rag.services.generator.domain import GenerationStats
 
@@ -37,6 +37,19 @@ TOKEN_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.
 TOKEN_COUNT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000)
 MODEL = ("model_name",)  # vLLM's label: the served model ([model] name)
 UNKNOWN_REASON = "unknown"  # finished_reason of a request that ended without one
+
+
+class EngineMetrics(Protocol):
+    """What the generator's engine records (``GeneratorMetrics`` below)."""
+
+    def record_forward(self, tokens: int, batch: int) -> None: ...
+
+    def observe_engine(self, waiting: int, running: int, kv_bytes: int) -> None: ...
+
+    def record_degraded(self, dependency: str) -> None: ...
+
+    def record_request(self, model_name: str, st: ServeStats, stats: GenerationStats, draft_hits: Mapping[str, int],
+                       prompt_tokens: int) -> None: ...
 
 
 class GeneratorMetrics(MetricGroup):

@@ -7,12 +7,11 @@ import math
 from dataclasses import replace
 
 import numpy as np
-from lookahead_core import DecodingConfig, TrieConfig
-from lookahead_core.config import DraftMode, parse_mode
+from lookahead_core import DecodingConfig, DraftMode, TrieConfig, parse_mode
 
-from lookahead_rag.services.common.auth_settings import ALL_TENANTS
+from lookahead_rag.services.common.auth.settings import ALL_TENANTS
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import GenerationParams
 from lookahead_rag.services.generator.settings import GeneratorSettings
 

@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from lookahead_core.vocab import out_of_vocab
+from lookahead_core import check_in_vocab
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import ChatMessage, PromptIds
 
 ROLES = ("system", "user", "assistant")  # the chat roles a Generate call may send
-
-
-def check_vocabulary(what: str, ids: Sequence[int], size: int) -> None:
-    """InvalidArgument naming the first id at or past ``size``."""
-    bad = out_of_vocab(ids, size)
-    if bad is not None:
-        raise InvalidArgument(f"{what} token id {bad} is out of the vocabulary (size {size})")
 
 
 def chat_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
@@ -34,7 +26,7 @@ def prompt_ids(prompt: str | tuple[ChatMessage, ...] | PromptIds | None, tokeniz
         if not prompt.ids:
             raise InvalidArgument("prompt_ids is empty")
         limits.check_prompt_tokens("prompt_ids", len(prompt.ids))
-        check_vocabulary("prompt", prompt.ids, tokenizer_size)
+        check_in_vocab(prompt.ids, tokenizer_size, "prompt token", InvalidArgument)
         return list(prompt.ids)
     if isinstance(prompt, str):
         limits.check_prompt_chars("prompt", len(prompt))

@@ -1,15 +1,15 @@
 """A request's stream read ahead of its consumer, so that what the request holds is freed when it ends.
 
-The engine's stream (retrieve -> decode -> final, ``GeneratorEngine``) is read by a task of its own
-into a queue, as fast as the engine makes it; the consumer (a gRPC write or an HTTP send, which waits
-while the client does not read) takes from the queue at its own pace. When the engine's stream ends,
+The generator's stream (retrieve -> decode -> final, ``GeneratorCore``) is read by a task of its own
+into a queue, as fast as the generator makes it; the consumer (a gRPC write or an HTTP send, which waits
+while the client does not read) takes from the queue at its own pace. When the generator's stream ends,
 with its final message, an error or a cancel, ``on_end`` runs at once (the tenant's stream slot is
 freed) and the frames that held the request (its ticket, trie, drafting state) are done, however long
 the consumer still waits on a send. What waits for the consumer is the answer's chunks, at most one
 per verified step. Closing the consumer's side (the client went away, a send timed out) cancels the
 reading task, which cancels the request in the engine.
 
-    async for chunk in read_ahead(engine_chunks, on_end=release_slot): ...
+    async for chunk in read_ahead(generator_chunks, on_end=release_slot): ...
 """
 
 from __future__ import annotations
@@ -63,5 +63,5 @@ async def read_ahead(chunks: AsyncIterator[T], on_end: Callable[[], None]) -> As
     finally:
         if not task.done():
             task.cancel()
-        await asyncio.gather(task, return_exceptions=True)  # the engine stream's own finally has run
+        await asyncio.gather(task, return_exceptions=True)  # the generator stream's own finally has run
         await chunks.aclose()  # type: ignore[attr-defined]

@@ -17,7 +17,7 @@ import asyncio
 from typing import Any
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import ChatMessage, PromptIds
 from lookahead_rag.services.generator.prompt_ids import ROLES, chat_ids, prompt_ids
 

@@ -10,7 +10,7 @@ Here the engine's stream is re-cut, after decoding, so decoding itself is unchan
   only a full chunk of ``chunk_tokens`` tokens (the last one may hold fewer);
 - every delta has the same serialized size, whatever its text (each door pads it: gRPC's ``padding``
   field, ``lookahead_rag.services.generator.convert.pad``; HTTP's ``padding`` member of the event): a chunk's
-  text is what the engine's detokenizer (``TextStreamer``: whole characters, stop strings cut) makes
+  text is what lookahead_core's detokenizer (``TextStreamer``: whole characters, stop strings cut) makes
   of its tokens, up to ``text_bytes`` bytes; any rest rides in the next chunk;
 - the final message keeps only the request id, ``finish_reason`` and ``new_tokens`` (no acceptance
   counters, timings, kernels, prompt, documents or answer ids: their sizes and values would tell).
@@ -29,7 +29,7 @@ import heapq
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
-from lookahead_core.engine.detok import TextStreamer
+from lookahead_core import TextStreamer
 
 from lookahead_rag.services.generator.convert import largest_delta_bytes
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationStats, TextDelta

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import ClassVar
 
-from lookahead_core.config import LOSSY_MODES, parse_mode
-from lookahead_core.drafting.mjsd import MJSD_BEAMS, MJSD_THRESHOLD
+from lookahead_core import LOSSY_MODES, MJSD_BEAMS, MJSD_THRESHOLD, parse_mode
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -29,6 +28,7 @@ class GeneratorSettings(ServerSettings):
     """How the generator decodes, what it accepts and where its dependencies are."""
 
     model_config = SettingsConfigDict(env_prefix="LAR_GENERATOR_")
+    renamed: ClassVar[dict[str, str]] = {"draft_budget": "continuation_tokens"}  # old name -> new (read, warned)
     section: ClassVar[str] = "generator"
 
     port: int = port_field(GENERATOR_GRPC_PORT)
@@ -79,7 +79,8 @@ class GeneratorSettings(ServerSettings):
     mjsd_threshold: float = Field(
         MJSD_THRESHOLD, gt=0, le=1, description="mjsd: accept a prefix when P_target / P_draft >= this"
     )
-    draft_budget: int = Field(4096, ge=0, description="tokens of tenant-cache continuations fetched per request")
+    continuation_tokens: int = Field(4096, ge=0, description="tokens of tenant-cache continuations fetched per "
+                                     "request (was draft_budget, still read: a step's draft budget is another thing)")
     max_message_bytes: int = Field(8 * MIB, gt=0, description="largest gRPC message sent or received")
     stream_send_timeout_s: float = Field(30.0, gt=0, description="a gRPC or HTTP stream whose client takes no "
                                          "data for this long (it stopped reading) is cancelled, its slot freed")

@@ -1,4 +1,4 @@
-"""``/v1/chat/completions`` with ``n > 1`` or ``logprobs``: every choice its own engine request (choices.py),
+"""``/v1/chat/completions`` with ``n > 1`` or ``logprobs``: every choice its own generator request (choices.py),
 each choice's ``logprobs`` in OpenAI's chat shape (logprobs.py), in the JSON and in each SSE chunk.
 
 ``routes.Frontend.chat`` hands such a request here once it is checked; the rest (one choice, no
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from lookahead_rag.services.common.logs import request_context
+from lookahead_rag.services.common.telemetry.logs import request_context
 from lookahead_rag.services.generator.domain import FinalInfo, TokenLogprob
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import choices, errors, translate
@@ -68,12 +68,12 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
                deadline: float | None, rid: str, headers: dict[str, str]) -> Response:
     """The response to ``body`` (checked already), its choices run concurrently."""
     n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, body.safe_stream))  # the tenant's too
-    limits = front.engine.limits
+    limits = front.generator.limits
     limits.check_messages("messages", len(body.messages), n)  # each choice renders them
     if body.logprobs:  # every choice's tokens, each with its alternatives: built, held and sent
         limits.check_logprob_entries(n, body.max_completion_tokens or body.max_tokens, body.top_logprobs or 0)
     reply = translate.Reply.of(rid, front.model, body)
-    pieces = TokenPieces(front.engine.tokenizer) if body.logprobs else None
+    pieces = TokenPieces(front.generator.tokenizer) if body.logprobs else None
     facts: list[PromptFacts] = []
     seeds = choices.choice_seeds(body.seed, n)
     streams: list[Chunks] = [
@@ -85,13 +85,13 @@ async def chat(front: Frontend, body: ChatCompletionRequest, request: Request, t
     if not body.stream:
         got = await or_disconnect(request, choices.collect_all(streams, when, deadline))
         headers.update(translate.prompt_headers(facts[-1] if facts else None))
-        return await json_reply(lambda: _whole(reply, got, pieces), front.engine.settings.stream_send_timeout_s,
+        return await json_reply(lambda: _whole(reply, got, pieces), front.generator.settings.stream_send_timeout_s,
                                 headers)
     first = await or_disconnect(request, choices.firsts(streams, when))  # errors before it keep their status
     headers.update(translate.prompt_headers(facts[-1] if facts else None))
     per_choice = [ChoiceChunks(i, reply, pieces) for i in range(n)]
     events = _events(reply, per_choice, choices.merged(first, streams, when), deadline, (rid, tenant))
-    return ClosingStreamingResponse(events, front.engine.settings.stream_send_timeout_s, media_type=SSE_MEDIA_TYPE,
+    return ClosingStreamingResponse(events, front.generator.settings.stream_send_timeout_s, media_type=SSE_MEDIA_TYPE,
                                     headers={**headers, "cache-control": "no-cache"})
 
 

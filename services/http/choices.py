@@ -1,11 +1,11 @@
 """Several choices for one request (OpenAI's ``n``), and the request extensions every route shares.
 
-Each choice is its own engine request, run concurrently in the batch: choice 0 keeps the request's
+Each choice is its own generator request, run concurrently in the batch: choice 0 keeps the request's
 seed, choice i > 0 a seed derived from it (``choice_seeds``), so the same request gives the same
 choices. ``n > 1`` needs sampling (temperature > 0): greedy choices would all be the same answer.
 
     n = check_n(body.n, body.temperature, body.safe_stream)
-    streams = [engine.generate(query_i, ...) for query_i in ...]
+    streams = [generator.generate(query_i, ...) for query_i in ...]
     results = await collect_all(streams, when)         # a whole answer per choice: final + logprobs
     async for index, chunk in merged(firsts, streams, when): ...   # streams interleaved by choice
 """
@@ -24,7 +24,7 @@ from lookahead_rag.services.common.errors import DeadlineExceeded, Unavailable
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams, TextDelta, TokenLogprob
 from lookahead_rag.services.http.errors import InvalidParam
 
-MAX_CHOICES = 16  # most choices one request may ask (each is an engine request and a stream of the tenant's quota)
+MAX_CHOICES = 16  # most choices one request may ask (each is a generator request and a stream of the tenant's quota)
 SEED_BYTES = 8  # a derived seed is 64 bits, as the request's
 Chunks = AsyncIterator[AnswerChunk]
 T = TypeVar("T")
@@ -57,7 +57,7 @@ def extended(params: GenerationParams, mode: str | None, logprobs: bool, top_log
     return replace(params, mode=mode or params.mode, logprobs=logprobs, top_logprobs=top_logprobs or 0)
 
 
-# ---- reading the engine's streams ----------------------------------------------------------------
+# ---- reading the generator's streams ----------------------------------------------------------------
 def loop_deadline(deadline: float | None) -> float | None:
     """A time.monotonic() deadline on the running loop's clock (what asyncio.timeout_at takes)."""
     if deadline is None:
@@ -66,12 +66,12 @@ def loop_deadline(deadline: float | None) -> float | None:
 
 
 def check_final(final: FinalInfo, deadline: float | None) -> None:
-    """An answer the engine ended itself (its deadline passed while running, or it is closing) is an error."""
+    """An answer the generator ended itself (its deadline passed while running, or it is closing) is an error."""
     if final.stats.finish_reason != "cancelled":
         return
     if deadline is not None and time.monotonic() >= deadline:
         raise DeadlineExceeded("deadline exceeded while decoding")
-    raise Unavailable("the engine stopped the request (it is shutting down)")
+    raise Unavailable("the generator stopped the request (it is shutting down)")
 
 
 async def checked(chunks: AsyncIterator[tuple[int, Any]], deadline: float | None,

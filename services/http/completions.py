@@ -1,4 +1,4 @@
-"""``POST /v1/completions``: OpenAI's legacy completions over the engine's ``generate`` (no retrieval).
+"""``POST /v1/completions``: OpenAI's legacy completions over the generator's ``generate`` (no retrieval).
 
 The prompt is decoded as given: text (no chat template) or token ids of the served model. ``n``
 choices run concurrently (choices.py); ``logprobs`` (an int, 0..20) gives each token's logprob and
@@ -20,7 +20,7 @@ from lookahead_core.config import MAX_TOP_LOGPROBS
 from openai.types import Completion, CompletionChoice, CompletionUsage
 from pydantic import BaseModel, ConfigDict
 
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import FinalInfo, GenerateQuery, GenerationParams, PromptIds, TextDelta
 from lookahead_rag.services.http import choices, errors, translate
 from lookahead_rag.services.http import streaming as sse_io  # one name for the SSE helpers
@@ -169,7 +169,7 @@ class Shape:
 
 
 async def complete(front: Frontend, body: CompletionRequest, request: Request) -> Response:
-    """The endpoint: checks, then the choices' engine requests, as JSON or SSE."""
+    """The endpoint: checks, then the choices' generator requests, as JSON or SSE."""
     headers: dict[str, str] = {}
     try:
         tenant, deadline = front.admitted(request, body.model)
@@ -178,23 +178,23 @@ async def complete(front: Frontend, body: CompletionRequest, request: Request) -
             raise refused
         n = choices.check_n(body.n, body.temperature, front.safe_stream(tenant, False))  # a safe tenant: one choice
         if body.logprobs is not None:  # every choice's tokens, each with its alternatives: built, held and sent
-            front.engine.limits.check_logprob_entries(n, body.max_tokens, _logprobs(body)[1])
+            front.generator.limits.check_logprob_entries(n, body.max_tokens, _logprobs(body)[1])
         with request_context(request.headers.get(REQUEST_ID_HEADER), tenant) as rid:
             headers[REQUEST_ID_HEADER] = rid
             queries = [generate_query(body, tenant, s) for s in choices.choice_seeds(body.seed, n)]
-            streams = [front.engine.generate(q, deadline, rid if i == 0 else f"{rid}-{i}")
+            streams = [front.generator.generate(q, deadline, rid if i == 0 else f"{rid}-{i}")
                        for i, q in enumerate(queries)]
-            pieces = TokenPieces(front.engine.tokenizer) if body.logprobs is not None else None
+            pieces = TokenPieces(front.generator.tokenizer) if body.logprobs is not None else None
             shape = Shape(rid, front.model, int(time.time()), body, pieces, n)
             when = choices.loop_deadline(deadline)
             if not body.stream:
                 got = await sse_io.or_disconnect(request, choices.collect_all(streams, when, deadline))
                 return await sse_io.json_reply(lambda: shape.whole(got),
-                                               front.engine.settings.stream_send_timeout_s, headers)
+                                               front.generator.settings.stream_send_timeout_s, headers)
             first = await sse_io.or_disconnect(request, choices.firsts(streams, when))
             events = _events(shape, choices.merged(first, streams, when), deadline, (rid, tenant))
             return sse_io.ClosingStreamingResponse(
-                events, front.engine.settings.stream_send_timeout_s, media_type=sse_io.SSE_MEDIA_TYPE,
+                events, front.generator.settings.stream_send_timeout_s, media_type=sse_io.SSE_MEDIA_TYPE,
                 headers={**headers, "cache-control": "no-cache"})
     except sse_io.ClientDisconnected:
         return Response(status_code=errors.CLIENT_CLOSED)

@@ -1,6 +1,6 @@
 """The one place that maps errors to HTTP statuses, in OpenAI's error shape.
 
-The engine raises the same ``ServiceError`` classes for HTTP as for gRPC
+The generator raises the same ``ServiceError`` classes for HTTP as for gRPC
 (``lookahead_rag.services.common.errors``); here each becomes a status and a body
 ``{"error": {"message", "type", "param", "code"}}`` (``code``: the gRPC status name in lower case;
 ``param``: the request field at fault when known, else null)::
@@ -93,7 +93,7 @@ def error_body(message: str, kind: str, code: str, param: str | None = None) -> 
 
 def param_of(exc: BaseException, fields: Collection[str] = ()) -> str | None:
     """The request field ``exc`` is about: its own ``param`` (InvalidParam), else the field among ``fields``
-    (the body's) its message starts with (the engine's checks name the field first: "top_p must be ...")."""
+    (the body's) its message starts with (the generator's checks name the field first: "top_p must be ...")."""
     param = getattr(exc, "param", None)
     if isinstance(param, str):
         return param

@@ -8,7 +8,7 @@ For each HTTP request, in order:
 
 1. the route it reaches (its path template). A request that reaches none passes through: FastAPI
    answers 404 or 405 without reading its body.
-2. with ``[auth] mode = "required"``: the route's scope (``lookahead_rag.services.common.scopes``, the one table; a
+2. with ``[auth] mode = "required"``: the route's scope (``lookahead_rag.services.common.auth.scopes``, the one table; a
    route not in it is refused) and the caller's credential (``Authorization: Bearer <key>``): 401
    without a valid one, 403 without the scope. The caller goes on the request's state
    (``request.state.principal``) for the route to check the tenant.
@@ -28,8 +28,8 @@ from starlette.routing import Match, Router
 from starlette.types import ASGIApp, Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from lookahead_rag.services.common import scopes
-from lookahead_rag.services.common.auth import AUTHORIZATION, Authenticator, Principal
+from lookahead_rag.services.common.auth import scopes
+from lookahead_rag.services.common.auth.callers import AUTHORIZATION, Authenticator, Principal
 from lookahead_rag.services.common.errors import ServiceError
 from lookahead_rag.services.http import errors
 

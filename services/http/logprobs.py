@@ -6,7 +6,7 @@
 
 A token's ``token`` is its text decoded alone; ``bytes`` are its raw UTF-8 bytes (a byte-level BPE piece
 may hold part of a character: its bytes say which, where its text shows U+FFFD). The values are the
-engine's: the raw model distribution at each position, before temperature / top-p / top-k.
+engine's (lookahead_core): the raw model distribution at each position, before temperature / top-p / top-k.
 """
 
 from __future__ import annotations

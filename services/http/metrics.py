@@ -20,10 +20,10 @@ from starlette.datastructures import Headers
 from starlette.routing import Router
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from lookahead_rag.services.common.auth import AUTHORIZATION, Authenticator
+from lookahead_rag.services.common.auth.callers import AUTHORIZATION, Authenticator
+from lookahead_rag.services.common.auth.scopes import Scope as AuthScope
 from lookahead_rag.services.common.errors import ServiceError
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
-from lookahead_rag.services.common.scopes import Scope as AuthScope
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 from lookahead_rag.services.http import errors
 from lookahead_rag.services.http.guard import route_of
 

@@ -1,12 +1,12 @@
-"""The endpoints over the generator's engine: ``POST /v1/chat/completions``, ``GET /v1/models``,
-``GET /health``. A thin adapter, as the gRPC servicer is: headers and body -> an engine call
-(``GeneratorEngine.answer``, or ``generate`` with ``"rag": false``) -> JSON or server-sent events.
+"""The endpoints over the generator (GeneratorCore): ``POST /v1/chat/completions``, ``GET /v1/models``,
+``GET /health``. A thin adapter, as the gRPC servicer is: headers and body -> a generator call
+(``GeneratorCore.answer``, or ``generate`` with ``"rag": false``) -> JSON or server-sent events.
 
-    front = Frontend(engine, settings)       # settings: HttpSettings
+    front = Frontend(generator, settings)       # settings: HttpSettings
     app = make_app(front)                    # served by services.http.server.HttpServer
 
 Every request passes ``lookahead_rag.services.http.guard.RequestGuard`` first: the credential and the route's scope
-(``lookahead_rag.services.common.scopes``) are checked and the body limited before FastAPI reads it; the routes
+(``lookahead_rag.services.common.auth.scopes``) are checked and the body limited before FastAPI reads it; the routes
 only authorize the tenant, with the caller the guard put on ``request.state``. The schema pages
 (/docs, /redoc, /openapi.json) are routed only with ``[http] docs = true``.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from lookahead_rag.services.common.auth import Authenticator, Principal
+from lookahead_rag.services.common.auth.callers import Authenticator, Principal
 from lookahead_rag.services.common.errors import (
     InvalidArgument,
     NotFound,
@@ -31,7 +31,7 @@ from lookahead_rag.services.common.errors import (
     Unauthenticated,
     Unavailable,
 )
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, request_context
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams
 from lookahead_rag.services.generator.prepared import PromptFacts
 from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate
@@ -51,17 +51,17 @@ from lookahead_rag.services.http.streaming import (
 )
 
 if TYPE_CHECKING:
-    from lookahead_rag.services.generator.engine import GeneratorEngine
+    from lookahead_rag.services.generator.core import GeneratorCore
 
 OWNER = "lookahead-rag"
 Chunks = AsyncIterator[AnswerChunk]
 
 
 class Frontend:
-    """The endpoints' state: the engine, the settings, and whether new requests are welcome."""
+    """The endpoints' state: the generator, the settings, and whether new requests are welcome."""
 
-    def __init__(self, engine: GeneratorEngine, settings: HttpSettings, auth: Authenticator | None = None) -> None:
-        self.engine = engine
+    def __init__(self, generator: GeneratorCore, settings: HttpSettings, auth: Authenticator | None = None) -> None:
+        self.generator = generator
         self.settings = settings
         self.auth = auth if auth is not None and auth.required else None  # None: no credential asked
         self.serving = False  # True while the server runs; False from the moment it starts stopping
@@ -69,7 +69,7 @@ class Frontend:
 
     @property
     def model(self) -> str:
-        return self.engine.model_name
+        return self.generator.model_name
 
     # ---- request headers and body ------------------------------------------------------------
     def principal_of(self, request: Request) -> Principal | None:
@@ -114,7 +114,7 @@ class Frontend:
 
     def safe_stream(self, tenant: str, asked: bool) -> bool:
         """Whether ``tenant``'s answer takes the side-channel-safe stream: ``asked`` for, or the tenant's setting."""
-        return self.engine.is_safe(tenant, GenerationParams(safe_stream=asked))
+        return self.generator.is_safe(tenant, GenerationParams(safe_stream=asked))
 
     def admitted(self, request: Request, model: str) -> tuple[str, float | None]:
         """The caller's tenant and deadline, once the server is serving and ``model`` is ours (raises otherwise)."""
@@ -126,14 +126,15 @@ class Frontend:
 
     def chunks(self, body: ChatCompletionRequest, tenant: str, deadline: float | None, rid: str,
                on_prompt: Callable[[PromptFacts], None]) -> Chunks:
-        """The engine's stream; ``on_prompt`` hears what a RAG answer's prompt came to before its first token."""
+        """The generator's stream; ``on_prompt`` hears what a RAG answer's prompt came to before its first token."""
         ext = {"mode": body.mode, "logprobs": bool(body.logprobs), "top_logprobs": body.top_logprobs}  # choices.py
         if body.rag:
             query = translate.answer_query(body, tenant)
             query = replace(query, params=choices.extended(query.params, **ext))
-            return self.engine.answer(query, deadline, rid, on_prompt=on_prompt)
+            return self.generator.answer(query, deadline, rid, on_prompt=on_prompt)
         generate = translate.generate_query(body, tenant)
-        return self.engine.generate(replace(generate, params=choices.extended(generate.params, **ext)), deadline, rid)
+        extended = replace(generate, params=choices.extended(generate.params, **ext))
+        return self.generator.generate(extended, deadline, rid)
 
     # ---- the endpoint ------------------------------------------------------------------------
     async def chat(self, body: ChatCompletionRequest, request: Request) -> Response:
@@ -153,12 +154,12 @@ class Frontend:
                     choices.check_final(final, deadline)
                     headers.update(translate.prompt_headers(facts[-1] if facts else None))
                     return await json_reply(lambda: translate.completion(reply, final),
-                                            self.engine.settings.stream_send_timeout_s, headers)
+                                            self.generator.settings.stream_send_timeout_s, headers)
                 # errors before the first chunk keep their status
                 first = await or_disconnect(request, choices.next_chunk(chunks, when))
                 headers.update(translate.prompt_headers(facts[-1] if facts else None))
                 events = _events(translate.StreamTranslator(reply), first, chunks, when, deadline, (rid, tenant))
-                return ClosingStreamingResponse(events, self.engine.settings.stream_send_timeout_s,
+                return ClosingStreamingResponse(events, self.generator.settings.stream_send_timeout_s,
                                                 media_type=SSE_MEDIA_TYPE,
                                                 headers={**headers, "cache-control": "no-cache"})
         except ClientDisconnected:
@@ -213,7 +214,7 @@ def make_app(front: Frontend) -> FastAPI:
         return await front.chat(body, request)
 
     # the body's type with the configured [limits] max_messages (FastAPI validates by this annotation)
-    chat_completions.__annotations__["body"] = bounded_chat_request(front.engine.limits.max_messages)
+    chat_completions.__annotations__["body"] = bounded_chat_request(front.generator.limits.max_messages)
     app.post("/v1/chat/completions", response_model=None)(chat_completions)
 
     @app.post("/v1/completions", response_model=None)

@@ -1,7 +1,7 @@
 """The body of ``POST /v1/chat/completions``: OpenAI's fields we read, plus our extensions.
 
 Types are checked by pydantic (a wrong type is a 400, see ``lookahead_rag.services.http.errors``); values are
-checked where they are used (``lookahead_rag.services.http.translate``, then the engine, as for gRPC). Fields
+checked where they are used (``lookahead_rag.services.http.translate``, then the generator, as for gRPC). Fields
 not named here are accepted and ignored (``user``, ``metadata``, ``store``, ...): they do not
 change the answer. Fields that would change it but cannot be honoured (``n`` > 1, ``logprobs``,
 ``tools``, ...) are declared so that ``translate.check_supported`` can refuse them.

@@ -1,6 +1,6 @@
 """``HttpServer``: uvicorn in-process, on the running event loop, beside the gRPC servers.
 
-    http = await HttpServer.start(engine, settings.http, port=0)   # port: None = the settings'
+    http = await HttpServer.start(generator, settings.http, port=0)   # port: None = the settings'
     http.port                                                      # the bound port
     GET /metrics                                                   # the same registry as the metrics port
     await http.stop()                                              # graceful, within shutdown_grace_s
@@ -22,15 +22,15 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.common.auth.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.http.metrics import HttpMetrics, HttpMetricsMiddleware, MetricsRoute
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 
 if TYPE_CHECKING:
-    from lookahead_rag.services.common.auth import Authenticator
-    from lookahead_rag.services.generator.engine import GeneratorEngine
+    from lookahead_rag.services.common.auth.callers import Authenticator
+    from lookahead_rag.services.generator.core import GeneratorCore
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def serving_app(front: Frontend, registry: CollectorRegistry | None = None) -> A
 
 
 class HttpServer:
-    """The OpenAI-compatible endpoint served over one engine."""
+    """The OpenAI-compatible endpoint served over one generator."""
 
     def __init__(self, front: Frontend, server: uvicorn.Server, task: asyncio.Task[None], port: int) -> None:
         self.front = front
@@ -77,7 +77,7 @@ class HttpServer:
         self.port = port
 
     @classmethod
-    async def start(cls, engine: GeneratorEngine, settings: HttpSettings, port: int | None = None,
+    async def start(cls, generator: GeneratorCore, settings: HttpSettings, port: int | None = None,
                     tls: TlsSettings | None = None, auth: Authenticator | None = None,
                     registry: CollectorRegistry | None = None) -> HttpServer:
         """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port); HTTPS with
@@ -86,7 +86,7 @@ class HttpServer:
         ``registry`` is served at /metrics and holds the HTTP request metrics (None: the default one)."""
         sock = bind_socket(settings.host, settings.port if port is None else port)
         bound = int(sock.getsockname()[1])
-        front = Frontend(engine, settings, auth)
+        front = Frontend(generator, settings, auth)
         config = uvicorn.Config(serving_app(front, registry), host=settings.host, port=bound, lifespan="off",
                                 log_config=None, access_log=settings.access_log, ws="none",
                                 timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]

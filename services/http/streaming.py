@@ -1,11 +1,11 @@
 """Server-sent events and the client going away.
 
-A client that disconnects cancels its request in the engine, as a gRPC cancel does:
+A client that disconnects cancels its request in the generator, as a gRPC cancel does:
 
 * before the response starts (a whole answer, or a stream's first chunk), ``or_disconnect`` runs
   the work beside a watch on the connection and cancels the work when the client leaves;
 * mid-stream, Starlette cancels the streaming task; ``ClosingStreamingResponse`` then closes the
-  body iterator at once (not whenever it is garbage-collected), which closes the engine's stream,
+  body iterator at once (not whenever it is garbage-collected), which closes the generator's stream,
   whose ``finally`` cancels the request in the scheduler.
 
 A client that stops reading without disconnecting fills the connection's buffers, and a send then
@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from lookahead_rag.services.common.errors import SendTimeout
-from lookahead_rag.services.common.send_timeout import send_within
+from lookahead_rag.services.common.rpc.send_timeout import send_within
 
 log = logging.getLogger(__name__)
 

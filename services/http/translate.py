@@ -6,7 +6,7 @@
     stream = StreamTranslator(reply)
     stream.delta(delta) / stream.final(final)          # -> chat.completion.chunk objects
 
-Values are checked by the engine exactly as for gRPC; here only what the gRPC API could not carry
+Values are checked by the generator exactly as for gRPC; here only what the gRPC API could not carry
 either (a negative count, one past uint32 / uint64, a missing question) or what we cannot honour
 (n > 1, logprobs, tools) is refused, each with a one-line InvalidArgument. One rule differs: in RAG
 mode ``max_tokens`` omitted is up to the context and one over the limit is clamped
@@ -34,7 +34,7 @@ from lookahead_rag.services.http.schema import ChatCompletionRequest, Message
 UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1
 SCORE_DIGITS = 6  # retrieval scores are float32: more digits are noise
-FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # engine -> OpenAI (others as they are)
+FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # generator -> OpenAI (others as they are)
 ROLES = {"developer": "system"}  # OpenAI's newer role names -> the chat template's
 HISTORY_TURNS_HEADER = "x-lookahead-history-turns-kept"  # RAG: the conversation's turns kept in the prompt
 Json = dict[str, Any]
@@ -42,7 +42,7 @@ Json = dict[str, Any]
 
 # ---- request --------------------------------------------------------------------------------------
 def _refused(body: ChatCompletionRequest) -> str | None:
-    """The first field asking for something the engine cannot do, as a one-line reason."""
+    """The first field asking for something the generator cannot do, as a one-line reason."""
     if body.tools or body.functions:
         return "tools and function calling are not supported"
     if body.response_format and body.response_format.get("type", "text") != "text":
@@ -73,7 +73,7 @@ def _count(name: str, value: int | None, limit: int = UINT32_MAX) -> int:
 
 
 def _max_new_tokens(body: ChatCompletionRequest, clamp: bool = False) -> int:
-    """The request's max new tokens (0: omitted); ``clamp``: one past uint32 is uint32's most (the engine
+    """The request's max new tokens (0: omitted); ``clamp``: one past uint32 is uint32's most (the generator
     clamps it to its limit) rather than refused."""
     name, value = ("max_completion_tokens", body.max_completion_tokens)
     if value is None:
@@ -106,7 +106,7 @@ def generation_params(body: ChatCompletionRequest, clamp: bool = False) -> Gener
 
 
 def answer_query(body: ChatCompletionRequest, tenant: str) -> AnswerQuery:
-    """RAG: the last message is the user's question, the messages before it its conversation (the engine
+    """RAG: the last message is the user's question, the messages before it its conversation (the generator
     checks their roles); the retriever builds the prompt around them. ``max_tokens`` omitted: up to the
     context; over the limit: clamped (``AnswerQuery.up_to_context``)."""
     *history, question = body.messages
@@ -195,7 +195,7 @@ def completion(reply: Reply, final: FinalInfo) -> Json:
 
 
 class StreamTranslator:
-    """The engine's chunks -> ``chat.completion.chunk`` objects, in OpenAI's order: the first carries the
+    """The generator's chunks -> ``chat.completion.chunk`` objects, in OpenAI's order: the first carries the
     role, each delta its text, the last the finish_reason and the documents, then (with
     include_usage) one with no choices and the usage."""
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.service import Service
 from lookahead_rag.services.events.metrics import ConsumerMetrics, ObservedApplier, consumer_jobs
 from lookahead_rag.services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP, EventBus, EventPublisher

@@ -27,10 +27,11 @@ from lookahead_core.models import load_tokenizer, resolve_model_path
 from lookahead_core.vocab import tokenizer_id
 from transformers import AutoConfig
 
-from lookahead_rag.services.common.conversation import Message, check_history, retrieval_query
 from lookahead_rag.services.common.errors import FailedPrecondition, InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
 from lookahead_rag.services.common.model_settings import ModelSettings
+from lookahead_rag.services.common.rules.context import context_room
+from lookahead_rag.services.common.rules.conversation import Message, check_history, retrieval_query
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
@@ -71,7 +72,7 @@ class RetrieveResult:
     prompt_ids: list[int]
     tokenizer_id: str
     retrieve_ms: float  # embedding + search
-    budget: int  # prompt token budget used
+    budget: int = 0  # prompt token budget used (not on the wire: 0 in a reply read from it)
     notes: list[str] = field(default_factory=list)  # for people: unknown tenant, items dropped for the budget
     unknown_tenant: bool = False  # no documents were ever ingested for this tenant
     history_turns_kept: int = 0  # the conversation's newest turns in the prompt (the oldest are cut first)
@@ -202,7 +203,8 @@ class RetrieverCore:
 
     def prompt_budget(self, max_new_tokens: int) -> int:
         """Prompt tokens available once ``max_new_tokens`` are reserved in the context window."""
-        return self.context_tokens - max_new_tokens
+        room = context_room(self.context_tokens, max_new_tokens)
+        return 0 if room is None else room  # None only for an unknown window, which the retriever never has
 
     def retrieve(self, tenant: str, question: str, k: int = 0, m: int = 0, max_new_tokens: int = 0,
                  tokenizer_id: str = "", history: Sequence[Message] = ()) -> RetrieveResult:
@@ -212,7 +214,7 @@ class RetrieverCore:
         it, so a mismatch is refused (FailedPrecondition) rather than answered; empty skips the check.
         ``history``: the conversation before ``question`` (its last user turn), in the prompt as its
         newest turns that fit; a follow-up question is searched with the user turn before it
-        (``services.common.conversation.retrieval_query``, ``[retriever] followup_max_words``).
+        (``services.common.rules.conversation.retrieval_query``, ``[retriever] followup_max_words``).
         """
         s, limits = self.settings, self.limits
         self.check_tokenizer(tokenizer_id)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lookahead_rag.services.common.logs import current_request_id
+from lookahead_rag.services.common.telemetry.logs import current_request_id
 from lookahead_rag.services.events.protocols import EventPublisher
 from lookahead_rag.services.retriever.core import DeleteResult, IngestResult, RetrieverCore
 from lookahead_rag.services.retriever.doc_events import Change, change_event, delete_change, upsert_change

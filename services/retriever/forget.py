@@ -16,7 +16,7 @@ idempotent in effect). The documents themselves stay: Delete removes those.
 from __future__ import annotations
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.logs import current_request_id
+from lookahead_rag.services.common.telemetry.logs import current_request_id
 from lookahead_rag.services.events.forget import EVERYTHING, forget_event
 from lookahead_rag.services.events.protocols import EventPublisher
 from lookahead_rag.services.retriever.core import RetrieverCore

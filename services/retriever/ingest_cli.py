@@ -16,12 +16,12 @@ from pathlib import Path
 import grpc
 from tqdm import tqdm
 
-from lookahead_rag.services.common.auth import add_key_argument, bearer_metadata
+from lookahead_rag.services.common.auth.callers import add_key_argument, bearer_metadata
+from lookahead_rag.services.common.auth.tls import TlsSettings, add_tls_arguments, tls_from_args
 from lookahead_rag.services.common.errors import ServiceError
-from lookahead_rag.services.common.grpcutil import open_channel
 from lookahead_rag.services.common.ports import RETRIEVER_GRPC_PORT
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
 from lookahead_rag.services.common.settings import ConfigError
-from lookahead_rag.services.common.tls import TlsSettings, add_tls_arguments, tls_from_args
 from lookahead_rag.services.retriever.documents import Document
 from lookahead_rag.services.retriever.ingest import read_documents
 from lookahead_rag.services.retriever.settings import INGEST_MESSAGE_BYTES

@@ -25,8 +25,8 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from lookahead_rag.services.common.conversation import Message, newest_that_fit, split_turns
 from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.rules.conversation import Message, newest_that_fit, split_turns
 
 DOCUMENTS_HEADER = "Documents:"
 PAST_HEADER = "Past answers to similar questions:"

@@ -15,8 +15,8 @@ import asyncio
 
 import grpc
 
-from lookahead_rag.services.common.call_quota import CallMeter
 from lookahead_rag.services.common.errors import grpc_errors
+from lookahead_rag.services.common.rules.call_quota import CallMeter
 from lookahead_rag.services.retriever.convert import (
     delete_response,
     document_from_proto,
@@ -41,7 +41,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self.core = core
         self.writer = writer if writer is not None else DocumentWriter(core)
         self.forgetter = forgetter if forgetter is not None else ForgetWriter(core)
-        self.meter = CallMeter.of(core.limits)  # every call counts against the tenant's rate (common/call_quota.py)
+        self.meter = CallMeter.of(core.limits)  # every call counts against the tenant's rate (rules/call_quota.py)
 
     def metered(self, method: str, tenant: str) -> None:
         """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""

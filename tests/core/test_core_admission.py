@@ -10,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lookahead_core.engine.admission import FairQueue, QueueFull
 
+from tests.core.peek import waiting_by_tenant
+
 BURST = 50  # requests one tenant pushes at once
 MAX_WAITING = 64  # queue bound in the tests that do not test the bound
 
@@ -93,10 +95,10 @@ def test_full_queue_raises_at_once() -> None:
         q.push(t, Req(t, i), None)
     with pytest.raises(QueueFull):
         q.push("c", Req("c", 0), None)
-    assert len(q) == 3 and q.waiting_by_tenant() == {"a": 2, "b": 1}
+    assert len(q) == 3 and waiting_by_tenant(q) == {"a": 2, "b": 1}
     q.pop({})
     q.push("c", Req("c", 1), None)
-    assert q.waiting_by_tenant() == {"a": 1, "b": 1, "c": 1}
+    assert waiting_by_tenant(q) == {"a": 1, "b": 1, "c": 1}
 
 
 def test_negative_bound_is_refused() -> None:
@@ -211,6 +213,6 @@ def test_no_request_lost_or_duplicated(ops: list[tuple], bound: int) -> None:
                 waiting.remove(req)
             out.extend(gone)
         assert len(q) == len(waiting)
-        assert q.waiting_by_tenant() == dict(Counter(w.tenant for w in waiting))
+        assert waiting_by_tenant(q) == dict(Counter(w.tenant for w in waiting))
     out.extend(drain(q))
     assert sorted(map(id, out)) == sorted(map(id, accepted))

@@ -14,6 +14,7 @@ from lookahead_core import DecodingConfig, DraftMode, TokenTrie
 from lookahead_core.engine.decoder import LookaheadDecoder
 
 from tests.core.helpers import MODES, eos_as, greedy, pfreq_table, text_model, tok
+from tests.core.peek import contains_path, insert_branch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -217,11 +218,11 @@ def test_shared_trie_keeps_outputs_not_prompts() -> None:
     assert first.output_ids == ids
     assert pfreq_table(trie) == {}
     assert trie.outputs_inserted == 1
-    assert trie.contains_path(ids[:8]) and trie.contains_path(ids[-5:])
+    assert contains_path(trie, ids[:8]) and contains_path(trie, ids[-5:])
     # the output went in after the prompt's last extend_min_match - 1 tokens: asked again, the answer's
     # first token and the prompt's tail match it, long enough to copy from the first decode step
     lead = prompt[1 - DecodingConfig().extend_min_match :]
-    assert trie.contains_path([*lead, *ids[:8]])
+    assert contains_path(trie, [*lead, *ids[:8]])
     second = dec.generate(prompt)  # the same question again: its own past answer is the draft
     assert second.output_ids == ids
     assert second.stats.mean_accepted_per_step > 3
@@ -245,7 +246,7 @@ def test_branches_from_a_draft_cache_are_used() -> None:
     branches = [(prompt[-1:] + ids[:30], 1)] + [(ids[i : i + 30], 1) for i in range(len(ids))]
     trie = TokenTrie()
     for branch, count in branches:
-        trie.insert_branch(branch, count)
+        insert_branch(trie, branch, count)
     fed = dec.generate(prompt, trie=trie)
     assert fed.output_ids == plain.output_ids == ids
     assert fed.stats.forward_steps < plain.stats.forward_steps

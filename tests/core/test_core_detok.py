@@ -8,7 +8,7 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lookahead_core.engine.detok import REPLACEMENT, IncrementalDetokenizer
+from lookahead_core.detok import REPLACEMENT, IncrementalDetokenizer
 from lookahead_core.models import load_tokenizer
 from transformers import PreTrainedTokenizerBase
 

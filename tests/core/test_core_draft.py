@@ -6,11 +6,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.config import DecodingConfig, DraftMode, TrieConfig
-from lookahead_core.drafting.draft import DraftTree, retrieve_draft, within_vocab
+from lookahead_core.drafting.draft import DraftTree, within_vocab
 from lookahead_core.drafting.trie import TokenTrie
 from lookahead_core.proposers.build import drafting_spec
+from lookahead_core.proposers.trie import retrieve_draft
 
 from tests.core.helpers import check_tree_shape, draft_cap, node_paths
+from tests.core.peek import contains_path
 
 ALL_MODES = list(DraftMode)  # every mode, plain greedy (none) included
 DRAFTING_MODES = [DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA]  # the modes that draft at all
@@ -191,7 +193,7 @@ def test_banned_tokens_never_drafted(mode: DraftMode) -> None:
     assert len(tree) > 0
     assert eos not in tree.tokens
     for path in tree.paths():  # a branch stops before EOS, it never jumps over it
-        assert trie.contains_path([1, *path])
+        assert contains_path(trie, [1, *path])
 
 
 @pytest.mark.parametrize("mode", DRAFTING_MODES)
@@ -296,8 +298,8 @@ def test_every_drafted_branch_is_in_the_trie(
         # trie's depth, extend_chain) its token follows a re-matched suffix of context + branch
         text = [*context, *path]
         rematched = [text[len(text) - n :] for n in range(config.extend_min_match + 1, len(text) + 1)]
-        assert any(trie.contains_path([*s, *path]) for s in suffixes) or any(
-            len(w) <= length and trie.contains_path(w) for w in rematched), (path, suffixes)
+        assert any(contains_path(trie, [*s, *path]) for s in suffixes) or any(
+            len(w) <= length and contains_path(trie, w) for w in rematched), (path, suffixes)
     if len(tree) == 0 and mode in DRAFTING_MODES and budget > 0 and max_depth > 0 and min_fill > 0:
         # nothing drafted (and a thin draft would have tried shorter suffixes): no suffix has an
         # allowed continuation (min_fill 0 stops after the longest matching suffix, as documented)

@@ -14,6 +14,7 @@ from lookahead_core.engine.scheduler import SchedulerConfig
 from lookahead_core.proposers.draft_model import DraftModelProposer, DraftModels, early_exit, trie_is_weak
 
 from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, serve_all_greedy, tiny_model
+from tests.core.peek import proposer_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -133,7 +134,7 @@ def test_batched_draft_model_equals_greedy(family: str, scheduler_of) -> None:
         reqs = serve_all_greedy(sched, model, prompts, configs)
     drafted = [r for r in reqs if r.config.mode is DraftMode.DRAFT_MODEL]
     # the drafts really ran
-    assert all((p := r.proposer(DraftModelProposer)) is not None and p.forwards > 0 for r in drafted)
+    assert all((p := proposer_of(r, DraftModelProposer)) is not None and p.forwards > 0 for r in drafted)
 
 
 def test_the_targets_forward_hooks_do_not_fire_for_the_self_draft() -> None:

@@ -122,7 +122,7 @@ def test_decoder_on_a_row_split_kernel_is_greedy(family: str, kernel: str, two_t
         want = greedy(model, prompt, 24)
         for mode in ("none", "hierarchical"):
             config = DecodingConfig(mode=mode, max_new_tokens=24)
-            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels=kernel, engine=NO_CALIBRATION)
+            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels=kernel, scheduler=NO_CALIBRATION)
             assert decoder.kernels.names == [kernel]
             assert decoder.generate(prompt).output_ids == want
 
@@ -142,7 +142,7 @@ def test_onednn_twin_shares_the_weights_and_is_greedy(family: str) -> None:
     with eos_as(model, None):
         want = greedy(model, prompt, 24)
         config = DecodingConfig(mode="hierarchical", max_new_tokens=24)
-        decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="onednn", engine=NO_CALIBRATION)
+        decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="onednn", scheduler=NO_CALIBRATION)
         assert decoder.generate(prompt).output_ids == want
 
 

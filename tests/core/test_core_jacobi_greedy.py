@@ -24,6 +24,7 @@ from lookahead_core.proposers.build import drafting_spec
 from lookahead_core.proposers.jacobi import JacobiProposer, add_pool_drafts
 
 from tests.core.helpers import FAMILIES, Client, StubTokenizer, eos_as, greedy, random_prompt, run_all, tiny_model
+from tests.core.peek import proposer_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -150,7 +151,7 @@ def test_batched_jacobi_equals_greedy(family: str, adaptive: bool, scheduler_of)
         for prompt, req, client in zip(prompts, reqs, clients, strict=True):
             assert client.error is None
             assert client.streamed == req.output == greedy(model, prompt, req.config.max_new_tokens)
-    pools = [(r, p) for r in reqs if (p := r.proposer(JacobiProposer)) is not None]
+    pools = [(r, p) for r in reqs if (p := proposer_of(r, JacobiProposer)) is not None]
     assert pools and all(r.config.mode is not DraftMode.NONE for r, _ in pools)
     assert sum(p.drafted for _, p in pools) > 0  # the pools really drafted in the batch
 
@@ -187,4 +188,4 @@ def test_a_default_window_in_the_scheduler_follows_its_curve(scheduler_of) -> No
             assert client.error is None and req.output == greedy(model, prompt, 12)
     finally:
         kernels.curve = before
-    assert req.config.jacobi_window == MAX_JACOBI_WINDOW and req.proposer(JacobiProposer) is not None
+    assert req.config.jacobi_window == MAX_JACOBI_WINDOW and proposer_of(req, JacobiProposer) is not None

@@ -296,13 +296,13 @@ def test_decoder_runs_each_forward_on_the_twin_chosen_for_its_size(counted: tupl
         want = greedy(model, prompt, 8)
         # one token per step: the prompt on packed, every step on stock
         plain = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(mode="none", max_new_tokens=8), kernels=ks,
-                                 engine=FIXED_TREES)
+                                 scheduler=FIXED_TREES)
         assert plain.generate(prompt).output_ids == want
         assert sizes == {"stock": [1] * 7, "packed": [len(prompt)]}
         # 4 drafts (5 tokens) per step: every forward on packed
         sizes["packed"].clear()
         dec = LookaheadDecoder(model, StubTokenizer(), DecodingConfig(max_new_tokens=8, decoding_length=4), kernels=ks,
-                               engine=FIXED_TREES)
+                               scheduler=FIXED_TREES)
         res = dec.generate(prompt, drafter=oracle_drafter(len(prompt), want))
         assert res.output_ids == want
     # prompt, then 5 tokens (all accepted: 5 emitted), then 2 (room for 1 draft): 1 + 5 + 2 tokens
@@ -317,13 +317,13 @@ def test_shared_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.M
     engine = SchedulerConfig(max_running=1, calibration_counts=(1, 4), calibration_repeats=1, calibration_past=8)
     ks = shared_kernels(model, "auto")
     assert ks is shared_kernels(model)  # the engine's one set
-    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
-    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", engine=engine).kernels is ks
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", scheduler=engine).kernels is ks
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", scheduler=engine).kernels is ks
     assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
     assert set(ks.names) <= {"stock", "fused", "onednn", "wmajor"}  # the default: twins that share the weights
     # forcing one kernel builds one twin and times nothing; another model gets its own set
     stock = shared_kernels(model, "stock")
-    assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", engine=engine).kernels is stock
+    assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", scheduler=engine).kernels is stock
     assert stock.names == ["stock"] and stock is not ks and stock.curve is None
     assert len(timed) == 1
     assert shared_kernels(fresh_model(), "stock") is not stock

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lookahead_core.kv.draft_cache import repeat_cache, rollback_cache, select_rows
+from lookahead_core.kv.draft_kv import repeat_cache, rollback_cache, select_rows
 from lookahead_core.kv.kvstore import KVShape, RequestKV, compact
 from transformers import DynamicCache
 

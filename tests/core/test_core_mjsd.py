@@ -29,6 +29,7 @@ from tests.core.helpers import (
     serve_all_greedy,
     tiny_model,
 )
+from tests.core.peek import proposer_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -183,7 +184,7 @@ def test_batched_mjsd_rides_with_lossless_requests(family: str, scheduler_of) ->
     with eos_as(model, None):
         reqs = serve_all_greedy(sched, model, prompts, configs)
     assert [r.stats.unverified for r in reqs] == [True, False, True, False]
-    beams = [p for r in reqs if (p := r.proposer(MjsdProposer)) is not None]
+    beams = [p for r in reqs if (p := proposer_of(r, MjsdProposer)) is not None]
     assert len(beams) == 2 and all(p.forwards > 0 for p in beams)  # the beams really ran
 
 

@@ -253,14 +253,14 @@ def test_tenant_share_must_be_a_fraction(share: float) -> None:
         PrefixCacheConfig(tenant_share=share)
 
 
-# ---- drop_tenant, stats ----------------------------------------------------------------------------
+# ---- forget_tenant, stats---------------------------------------------------------------------------
 def test_drop_tenant_forgets_only_that_tenant() -> None:
     c = cache()
     c.put("a", [1, 2], make_kv([1, 2]))
     c.put("a", [3], make_kv([3]))
     c.put("b", [1, 2], make_kv([1, 2]))
-    assert c.drop_tenant("a") == 2
-    assert c.drop_tenant("a") == 0  # already gone
+    assert c.forget_tenant("a") == 2
+    assert c.forget_tenant("a") == 0  # already gone
     assert c.lookup("a", [1, 2]) == (0, None)
     assert c.lookup("b", [1, 2])[0] == 2
     s = c.stats()

@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import pytest
 from lookahead_core import DecodingConfig, DraftMode
+from lookahead_core.detok import REPLACEMENT
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.detok import REPLACEMENT
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 

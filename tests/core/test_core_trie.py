@@ -12,6 +12,7 @@ from lookahead_core.config import TrieConfig
 from lookahead_core.drafting.trie import TokenTrie, windows
 
 from tests.core.helpers import freq_table, ngram_counts, pfreq_table, trie_table
+from tests.core.peek import contains_path, insert_branch
 
 Counts = dict[tuple[int, ...], int]
 
@@ -272,9 +273,9 @@ def test_node_count_and_nbytes_move() -> None:
 
 def test_insert_branch_counts_one_path() -> None:
     trie = TokenTrie(TrieConfig(branch_length=3))
-    trie.insert_branch([1, 2, 3, 4, 5], count=4)  # cut at branch_length, only prefixes of the path
+    insert_branch(trie, [1, 2, 3, 4, 5], count=4)  # cut at branch_length, only prefixes of the path
     assert freq_table(trie) == {(1,): 4, (1, 2): 4, (1, 2, 3): 4}
-    assert trie.contains_path([1, 2, 3]) and not trie.contains_path([2])
+    assert contains_path(trie, [1, 2, 3]) and not contains_path(trie, [2])
     assert sorted(trie.branches()) == [(1, 2, 3)]
 
 

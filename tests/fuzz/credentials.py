@@ -9,7 +9,7 @@ nothing is sent and no class is added.
 
 from __future__ import annotations
 
-from lookahead_rag.services.common.auth import AUTHORIZATION, bearer_metadata
+from lookahead_rag.services.common.auth.callers import AUTHORIZATION, bearer_metadata
 
 KEY = "key"  # the known tenant's key (not a bad-input class)
 CYCLE = (KEY, KEY, KEY, KEY, KEY, KEY, "none", "unknown-key", "malformed", "basic-scheme")

@@ -26,7 +26,7 @@ from typing import IO
 
 import grpc
 
-from lookahead_rag.services.common.auth import bearer_metadata
+from lookahead_rag.services.common.auth.callers import bearer_metadata
 from tests.fuzz.targets import open_channel
 
 START_TIMEOUT_S = 300.0  # loading the model and the embedder on 2 busy cores

@@ -42,7 +42,7 @@ def _settings_ints(*sections: Any) -> list[int]:
 def auth_section(root: Path) -> tuple[dict[str, Any], str]:
     """``[auth]`` requiring a key, with a key file of two keys: the known tenant's (returned, for the
     driver) and the services' own (every tenant, for the generator's calls to the other two)."""
-    from lookahead_rag.services.common.keys import KeyFile
+    from lookahead_rag.services.common.auth.keys import KeyFile
 
     keys = KeyFile(root / "keys.json")
     _, tenant_key = keys.add([KNOWN_TENANT], "fuzz-known-tenant", ["answer", "write"])  # every tenant RPC

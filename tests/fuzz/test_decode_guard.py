@@ -1,6 +1,6 @@
 """Bytes that do not decode as the method's request are INVALID_ARGUMENT on every server started by
-``lookahead_rag.services.common.grpcutil.start_server`` (services.common.decode_guard), unary and streaming alike;
-the first bug the fuzzer found (grpc.aio answered UNKNOWN "Unexpected <class 'DecodeError'>")."""
+``lookahead_rag.services.common.rpc.grpcutil.start_server`` (services.common.rpc.decode_guard), unary and
+streaming alike; the first bug the fuzzer found (grpc.aio answered UNKNOWN "Unexpected <class 'DecodeError'>")."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from lookahead_rag.services.common.grpcutil import start_server, stop_server
+from lookahead_rag.services.common.rpc.grpcutil import start_server, stop_server
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2, generator_pb2_grpc
 from tests.fuzz.targets import discover, invoke, open_channel
 from tests.fuzz.wire import delimited

@@ -17,8 +17,8 @@ from types import SimpleNamespace
 import grpc
 import numpy as np
 
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache import codec
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 from lookahead_rag.services.events.forget import MAX_HORIZONS, ForgetLedger, forget_event

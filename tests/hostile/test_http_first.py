@@ -1,8 +1,8 @@
 """Issue 22 item 7: the HTTP endpoint checks the caller before it reads a byte of the body, limits the
 body (chunked ones too), and serves its schema only when asked to.
 
-The endpoint runs on real uvicorn (``HttpServer``) over a stand-in engine: what is tested happens
-before any engine call, and the one answered request needs no model. The ASGI-level tests count the
+The endpoint runs on real uvicorn (``HttpServer``) over a stand-in generator: what is tested happens
+before any generator call, and the one answered request needs no model. The ASGI-level tests count the
 body messages the application pulls, which no client on a socket can see.
 """
 
@@ -20,10 +20,10 @@ import openai
 import pytest
 import pytest_asyncio
 
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats, TextDelta
 from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.http.routes import Frontend, make_app
@@ -40,8 +40,8 @@ ANSWER = "hello"
 SCHEMA_PATHS = ("/openapi.json", "/docs", "/redoc")
 
 
-class StandInEngine:
-    """What the routes call on the engine: one short answer, and a count of the calls."""
+class StandInGenerator:
+    """What the routes call on the generator: one short answer, and a count of the calls."""
 
     model_name = "stand-in"
     limits = RequestLimits()  # the routes read [limits] max_messages
@@ -67,7 +67,7 @@ class StandInEngine:
 @dataclass
 class Endpoint:
     server: HttpServer
-    engine: StandInEngine
+    generator: StandInGenerator
     auth: Authenticator
     tokens: dict[str, str]  # who -> key
 
@@ -89,7 +89,7 @@ def keyed_auth(root: Path) -> tuple[Authenticator, dict[str, str]]:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def endpoint(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Endpoint]:
     auth, tokens = keyed_auth(tmp_path_factory.mktemp("http-first"))
-    engine = StandInEngine()
+    engine = StandInGenerator()
     server = await HttpServer.start(engine, HttpSettings(port=0, max_body_bytes=LIMIT), port=0,  # type: ignore[arg-type]
                                     auth=auth)
     try:
@@ -124,7 +124,7 @@ async def test_no_credential_is_401_before_the_body_is_parsed(endpoint: Endpoint
         sync = {**endpoint.bearer("sync"), "content-type": "application/json"}
         assert_openai_error(await http.post("/v1/chat/completions", content=b"{not json", headers=sync),
                             HTTPStatus.FORBIDDEN)
-    assert endpoint.engine.calls == 0
+    assert endpoint.generator.calls == 0
 
 
 @module_loop
@@ -145,7 +145,7 @@ async def test_a_body_past_the_limit_is_413_in_the_openai_shape(endpoint: Endpoi
         assert "content-length" not in response.request.headers
         assert_openai_error(response, HTTPStatus.REQUEST_ENTITY_TOO_LARGE)
         assert "max_body_bytes" in response.json()["error"]["message"]
-    assert endpoint.engine.calls == 0
+    assert endpoint.generator.calls == 0
 
 
 @module_loop
@@ -158,7 +158,7 @@ async def test_within_the_limit_the_right_key_is_answered_and_the_tenant_still_c
         with pytest.raises(openai.PermissionDeniedError):  # the guard's caller, the route's tenant check
             await client.chat.completions.create(model="", messages=body()["messages"], max_tokens=4,
                                                  extra_headers={"x-tenant": OTHER})
-        assert [m.id async for m in client.models.list()] == [StandInEngine.model_name]
+        assert [m.id async for m in client.models.list()] == [StandInGenerator.model_name]
 
 
 @module_loop
@@ -206,9 +206,9 @@ async def asgi_post(app: Any, headers: dict[str, str], pieces: Sequence[bytes], 
                     pulled)
 
 
-def app_of(root: Path, **http: Any) -> tuple[Any, StandInEngine, dict[str, str]]:
+def app_of(root: Path, **http: Any) -> tuple[Any, StandInGenerator, dict[str, str]]:
     auth, tokens = keyed_auth(root)
-    engine = StandInEngine()
+    engine = StandInGenerator()
     front = Frontend(engine, HttpSettings(max_body_bytes=LIMIT, **http), auth)  # type: ignore[arg-type]
     front.serving = True
     return make_app(front), engine, tokens

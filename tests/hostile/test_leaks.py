@@ -14,10 +14,10 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from lookahead_rag.services.common.auth import Principal, sees_engine_load
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.metric_group import NS
-from lookahead_rag.services.common.scopes import Scope
+from lookahead_rag.services.common.auth.callers import Principal, sees_engine_load
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.scopes import Scope
+from lookahead_rag.services.common.telemetry.metric_group import NS
 from lookahead_rag.services.generator.convert import LOAD_FIELDS, chunk_to_proto
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc, retriever_pb2, retriever_pb2_grpc

@@ -4,8 +4,8 @@ key gets neither in the final stats; an admin key does, and /metrics keeps them.
 
 from __future__ import annotations
 
-from lookahead_rag.services.common.auth import Principal, sees_engine_load
-from lookahead_rag.services.common.scopes import Scope
+from lookahead_rag.services.common.auth.callers import Principal, sees_engine_load
+from lookahead_rag.services.common.auth.scopes import Scope
 from lookahead_rag.services.generator.convert import chunk_to_proto
 from lookahead_rag.services.generator.domain import FinalInfo, GenerationStats
 

@@ -3,7 +3,7 @@ bound to its log lines (the access line included) only once the caller is authen
 it; with auth off it is bound as before.
 
 The server is the draft cache (no model) with the interceptors every ``Pipeline`` server gets
-(``lookahead_rag.services.common.auth_grpc.server_interceptors``).
+(``lookahead_rag.services.common.auth.interceptor.server_interceptors``).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.events.inprocess import InProcessBus
 from lookahead_rag.v1 import draftcache_pb2 as pb
@@ -31,7 +31,7 @@ from tests.services.auth_cases import md
 from tests.services.draftcache_helpers import small_settings
 
 OWN, VICTIM = "acme", "victim"
-ACCESS_LOGGER = "lookahead_rag.services.common.observability"  # one line per call: method, code, time
+ACCESS_LOGGER = "lookahead_rag.services.common.telemetry.observability"  # one line per call: method, code, time
 STATS = "/lookahead_rag.v1.DraftCache/Stats"
 
 

@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import ChatMessage
 from lookahead_rag.v1 import generator_pb2
 from tests.http.helpers import TENANT_HEADER, ask, model, openai_client, raw_client

@@ -1,4 +1,4 @@
-"""Issue 32 item 7: no call is unmetered. Every RPC has a quota class (``common/call_quota.py``), the
+"""Issue 32 item 7: no call is unmetered. Every RPC has a quota class (``common/rules/call_quota.py``), the
 per-tenant quotas are limited by default, Retrieve, Fetch, AddOutput and Delete count against the
 tenant's rate like Ingest and Forget, and each service takes messages up to its own
 ``max_message_bytes`` (8 MiB; the retriever 16 MiB for ingest batches), no longer 64 MiB.
@@ -13,9 +13,9 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.scopes import GRPC_SCOPES
+from lookahead_rag.services.common.auth.scopes import GRPC_SCOPES
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.events.inprocess import InProcessBus
@@ -32,7 +32,7 @@ EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def test_every_rpc_has_a_quota_class_and_the_defaults_are_limited() -> None:
-    from lookahead_rag.services.common.call_quota import GRPC_QUOTA_CLASSES, QuotaClass  # the module the fix adds
+    from lookahead_rag.services.common.rules.call_quota import GRPC_QUOTA_CLASSES, QuotaClass  # the module the fix adds
 
     served = {f"/{service.full_name}/{method.name}" for pb in (generator_pb2, retriever_pb2, draftcache_pb2)
               for service in pb.DESCRIPTOR.services_by_name.values() for method in service.methods}

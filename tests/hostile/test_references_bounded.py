@@ -17,9 +17,10 @@ from lookahead_core.config import DecodingConfig
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.vocab import tokenizer_id, vocab_size_of
 
-import lookahead_rag.services.generator.engine as engine_module
+import lookahead_rag.services.generator.core as engine_module
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.draftcache.convert import continuations_from_proto
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 from lookahead_rag.services.generator.prepared import Prepared
@@ -43,11 +44,11 @@ def generate(tenant: str, prompt: str, reference_ids: list[int]) -> generator_pb
 @module_loop
 async def test_a_huge_reference_is_refused_at_once(pipe: Any) -> None:
     # one token past the bound: INVALID_ARGUMENT naming the limit, and nothing reached the engine
-    forwards = pipe.engine.scheduler.forwards
+    forwards = pipe.generator.scheduler.forwards
     request = generate(ph.unique_tenant("huge"), "Hi", [5] * (MAX_REFERENCE_TOKENS + 1))
     err = await ph.rpc_error(lambda: pipe.generate(request))
     ph.assert_status(err, grpc.StatusCode.INVALID_ARGUMENT, "references", str(MAX_REFERENCE_TOKENS))
-    assert pipe.engine.scheduler.forwards == forwards
+    assert pipe.generator.scheduler.forwards == forwards
 
 
 @module_loop
@@ -104,14 +105,14 @@ def test_vocab_size_of_reads_only_tokenizer_ids() -> None:
 async def test_fetched_drafts_outside_the_vocabulary_are_dropped(pipe: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # a draft cache holding another vocabulary's ids (an old snapshot): the generator drops those
     # continuations and keeps the good ones
-    engine = pipe.engine
+    engine = pipe.generator
     size = engine.vocab_size
 
     async def poisoned(*_args: Any, **_kw: Any) -> Any:
-        return draftcache_pb2.FetchResponse(continuations=[
+        return continuations_from_proto(draftcache_pb2.FetchResponse(continuations=[
             draftcache_pb2.Branch(ids=[5, size + 3], weight=2.0),
             draftcache_pb2.Branch(ids=[5, 6], weight=1.0),
-        ])
+        ]))  # what a client returns: the reply read back from the wire
 
     monkeypatch.setattr(engine.draft_cache, "fetch", poisoned)
     prep = Prepared("acme", "", [1, 2, 3], [], DecodingConfig(), "r1")

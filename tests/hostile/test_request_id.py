@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from lookahead_core import DecodingConfig
 
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, outgoing_metadata, request_context
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, outgoing_metadata, request_context
 from lookahead_rag.services.generator.domain import ChatMessage
 from lookahead_rag.services.generator.grounding import fallback
 from lookahead_rag.services.generator.prepared import Prepared

@@ -1,7 +1,7 @@
 """Issue 22 item 5: a key does what its scopes say, and no more. A web frontend's key (``answer``) asks;
 it cannot Ingest, Delete, Forget or AddOutput; a ``write`` key changes data but cannot ask; ``admin``
 does everything for every tenant. Every RPC and every HTTP route declares its scope in one table
-(``lookahead_rag.services.common.scopes``); a call of no declared scope is refused. Keys and certificate subjects
+(``lookahead_rag.services.common.auth.scopes``); a call of no declared scope is refused. Keys and certificate subjects
 written before scopes existed keep working.
 
 The pipeline here requires keys (``[auth] mode = "required"``); its generator reaches the other two
@@ -26,13 +26,13 @@ from prometheus_client import CollectorRegistry
 
 from lookahead_rag import v1 as protos
 from lookahead_rag.services import keys_cli
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.grpcutil import start_server, stop_server
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.scopes import GRPC_SCOPES, HTTP_SCOPES, Scope, grpc_scope, http_scope
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.scopes import GRPC_SCOPES, HTTP_SCOPES, Scope, grpc_scope, http_scope
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rpc.grpcutil import start_server, stop_server
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.v1 import draftcache_pb2 as dpb
@@ -198,7 +198,7 @@ WRITES: dict[str, Rpc] = {
     "Forget": lambda s, t, m: _ret(s).Forget(retriever_pb2.ForgetRequest(tenant=t, doc_id="no-such-doc"), metadata=m,
                                              timeout=TIMEOUT_S),
     "AddOutput": lambda s, t, m: _dc(s).AddOutput(dpb.AddOutputRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{len(m)}"),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{len(m)}"),
         metadata=m),
 }
 ASKS: dict[str, Rpc] = {
@@ -206,9 +206,9 @@ ASKS: dict[str, Rpc] = {
         generator_pb2.AnswerRequest(tenant=t, question=QUESTION, params=params(max_new_tokens=MAX_NEW)), metadata=m,
         timeout=TIMEOUT_S)),
     "Retrieve": lambda s, t, m: _ret(s).Retrieve(retriever_pb2.RetrieveRequest(
-        tenant=t, question=QUESTION, tokenizer_id=s.p.engine.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
+        tenant=t, question=QUESTION, tokenizer_id=s.p.generator.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
     "Fetch": lambda s, t, m: _dc(s).Fetch(dpb.FetchRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
     "Stats": lambda s, t, m: _ret(s).Stats(retriever_pb2.RetrieverStatsRequest(tenant=t), metadata=m),
 }
 SNAPSHOT: Rpc = lambda s, t, m: _dc(s).Snapshot(dpb.SnapshotRequest(), metadata=m)  # noqa: E731

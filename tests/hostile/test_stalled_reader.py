@@ -31,11 +31,12 @@ import pytest
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.proposers.draft_model import DraftModelProposer
 
-from lookahead_rag.services.common.quota import Quota, TenantQuotas
+from lookahead_rag.services.common.rules.quota import Quota, TenantQuotas
 from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams, TextDelta
 from lookahead_rag.services.generator.servicer import GeneratorServicer
 from lookahead_rag.services.http.streaming import DONE
 from lookahead_rag.v1 import generator_pb2, generator_pb2_grpc
+from tests.core.peek import proposer_of
 from tests.http.helpers import TENANT_HEADER, ask, model
 from tests.pipeline.helpers import (
     CALL_TIMEOUT_S,
@@ -104,7 +105,7 @@ class WeakSubmits:
 def holdings(req: ServeRequest | None) -> list[weakref.ref[Any]]:
     """Weak references to what a running request holds: its ticket, its trie, its draft model's cache."""
     assert req is not None
-    draft = req.proposer(DraftModelProposer)
+    draft = proposer_of(req, DraftModelProposer)
     assert draft is not None, "the request was to draft with a draft model"
     return [weakref.ref(req), weakref.ref(req.trie), weakref.ref(draft.cache)]
 
@@ -114,7 +115,7 @@ def all_freed(refs: list[weakref.ref[Any]]) -> Callable[[], bool]:
 
 
 async def test_a_grpc_client_that_stops_reading_is_cancelled_past_the_send_timeout(pipe: RunningPipeline) -> None:
-    quotas, scheduler = pipe.engine.quotas, pipe.engine.scheduler
+    quotas, scheduler = pipe.generator.quotas, pipe.generator.scheduler
     pipe.ingest(GRPC)
     channel, stub = stalling_stub(pipe)
     async with channel:
@@ -138,8 +139,9 @@ async def test_a_grpc_client_that_stops_reading_is_cancelled_past_the_send_timeo
 
 async def test_a_request_that_ends_while_its_grpc_client_stalls_holds_nothing(
         pipe: RunningPipeline, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pipe.engine.settings, "stream_send_timeout_s", CALL_TIMEOUT_S)  # the send outlasts the answer
-    scheduler = pipe.engine.scheduler
+    # the send outlasts the answer
+    monkeypatch.setattr(pipe.generator.settings, "stream_send_timeout_s", CALL_TIMEOUT_S)
+    scheduler = pipe.generator.scheduler
     pipe.ingest(ENDED)
     channel, stub = stalling_stub(pipe)
     async with channel:
@@ -153,7 +155,7 @@ async def test_a_request_that_ends_while_its_grpc_client_stalls_holds_nothing(
                 gate.release()
                 # the answer ends while the server's second write still waits: nothing of it is held any more
                 assert await wait_until(all_freed(held), STALL_WAIT_S), [ref() for ref in held]
-                assert pipe.engine.quotas.open_streams(ENDED) == 0
+                assert pipe.generator.quotas.open_streams(ENDED) == 0
                 rest = await collect(call)  # the client reads again: the whole answer
             finally:
                 call.cancel()
@@ -163,18 +165,18 @@ async def test_a_request_that_ends_while_its_grpc_client_stalls_holds_nothing(
 
 async def test_the_engine_frees_a_request_when_it_ends_not_when_its_consumer_reads_on(pipe: RunningPipeline) -> None:
     # the engine's stream, its consumer taking one chunk and then none for now (as while a send waits)
-    scheduler = pipe.engine.scheduler
+    scheduler = pipe.generator.scheduler
     pipe.ingest(ENGINE)
     query = AnswerQuery(ENGINE, QUESTION, GenerationParams(max_new_tokens=SHORT_ANSWER, mode="draft-model"))
     with WeakSubmits(scheduler) as submits, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD - 1) as gate:
-        chunks = pipe.engine.answer(query)
+        chunks = pipe.generator.answer(query)
         try:
             first = await anext(chunks)
             assert await gate.wait_reached()  # running: what it holds is there to be seen
             held = holdings(submits.refs[-1]())
             gate.release()
             assert await wait_until(all_freed(held), STALL_WAIT_S), [ref() for ref in held]
-            assert pipe.engine.quotas.open_streams(ENGINE) == 0
+            assert pipe.generator.quotas.open_streams(ENGINE) == 0
             rest = [chunk async for chunk in chunks]  # the consumer reads on: the whole answer
         finally:
             await chunks.aclose()
@@ -216,9 +218,9 @@ class StalledContext:
 
 
 async def test_a_write_that_never_returns_ends_the_call_and_its_request(pipe: RunningPipeline) -> None:
-    scheduler = pipe.engine.scheduler
+    scheduler = pipe.generator.scheduler
     pipe.ingest(FAKE)
-    servicer, context = GeneratorServicer(pipe.engine), StalledContext()
+    servicer, context = GeneratorServicer(pipe.generator), StalledContext()
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD) as gate:
         answering = asyncio.ensure_future(
             servicer.Answer(pipe.answer_request(FAKE, max_new_tokens=LONG_ANSWER), context))
@@ -228,7 +230,7 @@ async def test_a_write_that_never_returns_ends_the_call_and_its_request(pipe: Ru
         assert answering.done(), "the call still waits on its write"
         assert answering.result() is None
         assert time.monotonic() - started < STALL_WAIT_S
-        assert pipe.engine.quotas.open_streams(FAKE) == 0
+        assert pipe.generator.quotas.open_streams(FAKE) == 0
         gate.release()
     req = spy.last()
     assert req is not None and await wait_until(lambda: ended(req))
@@ -296,7 +298,7 @@ async def test_an_http_client_that_stops_reading_has_its_stream_closed(
         assert head.startswith(b"HTTP/1.1 200"), head[:200]
         # its first event, a safe stream's padded delta, fills every buffer: the next send waits
         assert await wait_until(gave_up, STALL_WAIT_S), "the server still waits on its send"
-        assert pipe.engine.quotas.open_streams(HTTP) == 0
+        assert pipe.generator.quotas.open_streams(HTTP) == 0
         received, closed = await read_to_close(sock)  # reading again: what was sent, then the close
     assert closed and DONE not in head + received
     assert await pipe.wait_idle() == 0

@@ -16,9 +16,9 @@ import httpx2
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.v1 import retriever_pb2, retriever_pb2_grpc
 from tests.hostile.test_http_first import TENANT, app_of, body, keyed_auth
 
@@ -64,7 +64,7 @@ async def test_an_http_request_refused_by_the_guard_starts_no_span(exporter: InM
 
 EDGE_SCRIPT = f"""
 from opentelemetry import propagate, trace
-from lookahead_rag.services.common import tracing
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.common.settings import TracingSettings
 from lookahead_rag.services.events.trace_context import context_headers
 assert tracing.setup(TracingSettings(otlp_endpoint="http://127.0.0.1:9", sample_ratio=0.0), ["generator"])

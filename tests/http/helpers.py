@@ -40,7 +40,7 @@ def raw_client(p: RunningPipeline) -> httpx2.AsyncClient:
 
 def model(p: RunningPipeline) -> str:
     """The served model's name (what /v1/models lists)."""
-    return str(p.engine.model_name)
+    return str(p.generator.model_name)
 
 
 def ask(question: str) -> list[dict[str, Any]]:

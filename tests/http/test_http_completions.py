@@ -39,7 +39,7 @@ async def test_text_and_token_id_prompts_give_the_same_completion(pipe: RunningP
     assert got.object == "text_completion" and choice.index == 0 and choice.text
     # greedy to max_tokens: the prompt decoded as given (no template), usage counts it
     prompt_ids = extra(got, "prompt_token_ids")
-    assert prompt_ids == pipe.engine.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    assert prompt_ids == pipe.generator.tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
     assert choice.finish_reason == "length" and got.usage.completion_tokens == N
     assert got.usage.prompt_tokens == len(prompt_ids) and got.usage.total_tokens == len(prompt_ids) + N
     # the same prompt as token ids: the same tokens

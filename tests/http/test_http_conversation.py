@@ -158,7 +158,7 @@ async def test_max_tokens_omitted_is_up_to_the_limit(pipe: RunningPipeline, tena
 async def test_max_tokens_omitted_is_up_to_the_context(pipe: RunningPipeline, tenant: str) -> None:
     question = [{"role": "user", "content": QUESTION}]
     prompt_tokens = (await complete(pipe, tenant, messages=question, max_tokens=1)).usage.prompt_tokens
-    engine = pipe.engine
+    engine = pipe.generator
     saved, engine.context_tokens = engine.context_tokens, prompt_tokens + SMALL_ROOM
     try:
         got = await complete(pipe, tenant, messages=question)

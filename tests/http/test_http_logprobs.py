@@ -25,7 +25,7 @@ pipe = module_pipeline(limits={"default_m": 0})
 def plain_logprobs(p: RunningPipeline, prompt: list[int], tokens: list[int]) -> torch.Tensor:
     """log_softmax of plain decoding's logits at each of ``tokens``' positions (one forward of prompt + tokens:
     what transformers' greedy decoding computes step by step) [len(tokens), vocab]."""
-    net = p.engine.scheduler.model
+    net = p.generator.scheduler.model
     with torch.inference_mode():
         logits = net(torch.tensor([prompt + tokens])).logits[0, len(prompt) - 1 : -1].float()
     return torch.log_softmax(logits, dim=-1)
@@ -44,7 +44,7 @@ async def test_chat_logprobs_equal_plain_decoding(pipe: RunningPipeline, tenant:
     content = choice.logprobs.content
     # one entry per generated token, its text that token's
     assert len(content) == len(ids) == got.usage.completion_tokens
-    tok = pipe.engine.tokenizer
+    tok = pipe.generator.tokenizer
     assert [c.token for c in content] == [tok.decode([t]) for t in ids]
     assert b"".join(bytes(c.bytes) for c in content).decode() == tok.decode(ids)
     want = plain_logprobs(pipe, prompt, ids)

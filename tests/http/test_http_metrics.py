@@ -16,10 +16,10 @@ from fastapi.responses import PlainTextResponse
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from lookahead_rag.services.common.auth import Principal
+from lookahead_rag.services.common.auth.callers import Principal
+from lookahead_rag.services.common.auth.scopes import Scope
 from lookahead_rag.services.common.errors import Unauthenticated
-from lookahead_rag.services.common.observability import start_metrics_server
-from lookahead_rag.services.common.scopes import Scope
+from lookahead_rag.services.common.telemetry.observability import start_metrics_server
 from lookahead_rag.services.generator.metrics import SPEC_SOURCES
 from lookahead_rag.services.http.metrics import (
     UNMATCHED,

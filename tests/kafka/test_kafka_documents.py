@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
 from lookahead_rag.services.common.service import Service
 from lookahead_rag.services.events.kafka.broker import LocalBroker
 from lookahead_rag.services.events.kafka.bus import KafkaBus

@@ -213,8 +213,8 @@ class RunningPipeline:
     async def start(cls, settings: AllSettings) -> RunningPipeline:
         model, tokenizer = shared_model()
         pipeline = await Pipeline.start(settings, grpc_servers=True, model=model, tokenizer=tokenizer)
-        recorder = RecordingPublisher(pipeline.engine.publisher)
-        pipeline.engine.publisher = recorder
+        recorder = RecordingPublisher(pipeline.generator.publisher)
+        pipeline.generator.publisher = recorder
         channel = grpc.aio.insecure_channel(cls._target(pipeline, "generator"))
         return cls(pipeline, channel, generator_pb2_grpc.GeneratorStub(channel), recorder, model, tokenizer)
 
@@ -226,8 +226,8 @@ class RunningPipeline:
         return self._target(self.pipeline, service)
 
     @property
-    def engine(self) -> Any:
-        return self.pipeline.engine
+    def generator(self) -> Any:
+        return self.pipeline.generator
 
     def begin_stop(self) -> asyncio.Task[None]:
         """Start ``Pipeline.stop()`` (graceful) as a task; ``stop()`` waits for it, never runs it again."""
@@ -268,7 +268,7 @@ class RunningPipeline:
     @property
     def inflight(self) -> int:
         """Requests waiting or running in the engine's scheduler."""
-        return int(self.engine.inflight)
+        return int(self.generator.inflight)
 
     async def wait_idle(self, timeout: float = IDLE_TIMEOUT_S) -> int:
         """Wait until no request is in flight in the engine; returns the in-flight count then."""

@@ -168,7 +168,7 @@ async def run_observer(p: RunningPipeline, trials: int) -> ObserverRun:
         walls.append(time.perf_counter() - t0)
     await p.drain()
     interval_s = TICK_MARGIN * statistics.quantiles(walls, n=10)[-1]
-    p.engine.settings.safe_stream_interval_ms = interval_s * 1000
+    p.generator.settings.safe_stream_interval_ms = interval_s * 1000
 
     order = [(q, True) for q in past] + [(q, False) for q in fresh]
     random.Random(SEED).shuffle(order)

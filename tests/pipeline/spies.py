@@ -124,7 +124,7 @@ async def held_answer(p: RunningPipeline, tenant: str, n: int) -> AsyncIterator[
     """An Answer of ``n`` tokens for ``tenant`` started and held at its second forward; on exit the gate
     opens and the held answer, read to its end, must be exactly plain greedy decoding of its prompt
     (whatever the test queued or had refused meanwhile)."""
-    scheduler = p.engine.scheduler
+    scheduler = p.generator.scheduler
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
         held = Held(await call.read(), gate, spy)

@@ -19,8 +19,8 @@ import pytest
 import pytest_asyncio
 
 from lookahead_rag.services import keys_cli
+from lookahead_rag.services.common.auth.keys import KeyFile
 from lookahead_rag.services.common.errors import FailedPrecondition
-from lookahead_rag.services.common.keys import KeyFile
 from lookahead_rag.services.draftcache.client import GrpcDraftCacheClient
 from lookahead_rag.services.retriever.client import GrpcRetrieverClient
 from lookahead_rag.v1 import draftcache_pb2 as dpb
@@ -60,7 +60,7 @@ async def secured(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Sec
     async with running_pipeline(root, auth=auth) as p:
         p.ingest(VICTIM)
         p.ingest(WORKER)
-        p.pipeline.draftcache.add_output(VICTIM, p.engine.tokenizer_id, [11, 12, 13, 14], "victim-past")
+        p.pipeline.draftcache.add_output(VICTIM, p.generator.tokenizer_id, [11, 12, 13, 14], "victim-past")
         channels = {name: grpc.aio.insecure_channel(p.target(name)) for name in SERVICES}
         try:
             yield Secured(p, keys, tokens, channels)
@@ -94,7 +94,7 @@ RPCS: dict[str, Rpc] = {
     "Retriever.Ingest": lambda s, t, m: _ret(s).Ingest(retriever_pb2.IngestRequest(tenant=t, documents=[DOC]),
                                                        metadata=m, timeout=TIMEOUT_S),
     "Retriever.Retrieve": lambda s, t, m: _ret(s).Retrieve(retriever_pb2.RetrieveRequest(
-        tenant=t, question=QUESTION, tokenizer_id=s.p.engine.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
+        tenant=t, question=QUESTION, tokenizer_id=s.p.generator.tokenizer_id), metadata=m, timeout=TIMEOUT_S),
     "Retriever.Stats": lambda s, t, m: _ret(s).Stats(retriever_pb2.RetrieverStatsRequest(tenant=t), metadata=m),
     "Retriever.Stats(all)": lambda s, t, m: _ret(s).Stats(retriever_pb2.RetrieverStatsRequest(), metadata=m),
     "Retriever.Delete": lambda s, t, m: _ret(s).Delete(retriever_pb2.DeleteRequest(  # the worker keeps its documents
@@ -102,10 +102,10 @@ RPCS: dict[str, Rpc] = {
     "Retriever.Forget": lambda s, t, m: _ret(s).Forget(retriever_pb2.ForgetRequest(tenant=t), metadata=m,
                                                        timeout=TIMEOUT_S),
     "DraftCache.AddOutput": lambda s, t, m: _dc(s).AddOutput(dpb.AddOutputRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{t}"),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, output_ids=[1, 2, 3, 4], event_id=f"planted-{t}"),
         metadata=m),
     "DraftCache.Fetch": lambda s, t, m: _dc(s).Fetch(dpb.FetchRequest(
-        tenant=t, tokenizer_id=s.p.engine.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
+        tenant=t, tokenizer_id=s.p.generator.tokenizer_id, prompt_ids=[11, 12], budget=8), metadata=m),
     "DraftCache.Stats": lambda s, t, m: _dc(s).Stats(dpb.DraftStatsRequest(tenant=t), metadata=m),
     "DraftCache.Stats(all)": lambda s, t, m: _dc(s).Stats(dpb.DraftStatsRequest(), metadata=m),
     "DraftCache.Snapshot": lambda s, t, m: _dc(s).Snapshot(dpb.SnapshotRequest(), metadata=m),
@@ -158,10 +158,10 @@ async def test_the_service_key_lets_the_generator_reach_the_other_two(secured: S
     # without it, the retriever refuses the generator's client, loudly (a set-up error, not an outage)
     with pytest.raises(FailedPrecondition, match="refused this service's credential"):
         await GrpcRetrieverClient(secured.channels["retriever"]).retrieve(
-            WORKER, QUESTION, 1, 0, MAX_NEW, secured.p.engine.tokenizer_id, (), TIMEOUT_S)
+            WORKER, QUESTION, 1, 0, MAX_NEW, secured.p.generator.tokenizer_id, (), TIMEOUT_S)
     with pytest.raises(grpc.aio.AioRpcError) as err:
         await GrpcDraftCacheClient(secured.channels["draftcache"]).fetch(
-            WORKER, secured.p.engine.tokenizer_id, [1, 2], [], 8, TIMEOUT_S)
+            WORKER, secured.p.generator.tokenizer_id, [1, 2], [], 8, TIMEOUT_S)
     assert err.value.code() == UNAUTH
 
 

@@ -141,7 +141,7 @@ async def test_the_same_forget_twice_changes_nothing(pipe: RunningPipeline, tena
 
     def state() -> tuple[object, ...]:
         return (p.draftcache.stats(tenant), p.retriever.stats(tenant).sessions,
-                pipe.engine.scheduler.prefix_cache.sequences(tenant))
+                pipe.generator.scheduler.prefix_cache.sequences(tenant))
 
     before = state()
     # control: there is something the replayed forget could wrongly drop

@@ -45,7 +45,7 @@ async def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: Running
     assert final.stats.new_tokens == len(final.output_ids) == N  # this answer runs to the limit
     assert final.stats.finish_reason == "length"
     # The prompt is the retriever's grounded prompt for the same request (k default, no sessions).
-    expected = pipe.pipeline.retriever.retrieve(tenant, QUESTION, pipe.engine.limits.default_k, 0, N)
+    expected = pipe.pipeline.retriever.retrieve(tenant, QUESTION, pipe.generator.limits.default_k, 0, N)
     assert list(final.prompt_ids) == expected.prompt_ids
     assert final.stats.documents_available and final.stats.drafts_available
     assert [d.chunk_id for d in final.documents] == [c.chunk.chunk_id for c in expected.chunks]
@@ -82,7 +82,7 @@ async def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pip
     assert event.question == QUESTION and event.answer_text == first.final.answer_text
     assert list(event.prompt_ids) == list(first.final.prompt_ids)
     assert list(event.output_ids) == list(first.final.output_ids)
-    assert event.tokenizer_id == pipe.engine.tokenizer_id and event.event_id
+    assert event.tokenizer_id == pipe.generator.tokenizer_id and event.event_id
     assert event.stats.new_tokens == first.final.stats.new_tokens
     assert [s.outputs for s in pipe.pipeline.draftcache.stats(tenant)] == [1]
     assert pipe.pipeline.retriever.stats(tenant).sessions == 1
@@ -183,7 +183,7 @@ async def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tena
     b2 = await pipe.answer(tenant_b, question=CSV_QUESTION, m=2, max_new_tokens=N)
     await pipe.drain()
     assert b1.final is not None and b2.final is not None
-    tok = pipe.engine.tokenizer_id
+    tok = pipe.generator.tokenizer_id
     prompt_ids = list(b2.final.prompt_ids)  # contains tenant B's first answer (a past session)
 
     async with grpc.aio.insecure_channel(pipe.target("draftcache")) as ch:
@@ -241,7 +241,7 @@ async def test_health_serving_and_reflection_lists_the_generator(pipe: RunningPi
 async def test_only_the_engine_thread_runs_torch_on_several_threads(pipe: RunningPipeline, tenant: str) -> None:
     # A serving process puts every thread but the engine's on one intra-op thread, or their OpenMP
     # pools would throttle each other (lookahead_core.threads); the engine's thread claims its own count.
-    engine = pipe.engine.scheduler
+    engine = pipe.generator.scheduler
     assert new_thread_default() == 1
     assert engine.threads == (pipe.pipeline.settings.generator.threads or usable_cores())
     seen: set[tuple[str, int]] = set()  # (thread, intra-op threads) of every forward of the engine's twins

@@ -154,14 +154,14 @@ GENERATE_REFUSALS: dict[str, Callable[[Any], tuple[dict[str, Any], tuple[str, ..
 @module_loop
 @pytest.mark.parametrize("case", list(GENERATE_REFUSALS))
 async def test_generate_bad_input_is_invalid_argument(pipe: RunningPipeline, case: str) -> None:
-    fields, words = GENERATE_REFUSALS[case](pipe.engine)
+    fields, words = GENERATE_REFUSALS[case](pipe.generator)
     assert_status(await rpc_error(generate_call(pipe, **fields)), INVALID, *words)
     assert pipe.inflight == 0
 
 
 @module_loop
 async def test_generate_accepts_the_largest_vocabulary_id(pipe: RunningPipeline) -> None:
-    got = await generate_call(pipe, prompt="Hello", reference_ids=[0, pipe.engine.vocab_size - 1],
+    got = await generate_call(pipe, prompt="Hello", reference_ids=[0, pipe.generator.vocab_size - 1],
                               params={"max_new_tokens": 1})()
     assert got.final is not None and got.final.stats.new_tokens == 1
 
@@ -186,7 +186,7 @@ def test_settings_refuse_defaults_over_their_limits(tmp_path: Path, section: str
 @module_loop
 async def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPipeline, tenant: str) -> None:
     request = pipe.answer_request(tenant, max_new_tokens=MAX_NEW, mode="none")
-    scheduler = pipe.engine.scheduler
+    scheduler = pipe.generator.scheduler
     with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
         call = pipe.stub.Answer(request, timeout=CALL_TIMEOUT_S)
         first = await call.read()  # the prefill's token
@@ -215,7 +215,7 @@ async def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPip
 
 @module_loop
 async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline, tenant: str) -> None:
-    engine = pipe.engine
+    engine = pipe.generator
     retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.draft_cache)
     engine.retriever, engine.draft_cache = retriever, drafts
     try:
@@ -269,7 +269,7 @@ async def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline
     # exactly as alone; the one after them, past the queue, is refused at once
     p = queued
     tenant = p.new_tenant("queued")
-    scheduler = p.engine.scheduler
+    scheduler = p.generator.scheduler
     n = 8
     async with held_answer(p, tenant, n) as held:
         waiting = [p.stub.Answer(p.answer_request(tenant, question=q, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
@@ -290,7 +290,7 @@ async def test_requests_past_max_running_wait_their_turn(queued: RunningPipeline
 @module_loop
 async def test_oversize_message_is_resource_exhausted(limited: RunningPipeline) -> None:
     prompt = "word " * (SMALL_MESSAGE_BYTES // 4)  # under max_prompt_chars, over max_message_bytes
-    assert len(prompt) < limited.engine.limits.max_prompt_chars
+    assert len(prompt) < limited.generator.limits.max_prompt_chars
     err = await rpc_error(generate_call(limited, tenant="acme", prompt=prompt))
     assert_status(err, EXHAUSTED)
     assert limited.inflight == 0

@@ -83,7 +83,7 @@ class Greedy:
 async def assert_idle(p: RunningPipeline) -> None:
     """Nothing waiting or running in the engine, and no KV held."""
     assert await p.wait_idle() == 0
-    state = p.engine.scheduler.state()
+    state = p.generator.scheduler.state()
     assert (state.waiting, state.running, state.kv_bytes) == (0, 0, 0)
 
 
@@ -135,7 +135,7 @@ async def test_64_concurrent_answers_with_10_cancelled_mid_stream(load: RunningP
         else:
             requests.append(p.answer_request(tenant, question, max_new_tokens=N))
     assert len(CANCELLED) == 10
-    with SubmitSpy(p.engine.scheduler) as spy:
+    with SubmitSpy(p.generator.scheduler) as spy:
         outcomes = await asyncio.gather(*(run_client(p, i, requests[i]) for i in range(STREAMS)))
     await assert_idle(p)
 
@@ -170,7 +170,7 @@ async def test_waiting_request_past_its_deadline_and_request_past_the_queue(smal
     # is refused at once; the held and the queued requests then finish equal to greedy
     p = small
     tenant = p.new_tenant("queue")
-    scheduler = p.engine.scheduler
+    scheduler = p.generator.scheduler
     async with held_answer(p, tenant, N) as held:  # the one running place is taken
         spy = held.spy
         late = p.stub.Generate(generate_request(tenant, "Count to five:", N), timeout=SHORT_DEADLINE_S)
@@ -197,14 +197,14 @@ async def test_engine_expires_a_waiting_request_whose_deadline_passed(small: Run
     # DeadlineExceeded before it ever runs, and the request holding the running place is unaffected
     p = small
     tenant = p.new_tenant("expire")
-    scheduler = p.engine.scheduler
+    scheduler = p.generator.scheduler
     async with held_answer(p, tenant, N) as held:  # unaffected
         spy = held.spy
         deadline = time.monotonic() + 1.0
 
         async def drive() -> list[AnswerChunk]:
             query = generate_query(generate_request(tenant, "Count to five:", N))
-            return [c async for c in p.engine.generate(query, deadline)]
+            return [c async for c in p.generator.generate(query, deadline)]
 
         waiting = asyncio.ensure_future(drive())
         assert await wait_until(lambda: len(spy.requests) == 2 and scheduler.state().waiting == 1)
@@ -243,7 +243,7 @@ async def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipe
     # module's load the engine is idle and the gauges read 0
     p = load
     tenant = p.new_tenant("gauges")
-    scheduler = p.engine.scheduler
+    scheduler = p.generator.scheduler
     refresh = p.pipeline.refresh_metrics
     with ForwardGate(scheduler.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)

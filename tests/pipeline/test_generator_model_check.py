@@ -30,7 +30,7 @@ class FakeRetriever:
 
 @module_loop
 async def test_an_answer_across_models_is_failed_precondition(pipe: RunningPipeline, tenant: str) -> None:
-    engine = pipe.engine
+    engine = pipe.generator
     own = engine.tokenizer_id
     engine.tokenizer_id = OTHER_TOKENIZER  # as if the generator had been started on another model
     try:
@@ -53,10 +53,10 @@ async def test_the_retriever_refuses_a_prompt_for_another_tokenizer_over_grpc(pi
             await stub.Retrieve(request, timeout=TIMEOUT_S)
         assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION  # another token space: refused
         same = retriever_pb2.RetrieveRequest(tenant=tenant, question="What is csv?",
-                                             tokenizer_id=pipe.engine.tokenizer_id)
+                                             tokenizer_id=pipe.generator.tokenizer_id)
         assert (await stub.Retrieve(same, timeout=TIMEOUT_S)).chunks  # its own token space: answered
         stats = await stub.Stats(retriever_pb2.RetrieverStatsRequest(), timeout=TIMEOUT_S)
-        assert (stats.model, stats.tokenizer_id) == (pipe.pipeline.settings.model.name, pipe.engine.tokenizer_id)
+        assert (stats.model, stats.tokenizer_id) == (pipe.pipeline.settings.model.name, pipe.generator.tokenizer_id)
 
 
 @pytest.mark.asyncio

@@ -90,8 +90,8 @@ async def test_over_the_rate_is_resource_exhausted_with_retry_info(pipe: Running
 
 
 async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipeline) -> None:
-    quotas = pipe.engine.quotas
-    with ForwardGate(pipe.engine.scheduler.kernels, block_at=2) as gate:
+    quotas = pipe.generator.quotas
+    with ForwardGate(pipe.generator.scheduler.kernels, block_at=2) as gate:
         held = await held_stream(pipe, STREAMS, gate)
         assert quotas.open_streams(STREAMS) == 1
         second = answer_call(pipe, STREAMS)
@@ -106,8 +106,8 @@ async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipe
 
 
 async def test_stream_slot_is_freed_when_the_client_cancels(pipe: RunningPipeline) -> None:
-    quotas = pipe.engine.quotas
-    with ForwardGate(pipe.engine.scheduler.kernels, block_at=2) as gate:
+    quotas = pipe.generator.quotas
+    with ForwardGate(pipe.generator.scheduler.kernels, block_at=2) as gate:
         call = await held_stream(pipe, CANCELLED, gate)
         call.cancel()
         assert await wait_until(lambda: quotas.open_streams(CANCELLED) == 0)
@@ -120,7 +120,7 @@ async def test_stream_slot_is_freed_when_the_request_fails(pipe: RunningPipeline
     # admitted, then refused inside: a tenant never ingested is NOT_FOUND; its slot must not leak
     err = await rpc_error(lambda: collect(answer_call(pipe, FAILED)))
     assert_status(err, grpc.StatusCode.NOT_FOUND, "unknown tenant")
-    assert pipe.engine.quotas.open_streams(FAILED) == 0
+    assert pipe.generator.quotas.open_streams(FAILED) == 0
     pipe.ingest(FAILED)
     after = await collect(answer_call(pipe, FAILED))  # the one slot is free
     assert after.final is not None

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, setup_logging
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, setup_logging
 from lookahead_rag.services.events.kafka.broker import LocalBroker
 from lookahead_rag.services.generator.convert import answer_query
 from lookahead_rag.services.generator.domain import FinalInfo
@@ -113,14 +113,14 @@ async def test_in_process_pipeline_metrics_move_after_an_answer(tmp_path: Path, 
         assert sample(before, "generator_draft_source_hits_total", source="prompt") == 0  # exported at 0
 
         final = None
-        async for chunk in pipeline.engine.answer(answer_query(answer_request(tenant))):
+        async for chunk in pipeline.generator.answer(answer_query(answer_request(tenant))):
             final = chunk if isinstance(chunk, FinalInfo) else final
         assert final is not None
         await collect(pipe.stub.Answer(answer_request(pipe.new_tenant("neighbour")), timeout=CALL_TIMEOUT_S))
         await pipeline.bus.drain(60)
         pipeline.refresh_metrics()
         after = scrape(pipeline.metrics_port)
-        forwards = pipeline.engine.scheduler.state().forwards
+        forwards = pipeline.generator.scheduler.state().forwards
     finally:
         await pipeline.stop()
     stats = final.stats
@@ -207,7 +207,7 @@ async def test_kafka_pipeline_metrics_come_from_the_kafka_bus(tmp_path: Path, br
     try:
         tenant = unique_tenant("kafka")
         pipeline.retriever.ingest(tenant, DOCS)
-        async for _chunk in pipeline.engine.answer(answer_query(answer_request(tenant))):
+        async for _chunk in pipeline.generator.answer(answer_query(answer_request(tenant))):
             pass
         await pipeline.bus.drain(120)
         pipeline.refresh_metrics()

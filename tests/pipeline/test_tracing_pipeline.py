@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from lookahead_rag.services.common import tracing
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.events.kafka.broker import LocalBroker
 from tests.http.helpers import ask, model, openai_client
 from tests.kafka.helpers import fast_settings, new_topic

@@ -21,12 +21,12 @@ from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import AuthInterceptor
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.observability import ObservabilityInterceptor
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import AuthInterceptor
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.common.telemetry.observability import ObservabilityInterceptor
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.events.inprocess import InProcessBus
 from lookahead_rag.v1 import draftcache_pb2 as pb

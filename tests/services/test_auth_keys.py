@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from lookahead_rag.services import keys_cli
-from lookahead_rag.services.common.auth import Authenticator, bearer_metadata, bearer_token
-from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.auth.callers import Authenticator, bearer_metadata, bearer_token
+from lookahead_rag.services.common.auth.keys import KEY_PREFIX, KeyFile, KeyFileError, KeyStore, digest
+from lookahead_rag.services.common.auth.settings import AuthSettings
 from lookahead_rag.services.common.errors import PermissionDenied, Unauthenticated
-from lookahead_rag.services.common.keys import KEY_PREFIX, KeyFile, KeyFileError, KeyStore, digest
 from lookahead_rag.services.common.settings import ConfigError, load_settings
 
 MIN_KEY_CHARS = 40  # "lar_" + 43 urlsafe characters of 32 random bytes

@@ -1,4 +1,4 @@
-"""The conversation rules (services/common/conversation.py), pure: the follow-up rule of the retrieval
+"""The conversation rules (services/common/rules/conversation.py), pure: the follow-up rule of the retrieval
 query, turns, the role check and the newest-turns search."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from lookahead_rag.services.common.conversation import (
+from lookahead_rag.services.common.errors import InvalidArgument
+from lookahead_rag.services.common.rules.conversation import (
     check_history,
     leans_on_earlier,
     newest_that_fit,
     retrieval_query,
     split_turns,
 )
-from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 
 MAX_WORDS = 4  # the follow-up threshold in these cases ([retriever] followup_max_words' default)
 

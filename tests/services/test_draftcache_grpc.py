@@ -12,8 +12,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.grpcutil import open_channel
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.draftcache.codec import SnapshotError
 from lookahead_rag.services.draftcache.servicer import SERVICE_NAME

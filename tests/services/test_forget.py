@@ -18,7 +18,7 @@ import pytest
 from google.protobuf.message import DecodeError
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 from lookahead_rag.services.events.forget import CLOCK_SKEW_MS, EVERYTHING, ForgetLedger, forget_event
 from lookahead_rag.services.events.inprocess import InProcessBus

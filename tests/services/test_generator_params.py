@@ -14,7 +14,7 @@ import pytest
 from lookahead_core import DecodingConfig
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator import ask
 from lookahead_rag.services.generator.convert import params_from_proto
 from lookahead_rag.services.generator.domain import GenerationParams

@@ -55,5 +55,26 @@ def test_imports_point_one_way(rule: str) -> None:
 def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     # hidden in a function
-    bad.write_text("def f():\n    from lookahead_rag.services.generator.engine import GeneratorEngine\n")
-    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports lookahead_rag.services.generator.engine"]
+    bad.write_text("def f():\n    from lookahead_rag.services.generator.core import GeneratorCore\n")
+    assert violations(tmp_path, SERVICE_PACKAGES) == ["bad.py imports lookahead_rag.services.generator.core"]
+
+
+# the library's faces: the torch-free package itself, and what a server running the engine needs
+CORE_FACES = ("lookahead_core", "lookahead_core.serving")
+
+
+def past_the_faces(root: Path) -> list[str]:
+    """Imports under ``root`` of a ``lookahead_core`` module that is not one of its faces."""
+    return [f"{path.relative_to(root)} imports {module}" for path in sorted(root.rglob("*.py"))
+            for module in sorted(imported_modules(path))
+            if module.startswith("lookahead_core.") and module not in CORE_FACES]
+
+
+def test_the_generator_sees_the_core_through_its_faces() -> None:
+    assert past_the_faces(REPO / "services" / "generator") == []
+
+
+def test_the_check_sees_an_import_past_the_faces(tmp_path: Path) -> None:
+    (tmp_path / "ok.py").write_text("from lookahead_core import TokenTrie\nimport lookahead_core.serving\n")
+    (tmp_path / "bad.py").write_text("def f():\n    from lookahead_core.engine.scheduler import StepScheduler\n")
+    assert past_the_faces(tmp_path) == ["bad.py imports lookahead_core.engine.scheduler"]

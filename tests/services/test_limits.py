@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.draftcache.store import DraftCacheStore
 

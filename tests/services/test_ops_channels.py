@@ -1,4 +1,4 @@
-"""Client-side load balancing and retries (services.common.channel_config): the service config built
+"""Client-side load balancing and retries (services.common.rpc.channel_config): the service config built
 from ``[channels]``, and real grpc.aio channels over loopback replicas."""
 
 from __future__ import annotations
@@ -11,16 +11,16 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from lookahead_rag.services.common.channel_config import (
+from lookahead_rag.services.common.auth.tls import sync_channel
+from lookahead_rag.services.common.rpc.channel_config import (
     ENABLE_RETRIES_OPTION,
     SERVICE_CONFIG_OPTION,
     ChannelSettings,
     channel_options,
     service_config,
 )
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
 from lookahead_rag.services.common.settings import ConfigError, load_settings
-from lookahead_rag.services.common.tls import sync_channel
 from lookahead_rag.services.config import AllSettings
 from tests.services.replica_helpers import SERVICE, WHO, Replica, add_replica, ipv4_target, who
 

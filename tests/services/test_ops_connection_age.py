@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from lookahead_rag.services.common.grpcutil import connection_age_options, open_channel
+from lookahead_rag.services.common.rpc.grpcutil import connection_age_options, open_channel
 from tests.services.replica_helpers import Replica, count, replica_service, who
 
 AGE_S = 0.3  # a connection's life in the recycling case

@@ -12,8 +12,8 @@ from typing import Any
 import yaml
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.metric_group import MetricGroup
-from lookahead_rag.services.common.observability import RpcMetrics
+from lookahead_rag.services.common.telemetry.metric_group import MetricGroup
+from lookahead_rag.services.common.telemetry.observability import RpcMetrics
 from lookahead_rag.services.draftcache.metrics import DraftCacheMetrics
 from lookahead_rag.services.events.metrics import ConsumerMetrics, OutboxMetrics
 from lookahead_rag.services.generator.metrics import GeneratorMetrics, RequestMetrics

@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from lookahead_rag.services.common.grpcutil import open_channel, start_draining
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_draining
 from lookahead_rag.services.common.service import Service, graceful_stop
 from tests.services.replica_helpers import Replica, count, ipv4_target, replica_service, who
 

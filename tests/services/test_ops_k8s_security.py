@@ -18,8 +18,8 @@ import yaml
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from lookahead_rag.services.common import ports
-from lookahead_rag.services.common.devpki import make_pki
-from lookahead_rag.services.common.tls import TlsSettings, server_credentials
+from lookahead_rag.services.common.auth.devpki import make_pki
+from lookahead_rag.services.common.auth.tls import TlsSettings, server_credentials
 from tests.services.deploy_helpers import (
     HEALTH_TIMEOUT_S,
     K8S,

@@ -12,7 +12,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.logs import (
+from lookahead_rag.services.common.telemetry.logs import (
     REQUEST_ID_HEADER,
     bind_tenant,
     current_request_id,
@@ -22,7 +22,7 @@ from lookahead_rag.services.common.logs import (
     sensitive,
     setup_logging,
 )
-from lookahead_rag.services.common.observability import ObservabilityInterceptor
+from lookahead_rag.services.common.telemetry.observability import ObservabilityInterceptor
 
 LOGGER = "test.ops.logging"
 log = logging.getLogger(LOGGER)

@@ -13,7 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from lookahead_rag.services.common.observability import (
+from lookahead_rag.services.common.telemetry.observability import (
     ObservabilityInterceptor,
     RpcMetrics,
     start_metrics_server,

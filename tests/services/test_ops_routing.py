@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2
 
 from lookahead_rag.bench.caddy_proxy import DEPLOY_CADDY, CaddyMissingError, caddy_binary
 from lookahead_rag.services.common.ports import GRPC_PORTS, HTTP_PORT
-from lookahead_rag.services.common.tenant_route import TENANT_METADATA
+from lookahead_rag.services.common.rpc.tenant_route import TENANT_METADATA
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.v1 import generator_pb2
 

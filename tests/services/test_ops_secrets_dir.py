@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_rag.services.common.auth_settings import AuthSettings
+from lookahead_rag.services.common.auth.settings import AuthSettings
 from lookahead_rag.services.common.ports import SECRETS_DIR_ENV
 from lookahead_rag.services.common.settings import ConfigError, load_settings, origins
 from lookahead_rag.services.events.kafka.settings import KafkaSettings

@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
 from lookahead_rag.services.common.settings import ConfigError, TracingSettings, load_settings
+from lookahead_rag.services.common.telemetry import tracing
 
 REPO = Path(__file__).resolve().parents[2]
 SUBPROCESS_TIMEOUT_S = 120
@@ -85,9 +85,9 @@ def test_off_installs_nothing() -> None:
 
 OFF_SCRIPT = """
 import asyncio, sys
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
 from lookahead_rag.services.config import AllSettings
-from lookahead_rag.services.common import tracing
+from lookahead_rag.services.common.telemetry import tracing
 async def main():
     assert not tracing.setup(AllSettings.load(None).tracing, ["generator"])
     server, port = await start_server([], [], port=0)
@@ -100,7 +100,7 @@ print(sorted(m for m in sys.modules if m.startswith(("opentelemetry.sdk", "opent
 
 ON_SCRIPT = """
 from opentelemetry import trace
-from lookahead_rag.services.common import tracing
+from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.common.settings import TracingSettings
 assert tracing.setup(TracingSettings(sample_ratio=0.25), ["retriever"])
 provider = tracing.provider()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lookahead_rag.services.common.protogen import ROOT, generate, proto_files
+from lookahead_rag.services.common.rpc.protogen import ROOT, generate, proto_files
 
 GENERATED_PATTERNS = ("*_pb2.py", "*_pb2.pyi", "*_pb2_grpc.py")
 
@@ -30,5 +30,5 @@ def test_generated_code_is_not_stale(tmp_path: Path) -> None:
     missing = sorted(set(fresh) - set(committed))
     extra = sorted(set(committed) - set(fresh))
     stale = sorted(name for name in fresh.keys() & committed.keys() if fresh[name] != committed[name])
-    hint = "run `make protos` (python -m lookahead_rag.services.common.protogen) and commit the result"
+    hint = "run `make protos` (python -m lookahead_rag.services.common.rpc.protogen) and commit the result"
     assert (missing, extra, stale) == ([], [], []), hint

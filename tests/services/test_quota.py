@@ -1,4 +1,4 @@
-"""Per-tenant quotas (services/common/quota.py): the token bucket with hand-made times, open streams
+"""Per-tenant quotas (services/common/rules/quota.py): the token bucket with hand-made times, open streams
 freed however a stream ends, the [limits] fields, the RetryInfo status and the HTTP Retry-After."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from lookahead_rag.services.common import quota as quota_module
 from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted, retry_after_of, retry_status
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.quota import Quota, TenantQuotas, TokenBucket
+from lookahead_rag.services.common.rules import quota as quota_module
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.common.rules.quota import Quota, TenantQuotas, TokenBucket
 from lookahead_rag.services.common.settings import ConfigError, load_settings
 from lookahead_rag.services.http.errors import error_response, retry_after_header
 

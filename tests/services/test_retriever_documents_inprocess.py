@@ -11,7 +11,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.grpcutil import open_channel
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
 from lookahead_rag.services.events.inprocess import InProcessBus
 from lookahead_rag.services.events.protocols import RETRIEVER_DOCUMENTS_GROUP, RETRIEVER_GROUP
 from lookahead_rag.services.events.streams import DOCUMENTS

@@ -1,7 +1,7 @@
 """The Retriever over real gRPC on loopback (port 0): health, reflection, calls, exact status codes.
 
 Also the shared plumbing: services.common.errors (status mapping, unary and streaming) and
-services.common.grpcutil (graceful stop).
+services.common.rpc.grpcutil (graceful stop).
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from lookahead_rag.services.common.errors import InvalidArgument, ResourceExhausted, grpc_errors
-from lookahead_rag.services.common.grpcutil import open_channel, start_server, stop_server
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rpc.grpcutil import open_channel, start_server, stop_server
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.retriever.build import retriever_service
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.documents import Document

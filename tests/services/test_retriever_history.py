@@ -11,7 +11,7 @@ import pytest
 from lookahead_core import DecodingConfig
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.domain import ChatMessage
 from lookahead_rag.services.generator.grounding import fallback
 from lookahead_rag.services.generator.prepared import Prepared

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-from lookahead_core.engine.detok import TextStreamer
+from lookahead_core.detok import TextStreamer
 
 from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.generator.convert import MIN_PADDING, chunk_to_proto, delta_to_proto, pad, padded_bytes

@@ -15,12 +15,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.app import Pipeline
-from lookahead_rag.services.common.auth import Authenticator
-from lookahead_rag.services.common.auth_grpc import server_interceptors
-from lookahead_rag.services.common.auth_settings import AuthSettings
-from lookahead_rag.services.common.keys import KeyFile
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.tenant_route import TenantRouteInterceptor, tenant_metadata
+from lookahead_rag.services.common.auth.callers import Authenticator
+from lookahead_rag.services.common.auth.interceptor import server_interceptors
+from lookahead_rag.services.common.auth.keys import KeyFile
+from lookahead_rag.services.common.auth.settings import AuthSettings
+from lookahead_rag.services.common.rpc.tenant_route import TenantRouteInterceptor, tenant_metadata
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.events.inprocess import InProcessBus

@@ -23,10 +23,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common import grpcutil
-from lookahead_rag.services.common.grpcutil import open_channel
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.tls import (
+from lookahead_rag.services.common.auth.tls import (
     TARGET_NAME_OVERRIDE,
     TlsSettings,
     add_tls_arguments,
@@ -35,6 +32,9 @@ from lookahead_rag.services.common.tls import (
     tls_from_args,
     uvicorn_ssl,
 )
+from lookahead_rag.services.common.rpc import grpcutil
+from lookahead_rag.services.common.rpc.grpcutil import open_channel
+from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.draftcache.build import build_draftcache
 from lookahead_rag.services.events.inprocess import InProcessBus
 from lookahead_rag.v1 import draftcache_pb2 as pb
@@ -163,7 +163,7 @@ def test_generator_channels_use_tls_when_configured(pki: Pki, tmp_path: Path) ->
     # the pipeline's channels to a retriever and a draft cache not built here (generator -> upstream)
     # use [tls]: with the CA they reach a TLS draft cache, without TLS the same call is refused
     from lookahead_rag.services.app import Pipeline
-    from lookahead_rag.services.common.refresher import Refresher
+    from lookahead_rag.services.common.telemetry.refresher import Refresher
     from lookahead_rag.services.config import AllSettings
 
     def settings(port: int, tls: dict[str, Any]) -> AllSettings:
@@ -244,7 +244,7 @@ def get_health(port: int, context: ssl.SSLContext | None) -> int:
 def test_http_endpoint_serves_https_and_mutual_tls(pki: Pki) -> None:
     # the OpenAI endpoint with [tls]: HTTPS verified against the CA answers; plain HTTP gets no answer;
     # under mutual TLS a client without a certificate is cut off and one with the CA's certificate answers
-    from lookahead_rag.services.common.limits import RequestLimits
+    from lookahead_rag.services.common.rules.limits import RequestLimits
     from lookahead_rag.services.http.server import HttpServer
     from lookahead_rag.services.http.settings import HttpSettings
 

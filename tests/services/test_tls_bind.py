@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lookahead_rag.services.common.settings import ConfigError, load_settings
-from lookahead_rag.services.common.tls import (
+from lookahead_rag.services.common.auth.tls import (
     InsecureBindError,
     TlsSettings,
     check_bind,
     is_loopback,
     server_credentials,
 )
+from lookahead_rag.services.common.settings import ConfigError, load_settings
 from tests.services.tls_helpers import LOOPBACK_V4, Pki, server_tls
 
 pytestmark = pytest.mark.usefixtures("no_lar_env")

@@ -1,11 +1,11 @@
-"""The TLS tests' constants and the TlsSettings they build from the run-time PKI (services.common.devpki)."""
+"""The TLS tests' constants and the TlsSettings they build from the run-time PKI (services.common.auth.devpki)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lookahead_rag.services.common.devpki import LOOPBACK_V4, Pki, make_pki
-from lookahead_rag.services.common.tls import TlsSettings
+from lookahead_rag.services.common.auth.devpki import LOOPBACK_V4, Pki, make_pki
+from lookahead_rag.services.common.auth.tls import TlsSettings
 from lookahead_rag.v1 import draftcache_pb2_grpc
 
 __all__ = ["LOOPBACK_V4", "RPC_TIMEOUT_S", "Pki", "Stub", "T", "client_tls", "make_pki", "server_tls"]

@@ -24,8 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-MJSD_THRESHOLD = 0.1  # the paper's acceptance threshold (its Appendix D, every model and dataset)
-MJSD_BEAMS = 4  # beams of the draft's beam search (the paper's 8 cost too many draft forwards on a CPU)
+from ..config import MJSD_THRESHOLD
 
 
 def cumulative(parents: Sequence[int], step_logprobs: Sequence[float]) -> list[float]:

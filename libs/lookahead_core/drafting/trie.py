@@ -134,12 +134,6 @@ class TokenTrie:
             if prune:
                 self.maybe_prune()
 
-    def insert_branch(self, branch: Sequence[int], count: int = 1) -> None:
-        """Insert one branch path as output counts (used for branches fetched from a tenant cache)."""
-        with self.lock:
-            self.clock += 1
-            self._add_path(branch[: self.config.branch_length], prompt=False, count=count)
-
     def output_cursor(self) -> OutputCursor:
         """A cursor that inserts a growing output token by token (exact counts, O(branch) a token)."""
         return OutputCursor(self)
@@ -234,10 +228,6 @@ class TokenTrie:
             if node is None:
                 return None
         return node
-
-    def contains_path(self, tokens: Sequence[int]) -> bool:
-        """Whether ``tokens`` is a path from the root."""
-        return self.find(tokens) is not None
 
     def branches(self, node: Node | None = None, prefix: tuple[int, ...] = ()) -> Iterator[tuple[int, ...]]:
         """Every root-to-leaf path under ``node`` (for tests and snapshots)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 
 import torch
 
@@ -25,20 +26,29 @@ from .gains import Step
 from .request import Phase, ServeRequest
 
 
+def _untimed(_phase: str) -> AbstractContextManager[None]:
+    return nullcontext()
+
+
+@dataclass(frozen=True)
+class Emitting:
+    """What emitting a step's tokens needs from the engine: handed to each call, never kept by a request."""
+
+    decode: Callable[[list[int]], str]  # token ids -> text (stop strings are searched in it)
+    timed: Callable[[str], AbstractContextManager[None]] = _untimed  # the step profile by phase (no-op unless on)
+
+
 class Active:
     """A running request: ``req`` (the caller's ticket) plus everything the engine needs to step it."""
 
     def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV,
-                 chooser: TokenChooser, eos: frozenset[int], decode: Callable[[list[int]], str],
-                 timed: Callable[[str], AbstractContextManager[None]] = lambda _phase: nullcontext()) -> None:
+                 chooser: TokenChooser, eos: frozenset[int]) -> None:
         self.req = req
         self.config = spec.config  # the config it runs with (its Jacobi window resolved)
         self.drafting = drafting
         self.kv = kv
         self.chooser = chooser
         self.eos = eos
-        self.decode = decode  # token ids -> text (stop strings are searched in it)
-        self.timed = timed  # the engine's step profile, by phase (a no-op unless it profiles)
         self.prefilled = 0  # prompt tokens whose KV is in the cache
         self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
         self.copying = True  # every step so far verified its tree's deepest branch whole (a repeated answer)
@@ -51,7 +61,7 @@ class Active:
         if self.cursor is not None and self.config.extend_min_match > 1:
             # The output goes in after the prompt's last extend_min_match - 1 tokens (a chat prompt's answer
             # header): the same answer asked again then matches from its first token, long enough to be
-            # copied as one chain at its first decode step (drafting.draft.extend_chain).
+            # copied as one chain at its first decode step (proposers.trie.extend_chain).
             self.cursor.feed(req.prompt_ids[1 - self.config.extend_min_match :])
 
     @staticmethod
@@ -116,7 +126,7 @@ class Active:
         return gained
 
     def accept(self, tree: DraftTree, predicted: Sequence[int], rows: torch.Tensor | None,
-               budget: int) -> tuple[int, ...]:
+               budget: int, out: Emitting) -> tuple[int, ...]:
         """The forward verified ``tree`` (``predicted``: the choice after every node, root first; ``rows``
         their logits, given when the acceptor or the request's logprobs need them): keep the accepted
         path's KV, emit its tokens; returns the accepted nodes."""
@@ -134,7 +144,7 @@ class Active:
         new = [tree.tokens[i - 1] for i in accepted] + [predicted[path[-1]]]
         # token j of ``new`` was chosen after node path[j]: its distribution is that row's
         logprobs = self.logprobs_of(rows[path], new) if rows is not None and self.config.logprobs else None
-        st.accepted_per_step.append(len(self.emit(new, logprobs)))
+        st.accepted_per_step.append(len(self.emit(new, logprobs, out)))
         return accepted
 
     def logprobs_of(self, rows: torch.Tensor, new: list[int]) -> list[TokenLogprob]:
@@ -142,16 +152,17 @@ class Active:
         from (row j: the distribution ``new[j]`` was chosen from)."""
         return token_logprobs(rows, new, self.config.top_logprobs)
 
-    def emit(self, new: list[int], logprobs: list[TokenLogprob] | None = None) -> list[int]:
+    def emit(self, new: list[int], logprobs: list[TokenLogprob] | None, out: Emitting) -> list[int]:
         """Trim a step's verified tokens (EOS, length, stop strings), append and announce them (with
         their ``logprobs`` when the request asked: recorded in ``req.logprobs`` before the callback)."""
-        with self.timed("emit"):
-            return self._emit(new, logprobs)
+        with out.timed("emit"):
+            return self._emit(new, logprobs, out.decode)
 
-    def _emit(self, new: list[int], logprobs: list[TokenLogprob] | None) -> list[int]:
+    def _emit(self, new: list[int], logprobs: list[TokenLogprob] | None,
+              decode: Callable[[list[int]], str]) -> list[int]:
         req = self.req
         kept, reason = trim_step(req.output, new, self.eos, self.config.max_new_tokens, self.config.stop_strings,
-                                 self.decode)
+                                 decode)
         if reason:
             req.stats.finish_reason = reason
         req.output.extend(kept)

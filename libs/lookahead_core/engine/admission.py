@@ -61,10 +61,6 @@ class FairQueue(Generic[T]):
     def __len__(self) -> int:
         return self._size
 
-    def waiting_by_tenant(self) -> dict[str, int]:
-        """Waiting requests per tenant (tenants with none are absent)."""
-        return {name: len(t.entries) for name, t in self._tenants.items()}
-
     def push(self, tenant: str, item: T, deadline: float | None = None) -> None:
         """Queue ``item`` for ``tenant``; raise QueueFull when ``max_waiting`` are already waiting."""
         if self._size >= self.max_waiting:

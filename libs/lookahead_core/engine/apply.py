@@ -10,7 +10,7 @@ import torch
 
 from ..kv.kvstore import export_prefix
 from ..kv.prefix_cache import PrefixKVCache
-from .active import Active
+from .active import Active, Emitting
 from .gains import GainsModel
 from .pack import PackedStep
 from .plan import StepPlan
@@ -27,15 +27,16 @@ class Forward:
 
 
 def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int], ran: Forward,
-               gains: GainsModel, prefix_cache: PrefixKVCache) -> list[tuple[Active, Exception]]:
-    """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices.
-    Returns the requests whose own results could not be applied, with the error (they fail alone)."""
+               gains: GainsModel, prefix_cache: PrefixKVCache, out: Emitting) -> list[tuple[Active, Exception]]:
+    """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices;
+    ``out``: the engine's decode and profile, for emitting. Returns the requests whose own results could
+    not be applied, with the error (they fail alone)."""
     failed: list[tuple[Active, Exception]] = []
     for d, rows in zip(plan.decodes, packed.decodes, strict=True):
         try:
             wants = d.req.drafting.acceptor.needs_logits or d.req.config.logprobs
             rows_logits = logits[rows.tree] if wants else None  # [q, vocab]
-            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget)
+            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget, out)
             gains.observe(accepted, len(d.tree))
             d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
             d.req.rode(ran.batch, ran.tokens, ran.kernel)
@@ -47,13 +48,13 @@ def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predict
             c.req.kv.length = c.end
             c.req.rode(ran.batch, ran.tokens, ran.kernel)
             if row is not None:
-                prefilled(c.req, predicted[row], prefix_cache, logits[row : row + 1])
+                prefilled(c.req, predicted[row], prefix_cache, logits[row : row + 1], out)
         except Exception as exc:  # its chunk, its prefix store, its first token: only it
             failed.append((c.req, exc))
     return failed
 
 
-def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torch.Tensor) -> None:
+def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torch.Tensor, out: Emitting) -> None:
     """The prompt is in the cache: keep its KV for later prompts and emit the first token (``row`` [1, vocab]:
     the logits it was chosen from, read only for a request's logprobs)."""
     req = active.req
@@ -63,4 +64,4 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torc
         prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
     req.phase = Phase.DECODE
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
-    active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None)
+    active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None, out)

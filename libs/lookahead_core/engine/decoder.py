@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..config import DecodingConfig
+from ..detok import TextStreamer
 from ..drafting.draft import Drafter
 from ..drafting.trie import TokenTrie
 from ..forward.kernels import KernelSet
 from ..forward.shared import AUTO, shared_kernels
 from ..observer import StepObserver
-from ..stats import GenerationStats
-from .detok import TextStreamer
+from ..stats import DecodeStats
 from .request import Phase, ServeRequest
 from .scheduler import SchedulerConfig, StepScheduler
 
@@ -38,7 +38,7 @@ class GenerationResult:
 
     output_ids: list[int]
     text: str
-    stats: GenerationStats
+    stats: DecodeStats
 
 
 class LookaheadDecoder:
@@ -58,13 +58,13 @@ class LookaheadDecoder:
         trie: TokenTrie | None = None,
         kernels: KernelSet | str = AUTO,
         draft_model: PreTrainedModel | None = None,
-        engine: SchedulerConfig = ONE_REQUEST,
+        scheduler: SchedulerConfig = ONE_REQUEST,
     ) -> None:
         self.kernels = kernels if isinstance(kernels, KernelSet) else shared_kernels(model, kernels)
         measured = kernels == AUTO or isinstance(kernels, KernelSet)
-        config_ = engine if measured else SchedulerConfig(**{**engine.__dict__, "calibrate": False})
-        self.engine = StepScheduler(model, tokenizer, config_, kernels=self.kernels, draft_model=draft_model)
-        self.engine.start(thread=False)
+        config_ = scheduler if measured else SchedulerConfig(**{**scheduler.__dict__, "calibrate": False})
+        self.scheduler = StepScheduler(model, tokenizer, config_, kernels=self.kernels, draft_model=draft_model)
+        self.scheduler.start(thread=False)
         self.model = model
         self.tokenizer = tokenizer
         self.config = config or DecodingConfig()
@@ -110,17 +110,17 @@ class LookaheadDecoder:
         """Run ``req`` on the engine from this thread: the token ids verified by each step."""
         new: deque[list[int]] = deque()  # verified steps not yet yielded
         req.on_tokens = lambda _req, ids: new.append(ids)
-        self.engine.submit(req)
+        self.scheduler.submit(req)
         try:
             while new or req.phase is not Phase.DONE:
                 if new:
                     yield new.popleft()
                     continue
                 if should_stop is not None and req.phase is Phase.DECODE and should_stop():
-                    self.engine.cancel(req)
-                self.engine.step()
+                    self.scheduler.cancel(req)
+                self.scheduler.step()
         finally:
             if req.phase is not Phase.DONE:  # abandoned mid-stream: free the engine's one running place
-                self.engine.cancel(req)
+                self.scheduler.cancel(req)
         if req.error is not None:
             raise req.error

@@ -14,7 +14,6 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from ..config import DecodingConfig
 from ..drafting.draft import Drafter
@@ -23,8 +22,7 @@ from ..observer import StepObserver
 from ..proposers.base import Proposer
 from ..sampling.chooser import resolve_seed
 from ..sampling.logprobs import TokenLogprob
-from ..stats import GenerationStats
-from ..vocab import out_of_vocab
+from ..stats import DecodeStats
 
 
 class Phase(enum.Enum):
@@ -37,10 +35,10 @@ class Phase(enum.Enum):
 
 
 @dataclass
-class ServeStats(GenerationStats):
+class ServeStats(DecodeStats):
     """Decoding counts plus what the engine did for this request and when (the service reports these).
 
-    ``sampled`` and ``seed`` (from GenerationStats) are set when the request is built: the seed a
+    ``sampled`` and ``seed`` (from DecodeStats) are set when the request is built: the seed a
     sampled request runs with, its own or a random one, so the caller can replay it.
     """
 
@@ -71,16 +69,6 @@ class ServeStats(GenerationStats):
 OnTokens = Callable[["ServeRequest", list[int]], None]
 # Called once from the scheduler thread when the request ends: (request, error or None).
 OnDone = Callable[["ServeRequest", BaseException | None], None]
-
-
-P = TypeVar("P", bound=Proposer)
-
-
-def check_in_vocab(ids: Sequence[int], vocab_size: int) -> None:
-    """ValueError naming the first id the model cannot embed (a prompt is checked before it runs)."""
-    bad = out_of_vocab(ids, vocab_size)
-    if bad is not None:
-        raise ValueError(f"token id {bad} is out of the model's vocabulary (size {vocab_size})")
 
 
 class RequestExpired(Exception):
@@ -147,10 +135,6 @@ class ServeRequest:
     @property
     def finished(self) -> bool:
         return bool(self.stats.finish_reason)
-
-    def proposer(self, kind: type[P]) -> P | None:
-        """The request's proposer of class ``kind``, if the engine built one."""
-        return next((p for p in self.proposers if isinstance(p, kind)), None)
 
     def cancel(self) -> None:
         """Ask the engine to stop this request (thread-safe; effective within one step)."""

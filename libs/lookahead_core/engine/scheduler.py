@@ -37,7 +37,8 @@ from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
-from .active import Active
+from ..vocab import check_in_vocab
+from .active import Active, Emitting
 from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
 from .finish import eos_ids
@@ -46,7 +47,7 @@ from .isolate import isolate
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
 from .profile import StepProfile, running, watch_heads
-from .request import Phase, RequestExpired, ServeRequest, check_in_vocab
+from .request import Phase, RequestExpired, ServeRequest
 from .run import choose, forward
 from .sched_config import SchedulerConfig
 
@@ -264,8 +265,8 @@ class StepScheduler:
         return taken
 
     def _admit(self, req: ServeRequest) -> None:
-        """Build the request's running state whole (its window resolved before its KV is sized), reusing a
-        cached prefix of its prompt; a request that cannot be built fails alone."""
+        """Build the request's running state whole (its window resolved before its KV is sized); a request
+        that cannot be built fails alone. Its cached prompt prefix is looked up in ``_step``, the one place."""
         try:
             check_in_vocab(req.prompt_ids, self.vocab_size)
             curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
@@ -275,14 +276,13 @@ class StepScheduler:
             )
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = RequestKV(self.shape, Active.capacity(req, spec))
-            active = Active(req, spec, drafting, kv, chooser, self.eos, self._decode, self._timed)
+            active = Active(req, spec, drafting, kv, chooser, self.eos)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error = exc
             with self._cv:
                 self._admitting -= 1
             self._end(req)
             return
-        self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         with self._cv:
             self._admitting -= 1
             self.running.append(active)
@@ -317,19 +317,21 @@ class StepScheduler:
                 self._end(active.req, active)
             else:
                 live.append(active)
-        for active in live:  # prompts prefilled since a waiting one was admitted may cover more of it
+        # the prefix cache's one lookup: before a prompt's first chunk, and again until that chunk runs (a
+        # prompt prefilled since may cover more of it)
+        for active in live:
             if active.req.phase is Phase.PREFILL:
                 self.prefix_hit_tokens += active.take_prefix(self.prefix_cache)
         try:
-            self._run(live)
+            self._step_phases(live)
         except Exception as exc:  # one request's input failed the shared forward: find it, step the rest
             log.warning("step of %d requests failed (%s); stepping them apart", len(live), type(exc).__name__)
-            for active, error in isolate(live, self._run, exc):
+            for active, error in isolate(live, self._step_phases, exc):
                 log.error("request %s failed its step: %s: %s", active.req.id, type(error).__name__, error)
                 active.req.error = error
                 self._end(active.req, active)
 
-    def _run(self, live: Sequence[Active]) -> None:
+    def _step_phases(self, live: Sequence[Active]) -> None:
         """plan -> pack -> run -> apply for ``live``; raises, having changed nothing, when the forward fails."""
         started = time.perf_counter()
         curve, prof = self.kernels.curve, self.profile
@@ -371,7 +373,8 @@ class StepScheduler:
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
-        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache):
+        out = Emitting(self._decode, self._timed)
+        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache, out):
             log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
             active.req.error = error
             self._end(active.req, active)

@@ -269,14 +269,6 @@ class PrefixKVCache:
                 self._remove(victim)
                 self._evictions += 1
 
-    def drop_tenant(self, tenant: str) -> int:
-        """Forget every entry of ``tenant``; returns how many were dropped."""
-        with self._lock:
-            keys = list(self._tenants.get(tenant, ()))
-            for key in keys:
-                self._remove(key)
-            return len(keys)
-
     def epoch(self, tenant: str) -> int:
         """How often ``tenant`` was forgotten: read it before building a prompt, give it to ``put``."""
         with self._lock:

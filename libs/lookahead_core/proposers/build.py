@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..config import DecodingConfig, DraftMode
-from ..drafting.draft import Drafter, TrieShape
+from ..drafting.draft import Drafter
 from ..drafting.jacobi import JacobiConfig
 from ..drafting.trie import TokenTrie
 from .base import Acceptor, DrafterProposer, Drafting, GreedyMatch, Proposer
 from .jacobi import DEFAULT_JACOBI_WINDOW, JacobiProposer, window_size
-from .trie import TrieProposer
+from .trie import TrieProposer, TrieShape
 
 if TYPE_CHECKING:
     from .draft_model import DraftModels
@@ -42,20 +42,15 @@ class DraftingSpec:
     model: str | None  # Source.DRAFT_MODEL or Source.MJSD: the draft model's part (None: no draft model)
 
     @property
-    def speculative(self) -> bool:
-        """Whether any source drafts (else one token a step)."""
-        return self.trie is not None or self.window is not None or self.model is not None
-
-    @property
     def max_nodes(self) -> int:
         """Most draft nodes a step may verify (a trie tree may grow confident copies past the budget)."""
         cfg = self.config
-        return max(cfg.decoding_length, cfg.max_decoding_length) if self.speculative else 0
+        return max(cfg.decoding_length, cfg.max_decoding_length) if cfg.speculative else 0
 
     @property
     def budget(self) -> int:
         """Draft nodes a step asks for before the engine splits the forward (0: no speculation)."""
-        return self.config.decoding_length if self.speculative else 0
+        return self.config.decoding_length if self.config.speculative else 0  # every mode but none drafts
 
     @property
     def max_step_tokens(self) -> int:

@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ..drafting.draft import DraftTree
-from ..kv.draft_cache import rollback_cache
+from ..kv.draft_kv import rollback_cache
 from .base import Ask, Proposer
 
 SELF_DRAFT_FRACTION = 4  # the self-draft exits after 1/4 of the target's layers unless told otherwise

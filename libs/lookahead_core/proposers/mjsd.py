@@ -22,7 +22,7 @@ from transformers import PreTrainedModel
 
 from ..drafting.draft import DraftTree
 from ..drafting.mjsd import joint_accept
-from ..kv.draft_cache import repeat_cache, select_rows
+from ..kv.draft_kv import repeat_cache, select_rows
 from .base import Ask, Proposer
 from .draft_model import DraftModelProposer
 

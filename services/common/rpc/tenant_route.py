@@ -21,10 +21,10 @@ from typing import Any
 
 import grpc
 
-from lookahead_rag.services.common.auth_grpc import tenant_of
+from lookahead_rag.services.common.auth.interceptor import tenant_of
+from lookahead_rag.services.common.auth.scopes import Scope, grpc_scope
 from lookahead_rag.services.common.errors import PermissionDenied, ServiceError, status_of
-from lookahead_rag.services.common.handlers import HandlerInterceptor, check_first
-from lookahead_rag.services.common.scopes import Scope, grpc_scope
+from lookahead_rag.services.common.rpc.handlers import HandlerInterceptor, check_first
 
 log = logging.getLogger(__name__)
 

@@ -68,7 +68,7 @@ class RequestLimits(ServiceSettings):
     max_logprob_entries: int = Field(
         65_536, ge=1, description="most logprob entries one request may ask for: n x max_tokens x (top_logprobs + 1)"
     )
-    # per-tenant quotas (services/common/quota.py), each service counting its own calls
+    # per-tenant quotas (services/common/rules/quota.py), each service counting its own calls
     tenant_rps: float = Field(50.0, ge=0, description="requests per second one tenant may start, each service "
                               "counting its calls of every RPC but Snapshot (0 = unlimited)")
     tenant_burst: float = Field(100.0, ge=0, description="requests a tenant may start at once (0 = tenant_rps, >= 1)")

@@ -31,11 +31,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from lookahead_rag.services.common import tracing
-from lookahead_rag.services.common.channel_config import ChannelSettings
-from lookahead_rag.services.common.channel_config import channel_options as balancing_options
-from lookahead_rag.services.common.decode_guard import DecodeGuard
-from lookahead_rag.services.common.tls import TlsSettings, channel_credentials, channel_options
+from lookahead_rag.services.common.auth.tls import TlsSettings, channel_credentials, channel_options
+from lookahead_rag.services.common.rpc.channel_config import ChannelSettings
+from lookahead_rag.services.common.rpc.channel_config import channel_options as balancing_options
+from lookahead_rag.services.common.rpc.decode_guard import DecodeGuard
+from lookahead_rag.services.common.telemetry import tracing
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +87,8 @@ async def start_server(
 
     ``port=0`` binds a free port (tests); ``max_concurrent_rpcs`` makes the server answer
     RESOURCE_EXHAUSTED at once beyond that many calls in flight instead of queueing them;
-    ``interceptors`` (e.g. services.common.observability.ObservabilityInterceptor) see every call;
-    ``credentials`` (services.common.tls.server_credentials) serve TLS, None plaintext;
+    ``interceptors`` (e.g. services.common.telemetry.observability.ObservabilityInterceptor) see every call;
+    ``credentials`` (services.common.auth.tls.server_credentials) serve TLS, None plaintext;
     ``max_connection_age_s`` > 0 recycles each client connection that old (``connection_age_options``).
     """
     server = grpc.aio.server(
@@ -155,8 +155,8 @@ def open_channel(target: str, max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
                  tls: TlsSettings | None = None, channels: ChannelSettings | None = None) -> grpc.aio.Channel:
     """A grpc.aio channel to ``target`` (HOST:PORT, or ``dns:///HOST:PORT`` / ``ipv4:///A:P,B:P`` for
     several replicas) with the same message size limits: TLS when ``tls`` turns it on for clients
-    (services.common.tls), else plaintext; load balancing and retries on UNAVAILABLE from ``channels``
-    (services.common.channel_config; None: its defaults)."""
+    (services.common.auth.tls), else plaintext; load balancing and retries on UNAVAILABLE from ``channels``
+    (services.common.rpc.channel_config; None: its defaults)."""
     options = [*message_size_options(max_message_bytes), *balancing_options(channels)]
     credentials = channel_credentials(tls)
     if credentials is None:

@@ -4,8 +4,8 @@ a request id and tenant bound for log lines) and the Prometheus ``/metrics`` exp
     interceptors = [ObservabilityInterceptor(registry)]  # grpc.aio.server(interceptors=...)
     port = start_metrics_server(9103, registry)          # GET http://host:port/metrics
 
-Metric groups are defined per package (``lookahead_rag.services.common.metric_group.MetricGroup``); state gauges
-are sampled by ``lookahead_rag.services.common.refresher.Refresher``.
+Metric groups are defined per package (``lookahead_rag.services.common.telemetry.metric_group.MetricGroup``);
+state gauges are sampled by ``lookahead_rag.services.common.telemetry.refresher.Refresher``.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
 
-from lookahead_rag.services.common.handlers import Behavior, HandlerInterceptor, by_response, relay, rewrap
-from lookahead_rag.services.common.logs import REQUEST_ID_HEADER, bind_tenant, request_context
-from lookahead_rag.services.common.metric_group import LATENCY_BUCKETS, MetricGroup
+from lookahead_rag.services.common.rpc.handlers import Behavior, HandlerInterceptor, by_response, relay, rewrap
+from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, bind_tenant, request_context
+from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class ObservabilityInterceptor(HandlerInterceptor):
 
     ``bind_tenant``: bind the request's ``tenant`` field too, as the caller claims it; only where no
     credential is asked for. With auth on, the auth interceptor binds it once the caller may use it
-    (``lookahead_rag.services.common.auth_grpc.server_interceptors`` sets this).
+    (``lookahead_rag.services.common.auth.interceptor.server_interceptors`` sets this).
     Calls to unknown methods (UNIMPLEMENTED) are answered by gRPC itself and not counted.
     """
 

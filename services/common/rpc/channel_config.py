@@ -5,7 +5,7 @@ A target may resolve to several addresses (``dns:///retriever.lookahead-rag.svc:
 Service lists every ready pod; ``ipv4:///10.0.0.1:50051,10.0.0.2:50051`` lists them by hand). With
 ``round_robin`` the channel keeps a connection to each and spreads calls over them; with
 ``health_check`` it also asks each one's grpc.health.v1 and skips a replica reporting NOT_SERVING
-(one that is draining before it stops: services.common.grpcutil.stop_server)::
+(one that is draining before it stops: services.common.rpc.grpcutil.stop_server)::
 
     options = channel_options(ChannelSettings())   # [("grpc.service_config", "{...}"), ("grpc.enable_retries", 1)]
     grpc.aio.insecure_channel(target, options=[*options, ...])

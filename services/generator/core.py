@@ -1,4 +1,4 @@
-"""GeneratorEngine: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
+"""GeneratorCore: retrieve -> fetch drafts -> lookahead decoding -> stream -> publish. No gRPC here.
 
 One request: the retriever gives the grounded prompt (if it is down or late, the question and its
 conversation are templated alone and the stats say documents were unavailable); the draft cache
@@ -15,36 +15,49 @@ sampling with that seed; the final stats carry the seed used).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 
-from lookahead_core import DecodingConfig, TokenTrie, tokenizer_id
-from lookahead_core.defaults import DEFAULT_MODEL
-from lookahead_core.engine.admission import QueueFull
-from lookahead_core.engine.detok import TextStreamer
-from lookahead_core.engine.request import RequestExpired, ServeRequest, ServeStats
-from lookahead_core.engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
-from lookahead_core.forward.shared import shared_kernels
-from lookahead_core.threads import usable_cores
-from lookahead_core.vocab import out_of_vocab
+from lookahead_core import (
+    DEFAULT_MODEL,
+    DecodingConfig,
+    TextStreamer,
+    TokenTrie,
+    check_in_vocab,
+    out_of_vocab,
+    tokenizer_id,
+)
+from lookahead_core.serving import (
+    QueueFull,
+    RequestExpired,
+    SchedulerClosed,
+    SchedulerConfig,
+    ServeRequest,
+    ServeStats,
+    StepScheduler,
+    shared_kernels,
+    usable_cores,
+)
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from lookahead_rag.services.common.conversation import check_history
 from lookahead_rag.services.common.errors import DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.logs import log_text
-from lookahead_rag.services.common.quota import TenantQuotas
-from lookahead_rag.services.common.tracing import request_spans
+from lookahead_rag.services.common.rules.context import check_fits, context_room
+from lookahead_rag.services.common.rules.conversation import check_history
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.common.rules.quota import TenantQuotas
+from lookahead_rag.services.common.telemetry.logs import log_text
+from lookahead_rag.services.common.telemetry.tracing import request_spans
 from lookahead_rag.services.events import EventPublisher
 from lookahead_rag.services.generator.attribution import DraftAttribution
+from lookahead_rag.services.generator.bridge import Bridge, Ended
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
 from lookahead_rag.services.generator.convert import completed_event
 from lookahead_rag.services.generator.domain import (
     AnswerChunk,
     AnswerQuery,
+    ChatMessage,
     FinalInfo,
     GenerateQuery,
     GenerationParams,
@@ -52,10 +65,10 @@ from lookahead_rag.services.generator.domain import (
     TextDelta,
 )
 from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
-from lookahead_rag.services.generator.logprobs import check_logprobs, step_logprobs
+from lookahead_rag.services.generator.logprobs import check_logprobs
+from lookahead_rag.services.generator.metrics import EngineMetrics
 from lookahead_rag.services.generator.params import check_mode, decoding_config, server_config
 from lookahead_rag.services.generator.prepared import Prepared, PromptFacts
-from lookahead_rag.services.generator.prompt_ids import check_vocabulary
 from lookahead_rag.services.generator.read_ahead import read_ahead
 from lookahead_rag.services.generator.render import PromptRenderer
 from lookahead_rag.services.generator.safe_stream import (
@@ -82,7 +95,7 @@ def fill_trie(req: ServeRequest, continuations: list[tuple[list[int], int]]) -> 
     req.fill_trie()
 
 
-class GeneratorEngine:
+class GeneratorCore:
     """The generator as a library: thin gRPC servicers and the demo both drive it."""
 
     def __init__(
@@ -93,7 +106,7 @@ class GeneratorEngine:
         retriever: RetrieverClient | None = None,
         draft_cache: DraftCacheClient | None = None,
         publisher: EventPublisher | None = None,
-        metrics: object | None = None,
+        metrics: EngineMetrics | None = None,
         limits: RequestLimits | None = None,
         model_name: str = DEFAULT_MODEL,
         draft_model: PreTrainedModel | None = None,
@@ -101,10 +114,10 @@ class GeneratorEngine:
         self.settings = settings
         self.model_name = model_name  # the served model's name ([model] name), stamped on every event
         self.limits = limits if limits is not None else RequestLimits()
-        self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/quota.py)
+        self.quotas = TenantQuotas.of(self.limits)  # per-tenant rate and open streams (services/common/rules/quota.py)
         self.tokenizer = tokenizer
         self.config = server_config(settings, self.limits)
-        on_forward = None if metrics is None else metrics.record_forward  # type: ignore[attr-defined]
+        on_forward = None if metrics is None else metrics.record_forward
         self.scheduler = StepScheduler(
             model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward,
             draft_model=draft_model,
@@ -139,7 +152,7 @@ class GeneratorEngine:
         """Sample the scheduler's queue, running requests and KV bytes into the metrics (Refresher job)."""
         if self.metrics is not None:
             state = self.scheduler.state()
-            self.metrics.observe_engine(state.waiting, state.running, state.kv_bytes)  # type: ignore[attr-defined]
+            self.metrics.observe_engine(state.waiting, state.running, state.kv_bytes)
 
     def close(self) -> None:
         self.scheduler.close()
@@ -152,11 +165,7 @@ class GeneratorEngine:
     def _check_fits(self, prompt_ids: Sequence[int], config: DecodingConfig) -> None:
         if not prompt_ids:
             raise InvalidArgument("the prompt is empty")
-        if self.context_tokens and len(prompt_ids) + config.max_new_tokens > self.context_tokens:
-            raise InvalidArgument(
-                f"prompt of {len(prompt_ids)} tokens + max_new_tokens {config.max_new_tokens} does not fit "
-                f"the model's context of {self.context_tokens}"
-            )
+        check_fits(len(prompt_ids), config.max_new_tokens, self.context_tokens)
 
     # ---- entry points -----------------------------------------------------------------------------
     async def answer(self, query: AnswerQuery, deadline: float | None = None, request_id: str | None = None,
@@ -174,47 +183,52 @@ class GeneratorEngine:
             yield chunk
 
     async def _served(self, tenant: str, params: GenerationParams,
-                      chunks: AsyncIterator[AnswerChunk]) -> AsyncIterator[AnswerChunk]:
+                      chunks: AsyncGenerator[AnswerChunk]) -> AsyncIterator[AnswerChunk]:
         """One request's stream within its tenant's quota, read ahead of its consumer (read_ahead.py: its
         stream slot is freed when the request ends, even while a send still waits on a client that stopped
         reading), re-cut by the safe stream when the request or its tenant asks for it."""
-        self.limits.check_tenant(tenant)
-        check_logprobs(params, self.is_safe(tenant, params))
+        self.limits.check_tenant(tenant)  # the request's one tenant check
+        safe = self.is_safe(tenant, params)
+        check_logprobs(params, safe)
         check_mode(params, tenant, self.settings)  # the operator's modes for the tenant ([generator] tenant_modes)
         with self.quotas.admit(tenant) as release:
             ahead = read_ahead(chunks, release)
-            stream = self._safe(ahead, params) if self.is_safe(tenant, params) else ahead
+            stream = self._safe(ahead, params) if safe else ahead
             try:
                 async for chunk in stream:
                     yield chunk
             finally:
-                await stream.aclose()  # type: ignore[attr-defined]
+                await stream.aclose()
                 await ahead.aclose()
-                await chunks.aclose()  # type: ignore[attr-defined]
+                await chunks.aclose()
 
     def is_safe(self, tenant: str, params: GenerationParams) -> bool:
         """Whether the stream is side-channel safe: asked for by the request, or always for the tenant."""
         return params.safe_stream or tenant in self.settings.safe_stream_tenants
 
-    def _safe(self, chunks: AsyncIterator[AnswerChunk], params: GenerationParams) -> AsyncIterator[AnswerChunk]:
+    def _safe(self, chunks: AsyncIterator[AnswerChunk], params: GenerationParams) -> AsyncGenerator[AnswerChunk]:
         s = self.settings
         config = SafeStreamConfig(s.safe_stream_interval_ms / MS, s.safe_stream_chunk_tokens,
                                   text_budget(s.safe_stream_chunk_tokens, self.token_bytes))
         streamer = TextStreamer(self.tokenizer, params.stop)  # as _decode's (bad stops are refused there)
         return safe_stream(chunks, Chunker(streamer, config), config.interval_s)
 
+    def _prepared(self, tenant: str, params: GenerationParams, up_to_context: bool, request_id: str | None,
+                  question: str = "", history: tuple[ChatMessage, ...] = ()) -> Prepared:
+        """An answer's or a generation's request before its prompt: its decoding config (the OpenAI endpoint's
+        rule, ``up_to_context``: max_new_tokens clamped, 0 filled once the prompt is known)."""
+        params = clamped(params, self.limits, up_to_context)
+        return Prepared(tenant, question, [], [], self.decoding_config(params), request_id or uuid.uuid4().hex,
+                        history=history, fill_context=up_to_context and not params.max_new_tokens)
+
     async def _answer(self, query: AnswerQuery, deadline: float | None = None, request_id: str | None = None,
-                      on_prompt: Callable[[PromptFacts], None] | None = None) -> AsyncIterator[AnswerChunk]:
-        limits, params = self.limits, query.params
-        limits.check_tenant(query.tenant)
+                      on_prompt: Callable[[PromptFacts], None] | None = None) -> AsyncGenerator[AnswerChunk]:
+        limits = self.limits
         question = limits.check_question(query.question)
         check_history(query.history, limits)
         k, m = limits.resolve_k(query.k), limits.resolve_m(query.m)
-        params = clamped(params, limits, query.up_to_context)  # the OpenAI endpoint's rule (0: filled after the prompt)
-        config = self.decoding_config(params)
+        prep = self._prepared(query.tenant, query.params, query.up_to_context, request_id, question, query.history)
         self._check_room()
-        prep = Prepared(query.tenant, question, [], [], config, request_id or uuid.uuid4().hex, history=query.history,
-                        fill_context=query.up_to_context and not params.max_new_tokens)
         await self._retrieve(prep, k, m, deadline)
         if on_prompt is not None:
             on_prompt(PromptFacts(prep.history_turns_kept, prep.config.max_new_tokens))
@@ -222,23 +236,19 @@ class GeneratorEngine:
             yield chunk
 
     async def _generate(self, query: GenerateQuery, deadline: float | None = None,
-                        request_id: str | None = None) -> AsyncIterator[AnswerChunk]:
+                        request_id: str | None = None) -> AsyncGenerator[AnswerChunk]:
         limits = self.limits
-        limits.check_tenant(query.tenant)
-        params = clamped(query.params, limits, query.up_to_context)  # the OpenAI endpoint's rule, as _answer's
-        config = self.decoding_config(params)
-        prompt_ids = await self.render.ids(query.prompt)
-        prep = Prepared(query.tenant, "", prompt_ids, [], config, request_id or uuid.uuid4().hex,
-                        fill_context=query.up_to_context and not params.max_new_tokens)
+        prep = self._prepared(query.tenant, query.params, query.up_to_context, request_id)
+        prep.prompt_ids = await self.render.ids(query.prompt)
         fill_room(prep, self.context_tokens, limits)
-        self._check_fits(prompt_ids, prep.config)
+        self._check_fits(prep.prompt_ids, prep.config)
         refs = [t for t in query.references if t]
         if len(refs) + bool(query.reference_ids) > limits.max_references:
             raise InvalidArgument(f"too many references; the limit is {limits.max_references}")
         limits.check_prompt_chars("references", sum(map(len, refs)))
         references = [list(self.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in refs]
         if query.reference_ids:
-            check_vocabulary("reference", query.reference_ids, self.vocab_size)
+            check_in_vocab(query.reference_ids, self.vocab_size, "reference token", InvalidArgument)
             references.append(list(query.reference_ids))
         limits.check_reference_tokens(sum(map(len, references)))
         self._check_room()
@@ -258,28 +268,27 @@ class GeneratorEngine:
         timeout = self._timeout(self.settings.retrieve_timeout_s, deadline)
         if not await retrieve(self.retriever, self.tokenizer_id, prep, k, m, timeout):
             if self.metrics is not None:
-                self.metrics.record_degraded("retriever")  # type: ignore[attr-defined]
-            budget = self.context_tokens - prep.config.max_new_tokens if self.context_tokens else None
+                self.metrics.record_degraded("retriever")
+            budget = context_room(self.context_tokens, prep.config.max_new_tokens)
             await asyncio.to_thread(fallback, self.tokenizer, prep, budget)  # rendered off the loop
         fill_room(prep, self.context_tokens, self.limits)
         self._check_fits(prep.prompt_ids, prep.config)
 
     async def _fetch(self, prep: Prepared, deadline: float | None) -> tuple[list[tuple[list[int], int]], bool]:
-        if self.draft_cache is None or not prep.config.speculative or not self.settings.draft_budget:
+        if self.draft_cache is None or not prep.config.speculative or not self.settings.continuation_tokens:
             return [], self.draft_cache is not None
         refs = [t for r in prep.references for t in r]
         try:
-            resp = await self.draft_cache.fetch(
-                prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.draft_budget,
+            found = await self.draft_cache.fetch(
+                prep.tenant, self.tokenizer_id, prep.prompt_ids, refs, self.settings.continuation_tokens,
                 self._timeout(self.settings.fetch_timeout_s, deadline),
             )
         except Exception as exc:
             log.warning("draft cache unavailable (%s); decoding without tenant drafts", type(exc).__name__)
             if self.metrics is not None:
-                self.metrics.record_degraded("draftcache")  # type: ignore[attr-defined]
+                self.metrics.record_degraded("draftcache")
             return [], False
-        found = [(list(c.ids), max(1, round(c.weight))) for c in resp.continuations]
-        kept = [(ids, count) for ids, count in found if out_of_vocab(ids, self.vocab_size) is None]
+        kept = [(list(c.ids), max(1, round(c.weight))) for c in found if out_of_vocab(c.ids, self.vocab_size) is None]
         if len(kept) < len(found):  # a cache filled with another vocabulary's ids: they never reach a forward
             log.warning("dropped %d draft-cache continuations with ids outside the vocabulary", len(found) - len(kept))
         return kept, True
@@ -290,23 +299,15 @@ class GeneratorEngine:
             waiting = self.scheduler.state().waiting
             raise ResourceExhausted(f"overloaded: {waiting} requests waiting (limit {self.settings.max_waiting})")
 
-    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncIterator[AnswerChunk]:
+    async def _decode(self, prep: Prepared, deadline: float | None) -> AsyncGenerator[AnswerChunk]:
         continuations, drafts_ok = await self._fetch(prep, deadline)
         trie = TokenTrie(prep.config.trie)
         attribution = DraftAttribution(prep.prompt_ids, prep.references, [c for c, _ in continuations])
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[str, object]] = asyncio.Queue()
-
-        def post(kind: str, value: object) -> None:  # scheduler thread -> this request's event loop
-            with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown): nobody listens any more
-                loop.call_soon_threadsafe(events.put_nowait, (kind, value))
-
+        bridge = Bridge()  # the scheduler's thread -> this request's event loop
         epoch = self.scheduler.prefix_epoch(prep.tenant) if prep.prefix_epoch is None else prep.prefix_epoch
         req = ServeRequest(
             prep.prompt_ids, prep.config, tenant=prep.tenant, trie=trie, references=prep.references,
-            deadline=deadline, on_tokens=lambda r, ids: post("step", (ids, step_logprobs(r, len(ids)))),
-            on_done=lambda _r, exc: post("done", exc),
-            prefix_epoch=epoch,
+            deadline=deadline, on_tokens=bridge.on_tokens, on_done=bridge.on_done, prefix_epoch=epoch,
         )
         # the trie is built here, off the engine's thread: a large reference never stalls another's step
         await asyncio.to_thread(fill_trie, req, continuations)
@@ -321,21 +322,20 @@ class GeneratorEngine:
         done = False
         try:
             while True:
-                kind, value = await events.get()
-                if kind == "done":
+                message = await bridge.get()
+                if isinstance(message, Ended):
                     done = True
-                    if isinstance(value, RequestExpired):
-                        raise DeadlineExceeded(str(value))
-                    if isinstance(value, BaseException):
-                        raise value
+                    if isinstance(message.error, RequestExpired):
+                        raise DeadlineExceeded(str(message.error))
+                    if message.error is not None:
+                        raise message.error
                     break
-                ids, logprobs = value  # type: ignore[misc]
-                new = list(ids)
+                new = list(message.ids)
                 context_before = prep.prompt_ids[-prep.config.max_match:] + output
                 attribution.count_step(context_before, new)
                 output.extend(new)
                 text = streamer.push(new)
-                yield TextDelta(text=text, token_ids=tuple(new), logprobs=logprobs)
+                yield TextDelta(text=text, token_ids=message.ids, logprobs=message.logprobs)
             tail = streamer.finish()
             if tail:
                 yield TextDelta(text=tail)
@@ -377,8 +377,7 @@ class GeneratorEngine:
     def _record(self, st: ServeStats, stats: GenerationStats, attribution: DraftAttribution, prompt: int) -> None:
         request_spans(st, self.model_name)  # queue, prefill and decode in the request's trace (tracing on)
         if self.metrics is not None:  # services/generator/metrics.py: vLLM-named request metrics too
-            record = self.metrics.record_request  # type: ignore[attr-defined]
-            record(self.model_name, st, stats, dict(attribution.hits), prompt)
+            self.metrics.record_request(self.model_name, st, stats, dict(attribution.hits), prompt)
 
     def _publish(self, prep: Prepared, final: FinalInfo) -> None:
         if self.publisher is None:

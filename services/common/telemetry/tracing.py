@@ -6,7 +6,7 @@ empty, the FastAPI app is not wrapped, ``request_spans`` returns at once, and th
 instrumentation packages are never imported. On, once per process::
 
     setup(settings.tracing, ("generator",))   # services.app.Pipeline.start: a TracerProvider, OTLP/gRPC export
-    grpc.aio.server(interceptors=[*server_interceptors(), ...])   # services.common.grpcutil.start_server
+    grpc.aio.server(interceptors=[*server_interceptors(), ...])   # services.common.rpc.grpcutil.start_server
     grpc.aio.insecure_channel(target, interceptors=client_interceptors())   # grpcutil.open_channel
     instrument_app(app)                       # services.http.server: FastAPI's server spans
     shutdown()                                # lookahead-rag serve, at exit: flush what is batched

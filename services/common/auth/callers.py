@@ -10,9 +10,10 @@ whether they may use the tenant they ask for.
     metadata = call_metadata(settings.auth.service_key)   # what a client sends: request id + bearer key
 
 A request without a tenant (Stats over every tenant, Snapshot) needs a credential for every tenant
-(``*``) or ``admin``. What each call needs is one table (``lookahead_rag.services.common.scopes``). Messages are one
-line and never contain the key. The gRPC side is ``lookahead_rag.services.common.auth_grpc.AuthInterceptor``; the
-HTTP side ``lookahead_rag.services.http.guard.RequestGuard``.
+(``*``) or ``admin``. What each call needs is one table (``lookahead_rag.services.common.auth.scopes``).
+Messages are one line and never contain the key. The gRPC side is
+``lookahead_rag.services.common.auth.interceptor.AuthInterceptor``; the HTTP side
+``lookahead_rag.services.http.guard.RequestGuard``.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from dataclasses import dataclass
 
 from pydantic import SecretStr
 
-from lookahead_rag.services.common.auth_settings import ALL_TENANTS, AuthSettings
+from lookahead_rag.services.common.auth.keys import KeyStore
+from lookahead_rag.services.common.auth.scopes import Scope, check_scope, holds
+from lookahead_rag.services.common.auth.settings import ALL_TENANTS, AuthSettings
 from lookahead_rag.services.common.errors import PermissionDenied, Unauthenticated
-from lookahead_rag.services.common.keys import KeyStore
-from lookahead_rag.services.common.logs import outgoing_metadata
-from lookahead_rag.services.common.scopes import Scope, check_scope, holds
+from lookahead_rag.services.common.telemetry.logs import outgoing_metadata
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Principal:
 
     name: str  # "key k3f9a1c2b" or "cert CN=..." (never the key)
     tenants: frozenset[str]
-    scopes: frozenset[Scope] = frozenset()  # services.common.scopes (none: no call but the open ones)
+    scopes: frozenset[Scope] = frozenset()  # services.common.auth.scopes (none: no call but the open ones)
 
     @property
     def admin(self) -> bool:

@@ -7,9 +7,9 @@
     # service_key: set LAR_AUTH_SERVICE_KEY (a key with every tenant) rather than writing it in the file
 
 ``mode = "off"`` keeps the embedded demo and loopback development working with no set-up; ``serve``
-refuses a non-loopback bind without TLS (services.common.tls), so "off" stays on one machine.
+refuses a non-loopback bind without TLS (services.common.auth.tls), so "off" stays on one machine.
 
-A subject is a table ``{ tenants = [...], scopes = [...] }`` (scopes: ``lookahead_rag.services.common.scopes``), or
+A subject is a table ``{ tenants = [...], scopes = [...] }`` (scopes: ``lookahead_rag.services.common.auth.scopes``), or
 a plain tenant list as written before scopes existed: that keeps working, with the scopes it had
 then (``scopes.legacy_scopes``: ``admin`` for ``["*"]``, else ``answer`` and ``write``).
 """
@@ -22,7 +22,7 @@ from typing import ClassVar, Literal
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from lookahead_rag.services.common.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
+from lookahead_rag.services.common.auth.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
 from lookahead_rag.services.common.settings import ServiceSettings
 
 ALL_TENANTS = "*"  # in a key's or a subject's tenants: every tenant (admin calls, service-to-service)

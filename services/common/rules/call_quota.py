@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from lookahead_rag.services.common.limits import RequestLimits
-from lookahead_rag.services.common.quota import TenantQuotas
-from lookahead_rag.services.common.scopes import GRPC_SCOPES, PACKAGE, Scope
+from lookahead_rag.services.common.auth.scopes import GRPC_SCOPES, PACKAGE, Scope
+from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.common.rules.quota import TenantQuotas
 
 
 class QuotaClass(StrEnum):

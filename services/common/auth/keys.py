@@ -2,7 +2,7 @@
 
     keys = KeyFile(path)
     record, token = keys.add(["acme"], name="acme-web")    # token: "lar_..." shown once, never stored
-    keys.add(["acme"], name="acme-sync", scopes=["write"])  # scopes: services.common.scopes (default: answer)
+    keys.add(["acme"], name="acme-sync", scopes=["write"])  # scopes: services.common.auth.scopes (default: answer)
     keys.revoke(record.id)
     store = KeyStore(path)                                 # the server's view
     store.find(token)                                      # the ApiKey, or None (unknown or revoked)
@@ -45,8 +45,8 @@ from pathlib import Path
 from typing import Any
 
 from lookahead_rag.services.common.atomic import write_bytes_atomic
-from lookahead_rag.services.common.auth_settings import ALL_TENANTS
-from lookahead_rag.services.common.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
+from lookahead_rag.services.common.auth.scopes import DEFAULT_SCOPES, Scope, legacy_scopes, parse_scopes
+from lookahead_rag.services.common.auth.settings import ALL_TENANTS
 
 log = logging.getLogger(__name__)
 

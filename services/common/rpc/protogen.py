@@ -1,4 +1,4 @@
-"""Regenerate the Python code for protos/ (``make protos`` / ``python -m lookahead_rag.services.common.protogen``).
+"""Regenerate the Python code for protos/ (``make protos`` / ``python -m lookahead_rag.services.common.rpc.protogen``).
 
 The generated ``*_pb2.py`` / ``*_pb2_grpc.py`` files live beside their ``.proto`` files and are
 committed; tests/test_protos.py regenerates into a temp dir and fails when they are stale.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2] / "protos"
+ROOT = Path(__file__).resolve().parents[3] / "protos"
 
 
 def proto_files(root: Path = ROOT) -> list[Path]:

@@ -28,8 +28,8 @@ import grpc
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from lookahead_rag.services.common.channel_config import ChannelSettings
-from lookahead_rag.services.common.channel_config import channel_options as balancing_options
+from lookahead_rag.services.common.rpc.channel_config import ChannelSettings
+from lookahead_rag.services.common.rpc.channel_config import channel_options as balancing_options
 from lookahead_rag.services.common.settings import ConfigError, PathArg, ServiceSettings, load_settings
 
 log = logging.getLogger(__name__)
@@ -149,7 +149,7 @@ def channel_options(tls: TlsSettings | None) -> list[tuple[str, str]]:
 
 def sync_channel(target: str, tls: TlsSettings | None, channels: ChannelSettings | None = None) -> grpc.Channel:
     """A blocking channel to ``target`` (HOST:PORT): TLS when ``tls`` says so, else plaintext; load
-    balancing and retries from ``channels`` (services.common.channel_config; None: its defaults)."""
+    balancing and retries from ``channels`` (services.common.rpc.channel_config; None: its defaults)."""
     credentials = channel_credentials(tls)
     balancing = balancing_options(channels)
     if credentials is None:

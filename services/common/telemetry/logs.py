@@ -66,10 +66,6 @@ def current_request_id() -> str | None:
     return _request_id.get()
 
 
-def current_tenant() -> str | None:
-    return _tenant.get()
-
-
 @contextmanager
 def request_context(request_id: str | None = None, tenant: str | None = None) -> Iterator[str]:
     """Bind a request id and tenant to every log line inside; yields the id.

@@ -4,7 +4,7 @@ grpc.aio deserializes a request before any handler or ``lookahead_rag.services.c
 a ``DecodeError`` there (bytes that are not the method's message: truncated, invalid UTF-8 in a
 string field, nesting past the parser's limit) escapes as UNKNOWN "Unexpected <class ...>", which
 reads as a server fault. ``DecodeGuard`` (one server interceptor, the innermost: installed by
-``lookahead_rag.services.common.grpcutil.start_server``) wraps each unary-request method's deserializer so such
+``lookahead_rag.services.common.rpc.grpcutil.start_server``) wraps each unary-request method's deserializer so such
 bytes become an ``Undecodable`` marker, and the handler refuses it with INVALID_ARGUMENT before the
 servicer runs. Found by the schema fuzzer (tests/fuzz).
 """
@@ -16,7 +16,7 @@ from typing import Any
 import grpc
 
 from lookahead_rag.services.common.errors import one_line
-from lookahead_rag.services.common.handlers import Deserializer, HandlerInterceptor, check_first
+from lookahead_rag.services.common.rpc.handlers import Deserializer, HandlerInterceptor, check_first
 
 
 class Undecodable:

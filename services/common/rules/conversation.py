@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from lookahead_rag.services.common.errors import InvalidArgument
-from lookahead_rag.services.common.limits import RequestLimits
+from lookahead_rag.services.common.rules.limits import RequestLimits
 
 # the roles a history message may have -> the chat template's role ("developer": OpenAI's newer "system")
 HISTORY_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}

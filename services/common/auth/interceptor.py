@@ -1,10 +1,10 @@
-"""The gRPC side of ``lookahead_rag.services.common.auth``: one server interceptor checks every call.
+"""The gRPC side of ``lookahead_rag.services.common.auth.callers``: one server interceptor checks every call.
 
     interceptors = server_interceptors(registry, authenticator)   # observability outermost, then auth
 
 Every method of every servicer on the server is checked before its handler runs, except the health
 and reflection services, which probes and tools reach without a credential and which tell nothing
-about a tenant. The caller needs the method's scope (``lookahead_rag.services.common.scopes``: one table for every
+about a tenant. The caller needs the method's scope (``lookahead_rag.services.common.auth.scopes``: one table for every
 RPC; a method not in it is refused, so a new RPC must be declared there). The request's ``tenant``
 field names the tenant; a request without one (Snapshot, Stats over every tenant, a streamed
 request) needs a credential for every tenant. Refusals are UNAUTHENTICATED or PERMISSION_DENIED
@@ -24,12 +24,12 @@ from typing import Any
 import grpc
 from prometheus_client import CollectorRegistry
 
-from lookahead_rag.services.common.auth import AUTHORIZATION, Authenticator, bind_principal, subject_of
+from lookahead_rag.services.common.auth.callers import AUTHORIZATION, Authenticator, bind_principal, subject_of
+from lookahead_rag.services.common.auth.scopes import Scope, grpc_scope
 from lookahead_rag.services.common.errors import ServiceError, status_of
-from lookahead_rag.services.common.handlers import HandlerInterceptor, check_first
-from lookahead_rag.services.common.logs import bind_tenant
-from lookahead_rag.services.common.observability import ObservabilityInterceptor
-from lookahead_rag.services.common.scopes import Scope, grpc_scope
+from lookahead_rag.services.common.rpc.handlers import HandlerInterceptor, check_first
+from lookahead_rag.services.common.telemetry.logs import bind_tenant
+from lookahead_rag.services.common.telemetry.observability import ObservabilityInterceptor
 
 log = logging.getLogger(__name__)
 

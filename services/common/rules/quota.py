@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from lookahead_rag.services.common.errors import ResourceExhausted
-from lookahead_rag.services.common.limits import RequestLimits, TenantQuota
+from lookahead_rag.services.common.rules.limits import RequestLimits, TenantQuota
 
 Clock = Callable[[], float]
 Release = Callable[[], None]  # frees a request's stream slot (``TenantQuotas.admit``)
