@@ -118,8 +118,9 @@ class GeneratorCore:
         self.tokenizer = tokenizer
         self.config = server_config(settings, self.limits)
         on_forward = None if metrics is None else metrics.record_forward
-        self.scheduler = StepScheduler(
-            model, tokenizer, self._scheduler_config(settings), kernels=shared_kernels(model), on_forward=on_forward,
+        sched = self._scheduler_config(settings)
+        self.scheduler = StepScheduler(  # twins cut for the engine thread's threads, not this (one-thread) one's
+            model, tokenizer, sched, kernels=shared_kernels(model, threads=sched.threads), on_forward=on_forward,
             draft_model=draft_model,
         ).start()
         self.tokenizer_id = tokenizer_id(tokenizer)

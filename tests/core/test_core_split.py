@@ -8,11 +8,13 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
+from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.kernels import KernelSet, make_twin
+from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.forward.split import SplitLinear, split_linears, splittable
 from torch import nn
 
-from tests.core.helpers import random_prompt, tiny_model
+from tests.core.helpers import StubTokenizer, random_prompt, tiny_model
 from tests.core.test_core_fused import biased
 
 
@@ -83,3 +85,34 @@ def test_split_is_not_offered_for_half_precision_or_one_thread(two_threads: None
         make_twin(half, "split", attn_implementation=None)
     torch.set_num_threads(1)
     assert not splittable(tiny_model("llama"))  # one thread: nothing to spread the blocks over
+
+
+def test_kernel_set_cuts_weights_for_the_forwards_threads_not_the_builders() -> None:
+    # a serving process builds its kernels on a one-thread thread for an engine thread that runs with two
+    # (lookahead_core.threads): split and fused must still be built, with two row blocks
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = tiny_model("llama")
+        assert "fused" not in KernelSet(model, None).names  # sized by this thread: one block, nothing to split
+        kernels = KernelSet(model, None, ("stock", "split", "fused"), threads=2)
+        assert kernels.names == ["stock", "split", "fused"]
+        split = [m for m in kernels.twins["split"].modules() if isinstance(m, SplitLinear)]
+        assert split and all(m.parts == 2 for m in split)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_engine_and_shared_sets_cut_weights_for_the_engine_threads() -> None:
+    # serve_single_threaded leaves the building thread at one intra-op thread; the engine's step thread
+    # runs with SchedulerConfig.threads, and its one-token kernel (fused: stock bit for bit) needs that count
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = copy.deepcopy(tiny_model("llama"))  # its own copy: shared kernel sets are per model
+        sched = StepScheduler(model, StubTokenizer(), SchedulerConfig(threads=2, calibrate=False))  # type: ignore[arg-type]
+        assert "fused" in sched.kernels.names
+        assert "fused" in shared_kernels(model, threads=2).names
+        assert "fused" not in shared_kernels(model).names  # this thread's count: one
+    finally:
+        torch.set_num_threads(before)

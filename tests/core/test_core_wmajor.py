@@ -66,7 +66,7 @@ def test_decoder_on_the_weight_major_kernel_is_greedy(family: str) -> None:
         want = greedy(model, prompt, 24)
         for mode in ("none", "hierarchical"):
             config = DecodingConfig(mode=mode, max_new_tokens=24)
-            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="wmajor", engine=NO_CALIBRATION)
+            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="wmajor", scheduler=NO_CALIBRATION)
             assert decoder.kernels.names == ["wmajor"]
             assert decoder.generate(prompt).output_ids == want
 

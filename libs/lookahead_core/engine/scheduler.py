@@ -74,7 +74,8 @@ class StepScheduler:
         self.config = cfg = config or SchedulerConfig()
         self.model = model
         self.tokenizer = tokenizer
-        self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION)
+        self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
+        self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION, threads=self.threads)
         self.shape = KVShape.of(model)
         self.device = self.shape.device
         self.eos = eos_ids(model, tokenizer)
@@ -101,7 +102,6 @@ class StepScheduler:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._calls = CallQueue()  # other threads' callables for the engine's thread (``call``)
-        self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
 
     # ---- public (any thread) --------------------------------------------------------------------
     def start(self, thread: bool = True) -> StepScheduler:

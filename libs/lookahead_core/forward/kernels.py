@@ -36,7 +36,7 @@ from torch import nn
 from .fused import fuse_linears, fuse_weights
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
-from .split import split_linears, splittable
+from .split import split_linears, split_parts, splittable
 from .wmajor import weight_major_ok
 
 STOCK = "stock"  # the model's own Linear kernels
@@ -52,26 +52,28 @@ EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is t
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 
 
-def available(model: nn.Module, kernel: str) -> bool:
+def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool:
     """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
-    fused being split where no q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN;
-    wmajor on fp32 CPU)."""
-    return {STOCK: True, SPLIT: splittable(model), FUSED: splittable(model), ONEDNN: packable(model),
+    ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
+    q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU)."""
+    return {STOCK: True, SPLIT: splittable(model, threads), FUSED: splittable(model, threads), ONEDNN: packable(model),
             WMAJOR: weight_major_ok(model), PACKED: packable(model)}[kernel]
 
 
-def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) -> nn.Module:
+def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, threads: int | None = None) -> nn.Module:
     """A copy of ``model``'s modules sharing every parameter and buffer with it.
 
     ``model`` keeps its kernels; for "fused" its q/k/v and gate/up parameters become row views of one
     joined storage each (``fused.fuse_weights``: the same values, and no second copy).
 
     ``kernel``: which Linear kernels the twin runs (``KERNELS``; ValueError where it cannot run);
-    ``attn_implementation``: the twin's attention (e.g. ``ragged.RAGGED_ATTENTION``); None keeps the model's.
+    ``attn_implementation``: the twin's attention (e.g. ``ragged.RAGGED_ATTENTION``); None keeps the model's;
+    ``threads``: the intra-op threads its forwards will run with (split and fused cut weights in as many
+    row blocks; None: this thread's count).
     """
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; known: {KERNELS}")
-    if not available(model, kernel):
+    if not available(model, kernel, threads):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
     if kernel in (FUSED, WMAJOR):
@@ -83,9 +85,9 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None) ->
     elif kernel == ONEDNN:
         onednn_linears(twin)
     elif kernel == SPLIT:
-        split_linears(twin)
+        split_linears(twin, split_parts(threads))
     elif kernel == FUSED:
-        fuse_linears(twin)
+        fuse_linears(twin, split_parts(threads))
     elif kernel == WMAJOR:
         fuse_linears(twin, weight_major=True)
     if attn_implementation is not None:
@@ -245,14 +247,18 @@ class KernelSet:
     """
 
     def __init__(
-        self, model: nn.Module, attn_implementation: str | None = None, kernels: Sequence[str] = SHARING
+        self, model: nn.Module, attn_implementation: str | None = None, kernels: Sequence[str] = SHARING,
+        threads: int | None = None,
     ) -> None:
         unknown = set(kernels) - set(KERNELS)
         if unknown:
             raise ValueError(f"unknown kernels {sorted(unknown)}; known: {KERNELS}")
-        wanted = [k for k in KERNELS if k in kernels and available(model, k)] or [STOCK]
+        # the forwards' intra-op threads: a serving process builds the set on a one-thread thread for an
+        # engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
+        self.threads = threads
+        wanted = [k for k in KERNELS if k in kernels and available(model, k, threads)] or [STOCK]
         self.attn_implementation = attn_implementation
-        self._twins = {k: make_twin(model, k, attn_implementation) for k in wanted}
+        self._twins = {k: make_twin(model, k, attn_implementation, threads) for k in wanted}
         self.measured: CostCurve | None = None  # every kernel's measurement (None until calibrated)
         self.curve: CostCurve | None = None  # the kept kernels' curve: what ``runner`` and budgets use
 

@@ -11,6 +11,7 @@ import threading
 import weakref
 from collections.abc import Callable, Sequence
 
+import torch
 from torch import nn
 
 from .bandwidth import read_bandwidth
@@ -19,21 +20,22 @@ from .ragged import RAGGED_ATTENTION
 
 AUTO = "auto"  # the kernels that share the model's weights, the one measured faster at each size runs it
 CHOICES = (AUTO, *KERNELS)  # what shared_kernels (and LookaheadDecoder's kernels=) accept
-_SHARED: weakref.WeakKeyDictionary[nn.Module, dict[str, KernelSet]] = weakref.WeakKeyDictionary()
+_SHARED: weakref.WeakKeyDictionary[nn.Module, dict[tuple[str, int], KernelSet]] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
-def shared_kernels(model: nn.Module, choice: str = AUTO) -> KernelSet:
+def shared_kernels(model: nn.Module, choice: str = AUTO, threads: int | None = None) -> KernelSet:
     """The process's ragged-attention KernelSet of ``model`` for ``choice``: "auto" holds the kernels that
     share the model's weights (``kernels.SHARING``); a kernel's name forces that twin alone (engines then
-    skip the measurement)."""
+    skip the measurement). ``threads``: the intra-op threads its forwards run with (None: this thread's)."""
     if choice not in CHOICES:
         raise ValueError(f"kernels must be one of {CHOICES} or a KernelSet, not {choice!r}")
     with _LOCK:
         sets = _SHARED.setdefault(model, {})
-        if choice not in sets:
-            sets[choice] = KernelSet(model, RAGGED_ATTENTION, SHARING if choice == AUTO else (choice,))
-        return sets[choice]
+        key = (choice, torch.get_num_threads() if threads is None else threads)
+        if key not in sets:
+            sets[key] = KernelSet(model, RAGGED_ATTENTION, SHARING if choice == AUTO else (choice,), key[1])
+        return sets[key]
 
 
 def calibrate_once(kernels: KernelSet, probe: Callable[[nn.Module, int], None], counts: Sequence[int],

@@ -30,16 +30,18 @@ log = logging.getLogger(__name__)
 MIN_PARTS = 2  # fewer blocks than this is the stock kernel
 
 
-def split_parts() -> int:
-    """Blocks to cut a weight into: one per intra-op thread (the threads the batched product spreads over)."""
-    return torch.get_num_threads()
+def split_parts(threads: int | None = None) -> int:
+    """Blocks to cut a weight into: one per intra-op thread the forwards will run with (the threads the
+    batched product spreads over); ``threads`` None: this thread's count."""
+    return torch.get_num_threads() if threads is None else threads
 
 
-def splittable(model: nn.Module) -> bool:
+def splittable(model: nn.Module, threads: int | None = None) -> bool:
     """Whether ``split_linears`` can help: an fp32 CPU model (MKL's products, where the bit-for-bit
-    equality was measured) and at least ``MIN_PARTS`` intra-op threads."""
+    equality was measured) run with at least ``MIN_PARTS`` intra-op threads (``threads``: the forwards'
+    count, which may differ from this thread's: ``split_parts``)."""
     param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.float32 and split_parts() >= MIN_PARTS
+    return param.device.type == "cpu" and param.dtype == torch.float32 and split_parts(threads) >= MIN_PARTS
 
 
 def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
