@@ -22,6 +22,7 @@ from lookahead_core.forward.kernels import KERNELS, CostCurve, KernelSet, descri
 from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
+from lookahead_core.forward.rows import rows_ok
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.forward.split import splittable
 from lookahead_core.kv.kvstore import KVShape
@@ -209,8 +210,9 @@ def test_packed_twin_of_a_half_precision_model_is_refused() -> None:
 def test_kernel_set_runs_stock_until_calibrated() -> None:
     ks = KernelSet(tiny_model("llama"), RAGGED_ATTENTION, kernels=KERNELS)
     split = ["split", "fused"] if splittable(tiny_model("llama")) else []  # fp32 CPU with 2+ threads
-    assert ks.names == ["stock", *split, "onednn", "wmajor", "packed"]
-    assert ks.curve is None and ks.describe() == "|".join(["stock", *split, "onednn", "wmajor", "packed"])
+    rows = ["rows"] if rows_ok(tiny_model("llama")) else []  # CPUs with AVX2 where its kernel builds
+    assert ks.names == ["stock", *split, "onednn", "wmajor", *rows, "packed"]
+    assert ks.curve is None and ks.describe() == "|".join(["stock", *split, "onednn", "wmajor", *rows, "packed"])
     assert ks.runner(1) is ks.twins["stock"] and ks.runner(64) is ks.twins["stock"]
 
 
@@ -320,7 +322,7 @@ def test_shared_kernels_are_built_and_timed_once_per_model(monkeypatch: pytest.M
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", scheduler=engine).kernels is ks
     assert LookaheadDecoder(model, StubTokenizer(), kernels="auto", scheduler=engine).kernels is ks
     assert timed == [(1, 4)] and ks.curve is not None and ks.curve.token_counts == (1, 4)  # timed once
-    assert set(ks.names) <= {"stock", "fused", "onednn", "wmajor"}  # the default: twins that share the weights
+    assert set(ks.names) <= {"stock", "fused", "onednn", "wmajor", "rows"}  # the default: twins that share the weights
     # forcing one kernel builds one twin and times nothing; another model gets its own set
     stock = shared_kernels(model, "stock")
     assert LookaheadDecoder(model, StubTokenizer(), kernels="stock", scheduler=engine).kernels is stock

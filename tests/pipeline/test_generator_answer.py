@@ -55,7 +55,8 @@ async def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: Running
     stats = final.stats
     assert stats.max_batch_size == 1 and stats.mean_batch_size == 1 and stats.mean_tokens_per_forward >= 1
     assert stats.prefix_hit_tokens == 0  # a new tenant: no cached prompt KV
-    assert stats.kernel and set(stats.kernel.split(",")) <= {"stock", "split", "fused", "onednn", "wmajor", "packed"}
+    kernels = {"stock", "split", "fused", "onednn", "wmajor", "rows", "packed"}
+    assert stats.kernel and set(stats.kernel.split(",")) <= kernels
     assert (stats.mean_draft_budget > 0) == (mode != "none")
     if mode == "none":  # no drafts: one token per forward (the first comes from the prefill)
         assert final.stats.forward_steps == N - 1

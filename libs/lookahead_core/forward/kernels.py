@@ -4,7 +4,8 @@ A kernel is a *twin* of the model: the same parameters (shared, not copied) unde
 objects, so its Linear layers may be split into per-thread row blocks (``split``: the stock result
 bit for bit), with q/k/v and gate/up as one product each over one joined storage (``fused``: bit
 for bit too), run by oneDNN on the model's own weights (``onednn``) or on a packed copy (``packed``),
-fused with every product weight-major (``wmajor``: the weight as the GEMM's left operand),
+fused with every product weight-major (``wmajor``: the weight as the GEMM's left operand), by a
+kernel that reads every weight row once for all of a tree's rows (``rows``: AVX2, compiled at first use),
 and its attention implementation swapped while the
 original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
@@ -36,6 +37,7 @@ from torch import nn
 from .fused import fuse_linears, fuse_weights
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
+from .rows import rows_linears, rows_ok
 from .split import split_linears, split_parts, splittable
 from .wmajor import weight_major_ok
 
@@ -44,10 +46,11 @@ SPLIT = "split"  # the stock product over per-thread row blocks of each weight (
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
+ROWS = "rows"  # every weight row read once for all rows (an AVX2 kernel compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, WMAJOR, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, WMAJOR, ROWS, PACKED)  # every kernel a KernelSet may hold, in tie-break order
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, ONEDNN, WMAJOR)  # the default set: no second copy of a weight (fused: split where none join)
+SHARING = (STOCK, FUSED, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight (fused: split where none join)
 EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 
@@ -55,9 +58,10 @@ COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster
 def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool:
     """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
     ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
-    q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU)."""
+    q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU; rows on fp32 CPU
+    with AVX2 where its kernel builds)."""
     return {STOCK: True, SPLIT: splittable(model, threads), FUSED: splittable(model, threads), ONEDNN: packable(model),
-            WMAJOR: weight_major_ok(model), PACKED: packable(model)}[kernel]
+            WMAJOR: weight_major_ok(model), ROWS: rows_ok(model), PACKED: packable(model)}[kernel]
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, threads: int | None = None) -> nn.Module:
@@ -90,6 +94,8 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         fuse_linears(twin, split_parts(threads))
     elif kernel == WMAJOR:
         fuse_linears(twin, weight_major=True)
+    elif kernel == ROWS:
+        rows_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
     return twin.eval()

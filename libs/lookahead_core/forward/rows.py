@@ -1,0 +1,88 @@
+"""Tree forwards near the memory-bandwidth floor: every weight row read once for all of a tree's rows.
+
+A verification forward multiplies every weight by a handful of rows (the tree). MKL's fp32 GEMM at 2-16
+rows is far from memory-bound on AMD CPUs, and so is the weight-major product (``wmajor``).
+``rows_gemm.cpp`` is a small AVX2 kernel that streams each weight row from memory once and multiplies
+it, while it sits in L1, by up to 8 rows held in registers (blocks of 8 beyond), the weight's rows split
+over torch's own OpenMP pool (``at::parallel_for``; the extension links the libgomp torch already
+loaded, so no second pool competes for the cores). Measured on a 2-core AMD EPYC, 2 threads, one product
+(ms, stock ``F.linear`` -> rows): Qwen2.5's 151,936 x 896 lm_head at 1 / 2 / 4 / 8 / 16 rows 49 / 117 /
+165 / 158 / 195 -> 28 / 29 / 37 / 43 / 84; its joined gate/up (9728 x 896) 3.6 / 7.8 / 10.4 / 9.8 / 11.0
+-> 1.8 / 2.0 / 2.3 / 2.9 / 5.2.
+
+It is compiled at first use by torch's extension builder (g++ and ninja; cached per machine under torch's
+extensions folder) for CPUs with AVX2 and FMA; where it cannot be built the kernel is not offered. Like
+every tree kernel its sums run in another order than the stock one-row product (~1e-6 relative), so
+one-token forwards keep an exact kernel (``kernels.one_token``) and ``kernels.KernelSet`` measures where
+this one wins. ``rows_linears(twin)`` swaps a twin's ``nn.Linear`` modules for ``RowsLinear``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from .linear_swap import SharedLinear, swap_linears
+
+log = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("rows_gemm.cpp")  # the kernel (C++, AVX2 intrinsics, OpenMP)
+EXTENSION = "lookahead_rows_gemm"  # its module name in torch's extension cache
+CAPABLE = ("AVX2", "AVX512")  # torch's CPU capability names whose CPUs have AVX2 and FMA
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")  # compiler flags: the intrinsics, at::parallel_for's OpenMP
+
+
+def _torch_libgomp() -> list[str]:
+    """Link flags for torch's own OpenMP runtime (its soname is libgomp.so.1, so in a process that loaded
+    torch the kernel's parallel regions run in torch's pool); none where torch bundles no libgomp."""
+    found = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*.so*"))
+    return [str(found[0])] if found else ["-fopenmp"]
+
+
+@functools.cache
+def extension() -> ModuleType | None:
+    """The compiled kernel, built once per process (torch caches the build per machine); None where the
+    CPU lacks AVX2/FMA or it cannot be built (no compiler or ninja: logged once)."""
+    if torch.backends.cpu.get_cpu_capability() not in CAPABLE:
+        return None
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        return load_inline(EXTENSION, cpp_sources=SOURCE.read_text(), extra_cflags=list(FLAGS),
+                           extra_ldflags=_torch_libgomp())
+    except Exception as exc:  # a missing compiler or ninja: the kernel is not offered, nothing else changes
+        log.warning("the rows kernel is not offered (building %s failed: %s: %s)", EXTENSION, type(exc).__name__, exc)
+        return None
+
+
+def rows_ok(model: nn.Module) -> bool:
+    """Whether the rows twin is offered: an fp32 CPU model and a kernel built for this CPU."""
+    param = next(model.parameters())
+    return param.device.type == "cpu" and param.dtype == torch.float32 and extension() is not None
+
+
+def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b by the rows kernel: [..., in] -> [..., out]."""
+    ext = extension()
+    if ext is None:
+        raise RuntimeError("the rows kernel is not built on this machine (rows_ok() is False)")
+    return ext.rows_linear(x, weight.detach(), None if bias is None else bias.detach())  # [..., out]
+
+
+class RowsLinear(SharedLinear):
+    """y = x W^T + b, every weight row read once for all rows (inference only, fp32 CPU)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return rows_product(x, self.weight, self.bias)  # [..., out]
+
+
+def rows_linears(module: nn.Module) -> int:
+    """Replace every ``nn.Linear`` under ``module`` by a ``RowsLinear``, in place; returns how many."""
+    count = swap_linears(module, RowsLinear)
+    log.info("%d linear layers run the rows kernel", count)
+    return count

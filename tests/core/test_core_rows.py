@@ -1,0 +1,112 @@
+"""The rows kernel (``forward/rows.py``, ``rows_gemm.cpp``): every weight row read once for all of a tree's
+rows; the stock product up to summation order for every row count, remainder and bias, plain greedy's
+tokens through the engine, no second copy of a weight, and the GIL released while it multiplies."""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+from lookahead_core import DecodingConfig
+from lookahead_core.engine.decoder import LookaheadDecoder
+from lookahead_core.forward.kernels import KernelSet, make_twin
+from lookahead_core.forward.rows import RowsLinear, extension, rows_ok, rows_product
+
+from tests.core.conftest import NO_CALIBRATION
+from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, tiny_model
+from tests.core.test_core_fused import biased
+
+pytestmark = pytest.mark.skipif(
+    torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="the rows kernel needs AVX2 and FMA"
+)
+
+
+def test_the_kernel_builds_on_an_avx2_cpu() -> None:
+    # g++ and ninja are part of the set-up (README): an AVX2 machine that cannot build it has a broken set-up
+    assert extension() is not None
+
+
+@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 16, 23])  # below, at and past one 8-row block, and a remainder
+@pytest.mark.parametrize("in_features", [16, 29])  # whole AVX2 lanes, and a scalar tail
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_the_rows_product_is_the_linear_product(rows: int, in_features: int, with_bias: bool) -> None:
+    gen = torch.Generator().manual_seed(rows * in_features)
+    weight = torch.randn(40, in_features, generator=gen)  # [out, in]
+    bias = torch.randn(40, generator=gen) if with_bias else None  # [out]
+    x = torch.randn(2, rows, in_features, generator=gen)  # [batch, rows, in]: leading dims are kept
+    got = rows_product(x, weight, bias)  # [2, rows, 40]
+    assert got.shape == (2, rows, 40) and got.is_contiguous()  # callers .view() it into heads
+    torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+def test_a_non_contiguous_input_is_read_as_its_values() -> None:
+    weight = torch.randn(24, 16)  # [out, in]
+    x = torch.randn(16, 5).t()  # [5, 16]: a transposed view
+    torch.testing.assert_close(rows_product(x, weight, None), F.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
+def test_a_mismatched_input_is_refused_with_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="in_features"):
+        rows_product(torch.randn(3, 8), torch.randn(4, 16), None)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rows_twin_shares_the_weights_and_computes_the_models_logits(family: str) -> None:
+    model = biased(family)  # qwen2: biased q/k/v, random biases
+    twin = make_twin(model, "rows", attn_implementation=None)
+    assert not any(type(m) is torch.nn.Linear for m in twin.modules())  # every product by the kernel
+    assert sum(isinstance(m, RowsLinear) for m in twin.modules()) == 7 * len(model.model.layers) + 1  # + lm_head
+    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
+    ids = torch.tensor([random_prompt(random.Random(4))])  # [1, T]
+    with torch.inference_mode():
+        torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoder_on_the_rows_kernel_is_greedy(family: str) -> None:
+    model = biased(family)
+    prompt = random_prompt(random.Random(13))
+    with eos_as(model, None):
+        want = greedy(model, prompt, 24)
+        for mode in ("none", "hierarchical"):
+            config = DecodingConfig(mode=mode, max_new_tokens=24)
+            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="rows", scheduler=NO_CALIBRATION)
+            assert decoder.kernels.names == ["rows"]
+            assert decoder.generate(prompt).output_ids == want
+
+
+def test_the_kernel_lets_other_python_threads_run() -> None:
+    # it releases the GIL while it multiplies, as torch's own ops do: the service's event loop keeps streaming
+    weight, x = torch.randn(2048, 4096), torch.randn(512, 4096)  # [out, in], [rows, in]: one call of ~0.1 s
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    try:
+        time.sleep(0.01)  # the ticker is running
+        started = time.perf_counter()
+        rows_product(x, weight, None)
+        ended = time.perf_counter()
+    finally:
+        stop.set()
+        ticker.join()
+    during = [t for t in ticks if started < t < ended]
+    assert len(during) >= 10, (len(during), ended - started)  # a held GIL: no tick until the call returns
+
+
+def test_rows_is_offered_for_fp32_cpu_models_only() -> None:
+    assert rows_ok(tiny_model("llama"))
+    half = copy.deepcopy(tiny_model("llama")).to(torch.bfloat16)  # its own copy: the tiny model is shared
+    assert not rows_ok(half) and "rows" not in KernelSet(half, None).names
+    assert "rows" in KernelSet(copy.deepcopy(biased("llama")), None).names  # the default set measures it
