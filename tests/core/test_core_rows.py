@@ -16,6 +16,7 @@ from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.kernels import KernelSet, make_twin
 from lookahead_core.forward.rows import RowsLinear, extension, rows_ok, rows_product
+from lookahead_core.threads import on_own_thread
 
 from tests.core.conftest import NO_CALIBRATION
 from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, tiny_model
@@ -103,6 +104,21 @@ def test_the_kernel_lets_other_python_threads_run() -> None:
         ticker.join()
     during = [t for t in ticks if started < t < ended]
     assert len(during) >= 10, (len(during), ended - started)  # a held GIL: no tick until the call returns
+
+
+def test_the_kernel_leaves_its_threads_intra_op_count_alone() -> None:
+    # a serving process sets torch's default to one thread and its engine thread claims more
+    # (lookahead_core.threads); a product on the engine thread must not drop it back to the default
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        def engine_step() -> int:
+            rows_product(torch.randn(4, 64), torch.randn(256, 64), None)  # [4, 64] x [256, 64]^T
+            return torch.get_num_threads()
+
+        assert on_own_thread(engine_step, 2) == 2
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_rows_is_offered_for_fp32_cpu_models_only() -> None:

@@ -3,12 +3,12 @@
 A verification forward multiplies every weight by a handful of rows (the tree). MKL's fp32 GEMM at 2-16
 rows is far from memory-bound on AMD CPUs, and so is the weight-major product (``wmajor``).
 ``rows_gemm.cpp`` is a small AVX2 kernel that streams each weight row from memory once and multiplies
-it, while it sits in L1, by up to 8 rows held in registers (blocks of 8 beyond), the weight's rows split
-over torch's own OpenMP pool (``at::parallel_for``; the extension links the libgomp torch already
-loaded, so no second pool competes for the cores). Measured on a 2-core AMD EPYC, 2 threads, one product
-(ms, stock ``F.linear`` -> rows): Qwen2.5's 151,936 x 896 lm_head at 1 / 2 / 4 / 8 / 16 rows 49 / 117 /
-165 / 158 / 195 -> 28 / 29 / 37 / 43 / 84; its joined gate/up (9728 x 896) 3.6 / 7.8 / 10.4 / 9.8 / 11.0
--> 1.8 / 2.0 / 2.3 / 2.9 / 5.2.
+it, while it sits in L1, by up to 8 rows held in registers (blocks of 8 beyond), the weight's rows
+split over torch's own OpenMP pool (a plain ``omp parallel for`` with the calling thread's count: the
+extension links the libgomp torch already loaded, so no second pool competes for the cores). Measured
+on a 2-core AMD EPYC, 2 threads, one product (ms, stock ``F.linear`` -> rows): Qwen2.5's 151,936 x 896
+lm_head at 1 / 2 / 4 / 8 / 16 rows 49 / 117 / 165 / 158 / 195 -> 28 / 29 / 37 / 43 / 84; its joined
+gate/up (9728 x 896) 3.6 / 7.8 / 10.4 / 9.8 / 11.0 -> 1.8 / 2.0 / 2.3 / 2.9 / 5.2.
 
 It is compiled at first use by torch's extension builder (g++ and ninja; cached per machine under torch's
 extensions folder) for CPUs with AVX2 and FMA; where it cannot be built the kernel is not offered. Like

@@ -1,14 +1,16 @@
 // y[M, N] = x[M, K] W[N, K]^T (+ b[N]) for a few rows M: every weight row is read once from memory and
-// multiplied by all M rows while it is in L1 (AVX2 FMA), over torch's own intra-op thread pool.
+// multiplied by all M rows while it is in L1 (AVX2 FMA), over torch's own OpenMP pool. The parallel loop is
+// a plain OpenMP one, not at::parallel_for: that one's inlined lazy start-up resets the calling thread's
+// OpenMP threads to torch's process-wide default (one, in a serving process) the first time it runs here.
 #include <torch/extension.h>
-#include <ATen/Parallel.h>
 #include <immintrin.h>
+#include <omp.h>
 
 namespace {
 
 constexpr int64_t kLanes = 8;       // floats per AVX2 register
 constexpr int64_t kRowBlock = 8;    // x rows held in accumulators at once (8 + w + x <= 16 registers)
-constexpr int64_t kGrain = 16;      // weight rows per parallel chunk, at least
+constexpr int64_t kGrain = 16;      // weight rows per parallel block
 
 inline float hsum(__m256 v) {
   __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -63,9 +65,12 @@ torch::Tensor rows_linear(torch::Tensor x, torch::Tensor weight, c10::optional<t
   const float* xs = rows2d.data_ptr<float>();
   const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
   float* y = out.data_ptr<float>();
-  at::parallel_for(0, N, kGrain, [&](int64_t lo, int64_t hi) {
-    for (int64_t n = lo; n < hi; ++n) rows(w + n * K, xs, M, K, N, y + n, bp ? bp[n] : 0.0f);
-  });
+  const int64_t blocks = (N + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t hi = std::min(N, (blk + 1) * kGrain);
+    for (int64_t n = blk * kGrain; n < hi; ++n) rows(w + n * K, xs, M, K, N, y + n, bp ? bp[n] : 0.0f);
+  }
   auto sizes = x.sizes().vec();
   sizes.back() = N;
   return out.view(sizes);
