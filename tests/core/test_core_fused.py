@@ -116,8 +116,13 @@ def test_a_group_is_multiplied_once_per_forward(two_threads: None, monkeypatch: 
 @pytest.mark.parametrize("kernel", ["split", "fused"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decoder_on_a_row_split_kernel_is_greedy(family: str, kernel: str, two_threads: None) -> None:
+    assert_decoder_is_greedy_on(kernel, family, seed=11)
+
+
+def assert_decoder_is_greedy_on(kernel: str, family: str, seed: int) -> None:
+    """The decoder forced onto ``kernel`` gives plain greedy's tokens, one token a step and with trees."""
     model = biased(family)  # qwen2: biased q/k/v, random biases
-    prompt = random_prompt(random.Random(11))
+    prompt = random_prompt(random.Random(seed))
     with eos_as(model, None):
         want = greedy(model, prompt, 24)
         for mode in ("none", "hierarchical"):

@@ -12,15 +12,12 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from lookahead_core import DecodingConfig
-from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.kernels import KernelSet, make_twin
 from lookahead_core.forward.rows import RowsLinear, extension, rows_ok, rows_product
 from lookahead_core.threads import on_own_thread
 
-from tests.core.conftest import NO_CALIBRATION
-from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt, tiny_model
-from tests.core.test_core_fused import biased
+from tests.core.helpers import FAMILIES, random_prompt, tiny_model
+from tests.core.test_core_fused import assert_decoder_is_greedy_on, biased
 
 pytestmark = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="the rows kernel needs AVX2 and FMA"
@@ -70,15 +67,7 @@ def test_the_rows_twin_shares_the_weights_and_computes_the_models_logits(family:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decoder_on_the_rows_kernel_is_greedy(family: str) -> None:
-    model = biased(family)
-    prompt = random_prompt(random.Random(13))
-    with eos_as(model, None):
-        want = greedy(model, prompt, 24)
-        for mode in ("none", "hierarchical"):
-            config = DecodingConfig(mode=mode, max_new_tokens=24)
-            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="rows", scheduler=NO_CALIBRATION)
-            assert decoder.kernels.names == ["rows"]
-            assert decoder.generate(prompt).output_ids == want
+    assert_decoder_is_greedy_on("rows", family, seed=13)
 
 
 def test_the_kernel_lets_other_python_threads_run() -> None:

@@ -10,15 +10,12 @@ import random
 import pytest
 import torch
 import torch.nn.functional as F
-from lookahead_core import DecodingConfig
-from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.fused import FusedMember
 from lookahead_core.forward.kernels import KernelSet, make_twin
 from lookahead_core.forward.wmajor import WeightMajorLinear, weight_major_product
 
-from tests.core.conftest import NO_CALIBRATION
-from tests.core.helpers import FAMILIES, StubTokenizer, eos_as, greedy, random_prompt
-from tests.core.test_core_fused import biased, joined_shapes, product_shapes
+from tests.core.helpers import FAMILIES, random_prompt
+from tests.core.test_core_fused import assert_decoder_is_greedy_on, biased, joined_shapes, product_shapes
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 8])
@@ -60,15 +57,7 @@ def test_a_joined_group_is_multiplied_once_per_forward_weight_major(monkeypatch:
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_decoder_on_the_weight_major_kernel_is_greedy(family: str) -> None:
-    model = biased(family)
-    prompt = random_prompt(random.Random(13))
-    with eos_as(model, None):
-        want = greedy(model, prompt, 24)
-        for mode in ("none", "hierarchical"):
-            config = DecodingConfig(mode=mode, max_new_tokens=24)
-            decoder = LookaheadDecoder(model, StubTokenizer(), config, kernels="wmajor", scheduler=NO_CALIBRATION)
-            assert decoder.kernels.names == ["wmajor"]
-            assert decoder.generate(prompt).output_ids == want
+    assert_decoder_is_greedy_on("wmajor", family, seed=13)
 
 
 def test_a_default_kernel_set_builds_the_weight_major_twin_on_cpu() -> None:
