@@ -7,9 +7,12 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 
 from torch import nn
+
+log = logging.getLogger(__name__)
 
 
 class SharedLinear(nn.Module):
@@ -23,9 +26,12 @@ class SharedLinear(nn.Module):
         self.bias = linear.bias  # shared too (None: bias-free)
 
 
-def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module]) -> int:
-    """Replace every ``nn.Linear`` under ``module`` by ``make(linear)``, in place; returns how many."""
+def swap_linears(module: nn.Module, make: Callable[[nn.Linear], nn.Module], kernel: str = "") -> int:
+    """Replace every ``nn.Linear`` under ``module`` by ``make(linear)``, in place; returns how many
+    (logged as run by ``kernel`` when it is named)."""
     linears = [(name, mod) for name, mod in module.named_modules() if type(mod) is nn.Linear]
     for name, mod in linears:
         module.set_submodule(name, make(mod))
+    if kernel:
+        log.info("%d linear layers run %s", len(linears), kernel)
     return len(linears)

@@ -83,6 +83,4 @@ class RowsLinear(SharedLinear):
 
 def rows_linears(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` under ``module`` by a ``RowsLinear``, in place; returns how many."""
-    count = swap_linears(module, RowsLinear)
-    log.info("%d linear layers run the rows kernel", count)
-    return count
+    return swap_linears(module, RowsLinear, "the rows kernel")

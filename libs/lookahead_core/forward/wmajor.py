@@ -17,14 +17,10 @@ that is slow here may be fast elsewhere).
 
 from __future__ import annotations
 
-import logging
-
 import torch
 from torch import nn
 
 from .linear_swap import SharedLinear, swap_linears
-
-log = logging.getLogger(__name__)
 
 
 def weight_major_ok(model: nn.Module) -> bool:
@@ -52,6 +48,4 @@ class WeightMajorLinear(SharedLinear):
 
 def weight_major_linears(module: nn.Module) -> int:
     """Replace every ``nn.Linear`` under ``module`` by a ``WeightMajorLinear``, in place; returns how many."""
-    count = swap_linears(module, WeightMajorLinear)
-    log.info("%d linear layers run weight-major", count)
-    return count
+    return swap_linears(module, WeightMajorLinear, "weight-major")
