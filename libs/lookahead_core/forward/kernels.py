@@ -259,9 +259,8 @@ class KernelSet:
         unknown = set(kernels) - set(KERNELS)
         if unknown:
             raise ValueError(f"unknown kernels {sorted(unknown)}; known: {KERNELS}")
-        # the forwards' intra-op threads: a serving process builds the set on a one-thread thread for an
-        # engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
-        self.threads = threads
+        # ``threads``: the forwards' intra-op threads. A serving process builds the set on a one-thread thread
+        # for an engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
         wanted = [k for k in KERNELS if k in kernels and available(model, k, threads)] or [STOCK]
         self.attn_implementation = attn_implementation
         self._twins = {k: make_twin(model, k, attn_implementation, threads) for k in wanted}

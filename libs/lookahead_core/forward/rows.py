@@ -34,12 +34,12 @@ log = logging.getLogger(__name__)
 SOURCE = Path(__file__).with_name("rows_gemm.cpp")  # the kernel (C++, AVX2 intrinsics, OpenMP)
 EXTENSION = "lookahead_rows_gemm"  # its module name in torch's extension cache
 CAPABLE = ("AVX2", "AVX512")  # torch's CPU capability names whose CPUs have AVX2 and FMA
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")  # compiler flags: the intrinsics, at::parallel_for's OpenMP
+FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")  # compiler flags: the intrinsics, the kernel's omp parallel for
 
 
 def _torch_libgomp() -> list[str]:
     """Link flags for torch's own OpenMP runtime (its soname is libgomp.so.1, so in a process that loaded
-    torch the kernel's parallel regions run in torch's pool); none where torch bundles no libgomp."""
+    torch the kernel's parallel regions run in torch's pool); plain -fopenmp where torch bundles none."""
     found = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*.so*"))
     return [str(found[0])] if found else ["-fopenmp"]
 
