@@ -71,8 +71,18 @@ class Active:
 
     # ---- what a step reads ----------------------------------------------------------------------
     @property
+    def id(self) -> str:
+        """The request's id: how a step's plan names it."""
+        return self.req.id
+
+    @property
     def prompt_ids(self) -> list[int]:
         return self.req.prompt_ids
+
+    @property
+    def emitted(self) -> int:
+        """Output tokens so far."""
+        return len(self.req.output)
 
     @property
     def room(self) -> int:

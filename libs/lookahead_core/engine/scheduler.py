@@ -341,8 +341,9 @@ class StepScheduler:
                              curve.cost if adaptive and curve is not None else None, time.perf_counter())
         if plan.empty:
             return
+        step = {active.id: active for active in live}  # the plan names its requests by id
         with self._timed("pack"):
-            packed = pack_step(plan)
+            packed = pack_step(plan, {i: active.kv for i, active in step.items()})
             packed.attention.timed = prof is not None
             packed.attention.finalize(self.shape.dtype, self.device)
         t0 = time.perf_counter()
@@ -351,36 +352,39 @@ class StepScheduler:
         if prof is not None:
             prof.forward(time.perf_counter() - t0, packed.attention.attention_s)
         with self._timed("choose"):
-            predicted = choose(logits, plan, packed)  # [K]
+            predicted = choose(logits, plan, packed, {i: active.chooser for i, active in step.items()})  # [K]
         if prof is None:
-            self._apply(plan, packed, logits, predicted)
+            self._apply(plan, packed, logits, predicted, step)
             return
-        before = sum(len(r.req.output) for r in plan.requests)
+        before = sum(len(step[i].req.output) for i in plan.ids)
         t0, emitting = time.perf_counter(), prof.current["emit"]
-        self._apply(plan, packed, logits, predicted)
+        self._apply(plan, packed, logits, predicted, step)
         prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)  # emit: Active.emit
-        emitted = sum(len(r.req.output) for r in plan.requests) - before
+        emitted = sum(len(step[i].req.output) for i in plan.ids) - before
         prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
 
     def _timed(self, phase: str) -> AbstractContextManager[None]:
         """Time a block as ``phase`` of the step profile (nothing when not profiling)."""
         return self.profile.phase(phase) if self.profile is not None else nullcontext()
 
-    def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int]) -> None:
-        """Count the forward, apply its results (apply.py), end the requests that finished."""
-        ran = Forward(len(packed), len(plan.requests), self._kernel_name(len(packed)))
+    def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int],
+               step: dict[str, Active]) -> None:
+        """Count the forward, apply its results (apply.py) to the step's requests (``step``: by id), end the
+        requests that finished."""
+        ran = Forward(len(packed), len(plan.ids), self._kernel_name(len(packed)))
         self.forwards += 1
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
         out = Emitting(self._decode, self._timed)
-        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache, out):
+        for active, error in apply_step(plan, packed, logits, predicted, ran, step, self.gains, self.prefix_cache,
+                                        out):
             log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
             active.req.error = error
             self._end(active.req, active)
-        for active in plan.requests:
-            if active.req.finished:
-                self._end(active.req, active)
+        for i in plan.ids:
+            if step[i].req.finished:
+                self._end(step[i].req, step[i])
 
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names
