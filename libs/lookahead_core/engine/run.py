@@ -14,8 +14,8 @@ from .plan import StepPlan
 
 
 def forward(runner: nn.Module, step: PackedStep, device: torch.device) -> torch.Tensor:
-    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab]. The attention plan
-    is finalized (its masks built) by the caller: that is part of packing."""
+    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab] (its attention masks
+    were built by ``pack_step``)."""
     with torch.inference_mode():
         input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
         position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]

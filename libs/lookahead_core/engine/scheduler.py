@@ -21,7 +21,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,7 +45,7 @@ from .gains import GainsModel
 from .isolate import isolate
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
-from .profile import StepProfile, running, watch_heads
+from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose, forward
 from .sched_config import SchedulerConfig
@@ -332,43 +331,28 @@ class StepScheduler:
                 self._end(active.req, active)
 
     def _step_phases(self, live: Sequence[Active]) -> None:
-        """plan -> pack -> run -> apply for ``live``; raises, having changed nothing, when the forward fails."""
-        started = time.perf_counter()
-        curve, prof = self.kernels.curve, self.profile
+        """plan -> pack -> run -> apply for ``live``, each phase under the profiler (a no-op unless profiling);
+        raises, having changed nothing, when the forward fails."""
+        phases, started, curve = Phases(self.profile), time.perf_counter(), self.kernels.curve
         adaptive = self.config.adaptive and curve is not None
-        with self._timed("draft"):
+        with phases("draft"):
             plan = plan_step(live, self.limits, self.gains if adaptive else None,
                              curve.cost if adaptive and curve is not None else None, time.perf_counter())
         if plan.empty:
             return
         step = {active.id: active for active in live}  # the plan names its requests by id
-        with self._timed("pack"):
-            packed = pack_step(plan, {i: active.kv for i, active in step.items()})
-            packed.attention.timed = prof is not None
-            packed.attention.finalize(self.shape.dtype, self.device)
-        t0 = time.perf_counter()
-        with running(prof) if prof is not None else nullcontext():
+        with phases("pack"):
+            packed = pack_step(plan, {i: active.kv for i, active in step.items()}, self.shape.dtype, self.device)
+        with phases.forward(packed.attention):
             logits = forward(self.kernels.runner(len(packed)), packed, self.device)  # [K, vocab]
-        if prof is not None:
-            prof.forward(time.perf_counter() - t0, packed.attention.attention_s)
-        with self._timed("choose"):
+        with phases("choose"):
             predicted = choose(logits, plan, packed, {i: active.chooser for i, active in step.items()})  # [K]
-        if prof is None:
-            self._apply(plan, packed, logits, predicted, step)
-            return
-        before = sum(len(step[i].req.output) for i in plan.ids)
-        t0, emitting = time.perf_counter(), prof.current["emit"]
-        self._apply(plan, packed, logits, predicted, step)
-        prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)  # emit: Active.emit
-        emitted = sum(len(step[i].req.output) for i in plan.ids) - before
-        prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
-
-    def _timed(self, phase: str) -> AbstractContextManager[None]:
-        """Time a block as ``phase`` of the step profile (nothing when not profiling)."""
-        return self.profile.phase(phase) if self.profile is not None else nullcontext()
+        with phases.applying(lambda: sum(step[i].emitted for i in plan.ids)):
+            self._apply(plan, packed, logits, predicted, step, Emitting(self._decode, phases))
+        phases.step(started, bool(plan.chunks), len(packed), bool(self.running))
 
     def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int],
-               step: dict[str, Active]) -> None:
+               step: dict[str, Active], out: Emitting) -> None:
         """Count the forward, apply its results (apply.py) to the step's requests (``step``: by id), end the
         requests that finished."""
         ran = Forward(len(packed), len(plan.ids), self._kernel_name(len(packed)))
@@ -376,7 +360,6 @@ class StepScheduler:
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
-        out = Emitting(self._decode, self._timed)
         for active, error in apply_step(plan, packed, logits, predicted, ran, step, self.gains, self.prefix_cache,
                                         out):
             log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
