@@ -18,7 +18,6 @@ from .active import Active, Emitting
 from .gains import GainsModel
 from .pack import PackedStep
 from .plan import StepPlan
-from .request import Phase
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,5 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torc
     if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
         # a prompt built before a forget of its tenant (stale epoch) is not kept
         prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
-    req.phase = Phase.DECODE
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
     active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None, out)

@@ -147,7 +147,7 @@ class StepScheduler:
             removed = self.queue.remove(req)
             self._cv.notify()
         if removed:
-            req.stats.finish_reason = "cancelled"
+            req.finish("cancelled")
             self._end(req)
 
     def has_room(self) -> bool:
@@ -191,7 +191,7 @@ class StepScheduler:
                 waiting.append(req)
             self._cv.notify()
         for req in waiting:
-            req.stats.finish_reason = "cancelled"
+            req.finish("cancelled")
             self._end(req)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -234,7 +234,7 @@ class StepScheduler:
 
     def _cancel_running(self) -> None:
         for active in self._take_running():
-            active.req.stats.finish_reason = active.req.stats.finish_reason or "cancelled"
+            active.req.finish("cancelled")  # a reason it finished with stays
             self._end(active.req, active)
 
     def _room(self) -> bool:
@@ -276,6 +276,7 @@ class StepScheduler:
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = RequestKV(self.shape, Active.capacity(req, spec))
             active = Active(req, spec, drafting, kv, chooser, self.eos)
+            req.advance(Phase.PREFILL)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error = exc
             with self._cv:
@@ -297,7 +298,7 @@ class StepScheduler:
                     self.running.remove(active)
         elif req.trie_filled:  # it never ran: its prompt branches still leave a shared trie
             req.trie.remove_owner(req.owner)
-        req.phase = Phase.DONE
+        req.advance(Phase.DONE)
         req.stats.new_tokens = len(req.output)
         req.stats.wall_s = time.perf_counter() - req.submitted
         if req.on_done is not None:
@@ -312,7 +313,7 @@ class StepScheduler:
         live: list[Active] = []
         for active in list(self.running):
             if active.req.cancelled.is_set() or active.req.expired(now):
-                active.req.stats.finish_reason = "cancelled"
+                active.req.finish("cancelled")
                 self._end(active.req, active)
             else:
                 live.append(active)
@@ -368,6 +369,9 @@ class StepScheduler:
         for i in plan.ids:
             if step[i].req.finished:
                 self._end(step[i].req, step[i])
+        for c in plan.chunks:  # a prompt now in the cache decodes from the next step on
+            if c.last and step[c.id].req.phase is Phase.PREFILL:
+                step[c.id].req.advance(Phase.DECODE)
 
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names
