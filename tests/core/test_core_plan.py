@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from lookahead_core.drafting.draft import DraftTree
@@ -29,6 +31,12 @@ class FakeDrafting:
     def extra_tokens(self) -> int:
         return 0
 
+    def extra(self, _parents: Any, _past: int) -> None:
+        return None
+
+
+IDS = itertools.count()
+
 
 class Fake:
     """What plan_step reads of a running request; its trie offers a chain of ``offer`` nodes of ``prob``."""
@@ -42,6 +50,13 @@ class Fake:
         self.history: list[Any] = []
         self.drafting = FakeDrafting()
         self.asked: tuple[int, int] | None = None
+        self.id, self.kv, self.emitted = f"fake-{next(IDS)}", SimpleNamespace(length=prompt), 0
+
+    def root(self) -> int:
+        return 0
+
+    def context(self) -> list[int]:
+        return self.prompt_ids
 
     def max_budget(self) -> int:
         return self.budget

@@ -3,8 +3,6 @@ a linear run of its own branch (fp32)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from lookahead_core.engine.pack import pack_step
@@ -12,7 +10,6 @@ from lookahead_core.engine.plan import Decode, StepPlan
 from lookahead_core.forward.kernels import KernelSet
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
 from lookahead_core.kv.kvstore import KVShape, RequestKV
-from lookahead_core.proposers.base import Drafting, GreedyMatch
 
 from tests.core.helpers import ATTNS, FAMILIES, node_paths, tiny_model, tree_from
 
@@ -67,8 +64,8 @@ def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool
     prefill = RaggedPlan([Segment(kv, 0, 0, causal_visible(past))])
     ragged(runner, past_tokens, list(range(past)), prefill, [past - 1])
     kv.length = past
-    req = SimpleNamespace(kv=kv, root=lambda: ROOT, drafting=Drafting((), GreedyMatch(), 0))
-    step = pack_step(StepPlan([Decode(req, tree, len(tree))], []))  # type: ignore[arg-type]
+    step = pack_step(StepPlan([Decode("r", tree, len(tree), ROOT, past, None, [], 0)], []), {"r": kv}, torch.float32,
+                     torch.device("cpu"))
     out = ragged(runner, step.ids, step.positions if positions else None, step.attention, step.keep)
     assert out.shape[0] == len(tree) + 1
     return out

@@ -14,7 +14,6 @@ from lookahead_core.drafting.verify import accept_longest
 from lookahead_core.engine.pack import PackedStep, pack_step
 from lookahead_core.engine.plan import Decode, StepPlan
 from lookahead_core.forward.ragged import segment_mask
-from lookahead_core.proposers.base import Drafting, GreedyMatch
 
 from tests.core.helpers import tree_from
 
@@ -107,9 +106,9 @@ def _ancestors_or_self(parents: list[int], node: int) -> set[int]:
 
 def packed_tree(tree: DraftTree, root: int, past: int) -> PackedStep:
     """The engine's packed row of one request verifying ``tree`` below ``root`` over ``past`` cached entries."""
-    kv = SimpleNamespace(length=past)  # only its length is read when packing
-    req = SimpleNamespace(kv=kv, root=lambda: root, drafting=Drafting((), GreedyMatch(), 0))
-    return pack_step(StepPlan([Decode(req, tree, len(tree))], []))  # type: ignore[arg-type]
+    kv = SimpleNamespace(length=past)  # never read when packing: the segment only points at it
+    return pack_step(StepPlan([Decode("r", tree, len(tree), root, past, None, [], 0)], []), {"r": kv},  # type: ignore[dict-item]
+                     torch.float32, torch.device("cpu"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..config import DecodingConfig
 from ..drafting.draft import DraftTree
 from ..drafting.trie import OutputCursor
 from ..kv.kvstore import RequestKV, compact, load_prefix
@@ -23,7 +24,7 @@ from ..sampling.chooser import TokenChooser
 from ..sampling.logprobs import TokenLogprob, token_logprobs
 from .finish import trim_step
 from .gains import Step
-from .request import Phase, ServeRequest
+from .request import ServeRequest
 
 
 def _untimed(_phase: str) -> AbstractContextManager[None]:
@@ -44,7 +45,6 @@ class Active:
     def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV,
                  chooser: TokenChooser, eos: frozenset[int]) -> None:
         self.req = req
-        self.config = spec.config  # the config it runs with (its Jacobi window resolved)
         self.drafting = drafting
         self.kv = kv
         self.chooser = chooser
@@ -53,8 +53,7 @@ class Active:
         self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
         self.copying = True  # every step so far verified its tree's deepest branch whole (a repeated answer)
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
-        self.owner = req.owner
-        req.config, req.proposers, req.phase = spec.config, drafting.proposers, Phase.PREFILL
+        req.config, req.proposers = spec.config, drafting.proposers  # what it runs with (its window resolved)
         req.stats.queue_wait_s = time.perf_counter() - req.submitted
         req.fill_trie()  # a no-op when the caller filled it on its own thread
         self.cursor: OutputCursor | None = req.trie.output_cursor() if self.config.insert_output else None
@@ -71,8 +70,23 @@ class Active:
 
     # ---- what a step reads ----------------------------------------------------------------------
     @property
+    def config(self) -> DecodingConfig:
+        """The config it runs with (the ticket's, its Jacobi window resolved at admission)."""
+        return self.req.config
+
+    @property
+    def id(self) -> str:
+        """The request's id: how a step's plan names it."""
+        return self.req.id
+
+    @property
     def prompt_ids(self) -> list[int]:
         return self.req.prompt_ids
+
+    @property
+    def emitted(self) -> int:
+        """Output tokens so far."""
+        return len(self.req.output)
 
     @property
     def room(self) -> int:
@@ -164,7 +178,7 @@ class Active:
         kept, reason = trim_step(req.output, new, self.eos, self.config.max_new_tokens, self.config.stop_strings,
                                  decode)
         if reason:
-            req.stats.finish_reason = reason
+            req.finish(reason)
         req.output.extend(kept)
         if logprobs is not None:
             req.logprobs.extend(logprobs[: len(kept)])
@@ -185,7 +199,7 @@ class Active:
 
     def release(self) -> None:
         """Drop the request's prompt branches and output cursor (the cache goes with this object)."""
-        self.req.trie.remove_owner(self.owner)
+        self.req.trie.remove_owner(self.req.owner)
         if self.cursor is not None:
             self.cursor.close()
             self.cursor = None

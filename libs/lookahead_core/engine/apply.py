@@ -1,9 +1,13 @@
 """Apply a step's results: each decode's accepted path (KV compacted, tokens emitted, the window fed) and
-each prefill chunk's progress (a finished prompt's KV kept for later prompts, its first token emitted)."""
+each prefill chunk's progress (a finished prompt's KV kept for later prompts, its first token emitted).
+
+The one phase of a step that changes requests: the plan names them by id, and each is looked up here.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +18,6 @@ from .active import Active, Emitting
 from .gains import GainsModel
 from .pack import PackedStep
 from .plan import StepPlan
-from .request import Phase
 
 
 @dataclass(frozen=True)
@@ -27,30 +30,33 @@ class Forward:
 
 
 def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int], ran: Forward,
-               gains: GainsModel, prefix_cache: PrefixKVCache, out: Emitting) -> list[tuple[Active, Exception]]:
+               running: Mapping[str, Active], gains: GainsModel, prefix_cache: PrefixKVCache,
+               out: Emitting) -> list[tuple[Active, Exception]]:
     """Apply ``plan``'s forward: ``logits`` [K, vocab] of the kept rows, ``predicted`` [K] their choices;
-    ``out``: the engine's decode and profile, for emitting. Returns the requests whose own results could
-    not be applied, with the error (they fail alone)."""
+    ``running``: the step's requests by id; ``out``: the engine's decode and profile, for emitting. Returns
+    the requests whose own results could not be applied, with the error (they fail alone)."""
     failed: list[tuple[Active, Exception]] = []
     for d, rows in zip(plan.decodes, packed.decodes, strict=True):
+        req = running[d.id]
         try:
-            wants = d.req.drafting.acceptor.needs_logits or d.req.config.logprobs
+            wants = req.drafting.acceptor.needs_logits or req.config.logprobs
             rows_logits = logits[rows.tree] if wants else None  # [q, vocab]
-            accepted = d.req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget, out)
+            accepted = req.accept(d.tree, predicted[rows.tree], rows_logits, d.budget, out)
             gains.observe(accepted, len(d.tree))
-            d.req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
-            d.req.rode(ran.batch, ran.tokens, ran.kernel)
+            req.drafting.observe(predicted[rows.extra])  # the window's guesses follow its tree's rows
+            req.rode(ran.batch, ran.tokens, ran.kernel)
         except Exception as exc:  # one request's proposer or stop check fails only it
-            failed.append((d.req, exc))
+            failed.append((req, exc))
     for c, row in zip(plan.chunks, packed.first_rows, strict=True):
+        req = running[c.id]
         try:
-            c.req.prefilled = c.end
-            c.req.kv.length = c.end
-            c.req.rode(ran.batch, ran.tokens, ran.kernel)
+            req.prefilled = c.end
+            req.kv.length = c.end
+            req.rode(ran.batch, ran.tokens, ran.kernel)
             if row is not None:
-                prefilled(c.req, predicted[row], prefix_cache, logits[row : row + 1], out)
+                prefilled(req, predicted[row], prefix_cache, logits[row : row + 1], out)
         except Exception as exc:  # its chunk, its prefix store, its first token: only it
-            failed.append((c.req, exc))
+            failed.append((req, exc))
     return failed
 
 
@@ -62,6 +68,5 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torc
     if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
         # a prompt built before a forget of its tenant (stale epoch) is not kept
         prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
-    req.phase = Phase.DECODE
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
     active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None, out)

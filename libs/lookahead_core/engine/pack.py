@@ -9,11 +9,14 @@ the kept rows.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+import torch
 
 from ..drafting.draft import ancestor_matrix
 from ..forward.ragged import RaggedPlan, Segment, causal_visible
-from ..proposers.base import ExtraRows
+from ..kv.kvstore import RequestKV
 from .plan import StepPlan
 
 
@@ -40,16 +43,16 @@ class PackedStep:
         return len(self.ids)
 
 
-def pack_step(plan: StepPlan) -> PackedStep:
-    """Lay ``plan`` out in one row (decodes first, then chunks)."""
+def pack_step(plan: StepPlan, caches: Mapping[str, RequestKV], dtype: torch.dtype, device: torch.device) -> PackedStep:
+    """Lay ``plan`` out in one row (decodes first, then chunks) and build its attention masks (``dtype`` on
+    ``device``: the model's); ``caches``: each request's KV by id, where its segment reads and writes."""
     step = PackedStep()
     for d in plan.decodes:
-        req, tree = d.req, d.tree
-        past, start, kept = req.kv.length, len(step.ids), len(step.keep)
-        step.ids += [req.root(), *tree.tokens]
+        tree, past, extra = d.tree, d.past, d.extra
+        start, kept = len(step.ids), len(step.keep)
+        step.ids += [d.root, *tree.tokens]
         step.positions += [past + depth for depth in (0, *tree.depths)]
         step.keep += range(start, len(step.ids))
-        extra: ExtraRows | None = req.drafting.extra(tree.parents, past)
         tree_rows = slice(kept, len(step.keep))
         if extra is None:
             visible = ancestor_matrix(tree.parents)  # [q, q]: each row sees its ancestors and itself
@@ -62,16 +65,17 @@ def pack_step(plan: StepPlan) -> PackedStep:
             at = len(step.keep)
             step.keep += range(start + q + extra.keep.start, start + q + extra.keep.stop)
             extra_rows = slice(at, len(step.keep))
-        step.attention.segments.append(Segment(req.kv, start, past, visible))
+        step.attention.segments.append(Segment(caches[d.id], start, past, visible))
         step.decodes.append(DecodeRows(tree_rows, extra_rows))
     for c in plan.chunks:
         start = len(step.ids)
-        step.ids += c.req.prompt_ids[c.first : c.end]
+        step.ids += c.tokens
         step.positions += range(c.first, c.end)
-        step.attention.segments.append(Segment(c.req.kv, start, c.first, causal_visible(c.end - c.first)))
+        step.attention.segments.append(Segment(caches[c.id], start, c.first, causal_visible(c.end - c.first)))
         if c.last:
             step.keep.append(len(step.ids) - 1)  # the last prompt token's logits give the first output token
             step.first_rows.append(len(step.keep) - 1)
         else:
             step.first_rows.append(None)
+    step.attention.finalize(dtype, device)
     return step

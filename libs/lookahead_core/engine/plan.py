@@ -1,7 +1,9 @@
 """A step's plan, as a value: who runs, with which tree and budget, and which prompt chunks prefill.
 
-``plan_step`` decides it (the scheduler runs it, ``pack.pack_step`` lays it out in one row); nothing in
-a plan has run yet.
+``plan_step`` decides it (the scheduler runs it, ``pack.pack_step`` lays it out in one row, ``run.choose``
+reads it); nothing in a plan has run yet. Like vLLM's ``SchedulerOutput`` it names requests by id and
+carries what the forward needs of them as data (roots, cache lengths, trees, prompt spans): packing and
+running never touch a request; ``apply.apply_step`` looks each one up again by id to update it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..drafting.draft import DraftTree, within_vocab
+from ..proposers.base import ExtraRows
 from .active import Active
 from .budget import split_budget
 from .gains import GainsModel
@@ -20,25 +23,37 @@ from .ttft import Pending, step_ceiling
 
 @dataclass(frozen=True)
 class Decode:
-    """A decoding request's part of a step: the tree it verifies and the draft budget it was granted."""
+    """A decoding request's part of a step: the tree it verifies, the draft budget it was granted, and
+    what packing and choosing read of the request, taken when the step was planned."""
 
-    req: Active
+    id: str  # the request's id (apply_step looks the request up by it)
     tree: DraftTree
     budget: int
+    root: int  # the last emitted token: verified, not yet in the cache; the tree hangs below it
+    past: int  # entries in the request's KV cache: the root's position
+    extra: ExtraRows | None  # rows its proposers add after the tree (the Jacobi window), or None
+    context: list[int]  # prompt + output so far: what its chooser's processors see before the tree
+    emitted: int  # output tokens so far: the output position of the root's choice
 
 
 @dataclass(frozen=True)
 class Chunk:
     """A prefilling request's part of a step: prompt positions [first, end)."""
 
-    req: Active
+    id: str  # the request's id (apply_step looks the request up by it)
+    prompt: list[int]  # the request's whole prompt (read only)
     first: int
     end: int
 
     @property
+    def tokens(self) -> list[int]:
+        """The chunk's prompt tokens."""
+        return self.prompt[self.first : self.end]
+
+    @property
     def last(self) -> bool:
         """Whether the prompt ends in this chunk (its last row's logits give the first output token)."""
-        return self.end == len(self.req.prompt_ids)
+        return self.end == len(self.prompt)
 
 
 @dataclass(frozen=True)
@@ -53,8 +68,9 @@ class StepPlan:
         return not self.decodes and not self.chunks
 
     @property
-    def requests(self) -> list[Active]:
-        return [d.req for d in self.decodes] + [c.req for c in self.chunks]
+    def ids(self) -> list[str]:
+        """The ids of the step's requests, decodes first."""
+        return [d.id for d in self.decodes] + [c.id for c in self.chunks]
 
 
 @dataclass(frozen=True)
@@ -76,7 +92,7 @@ def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) ->
         if room <= 0:
             break
         end = min(len(req.prompt_ids), req.prefilled + room)
-        chunks.append(Chunk(req, req.prefilled, end))
+        chunks.append(Chunk(req.id, req.prompt_ids, req.prefilled, end))
         room -= end - req.prefilled
     return chunks
 
@@ -128,5 +144,12 @@ def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | No
     if gains is not None and cost is not None:
         expected = [gains.expected(r.history, t.probs) for r, t in zip(decoding, trees, strict=True)]
         budgets = split_budget(expected, cost, extra, ceiling - base)
-    decodes = [Decode(r, t.prefix(q), q) for r, t, q in zip(decoding, trees, budgets, strict=True)]
-    return StepPlan(decodes, chunks)
+    return StepPlan([decode(r, t.prefix(q), q) for r, t, q in zip(decoding, trees, budgets, strict=True)], chunks)
+
+
+def decode(req: Active, tree: DraftTree, budget: int) -> Decode:
+    """``req``'s part of the step as data: ``tree`` (its final shape) under ``budget``, and its root, cache
+    length, proposers' extra rows over that tree, context and output position as they are now."""
+    past = req.kv.length
+    return Decode(req.id, tree, budget, req.root(), past, req.drafting.extra(tree.parents, past), req.context(),
+                  req.emitted)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,15 +93,21 @@ class StepProfile:
     current: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))  # this step's
     reading: dict[str, float] = field(default_factory=lambda: dict.fromkeys(READS, 0.0))  # this step's bytes
     _last_end: float | None = None  # when the previous step ended, if it left requests running
+    _inner: list[float] = field(default_factory=list)  # per open phase: seconds of the phases inside it
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Time the block as ``name`` of the step under way."""
+        """Time the block as ``name`` of the step under way; a phase timed inside it is taken out of its
+        seconds (``emit`` inside ``accept``)."""
         t0 = time.perf_counter()
+        self._inner.append(0.0)
         try:
             yield
         finally:
-            self.current[name] += time.perf_counter() - t0
+            spent = time.perf_counter() - t0
+            self.current[name] += spent - self._inner.pop()
+            if self._inner:
+                self._inner[-1] += spent
 
     def forward(self, seconds: float, attention: float) -> None:
         """The step's forward took ``seconds``, ``attention`` of them in attention (the LM head is hooked)."""
@@ -130,6 +136,52 @@ class StepProfile:
     def report(self) -> dict[str, dict[str, Any]]:
         """``PhaseTimes.report()`` of each kind that ran."""
         return {name: kind.report() for name, kind in self.kinds.items() if kind.steps}
+
+
+class Phases:
+    """The profiler around one step's phases, a no-op without a profile: the step reads
+
+        with phases("draft"): ...                 # any phase by name (a phase inside another leaves it)
+        with phases.forward(packed.attention): ...  # layers and attention (the LM head by hooks)
+        with phases.applying(outputs): ...        # accept, less the emits inside; ``outputs()``: the step's
+        phases.step(started, prefill, tokens, running)  # requests' output tokens, read before and after
+    """
+
+    def __init__(self, profile: StepProfile | None) -> None:
+        self.profile = profile
+        self.emitted = 0  # tokens the step emitted (``applying``)
+
+    def __call__(self, name: str) -> AbstractContextManager[None]:
+        return self.profile.phase(name) if self.profile is not None else nullcontext()
+
+    def forward(self, attention: RaggedPlan) -> AbstractContextManager[None]:
+        """Time the forward over ``attention`` (its attention calls timed apart) as layers and attention."""
+        return self._forward(self.profile, attention) if self.profile is not None else nullcontext()
+
+    @staticmethod
+    @contextmanager
+    def _forward(profile: StepProfile, attention: RaggedPlan) -> Iterator[None]:
+        attention.timed = True
+        t0 = time.perf_counter()
+        with running(profile):
+            yield
+        profile.forward(time.perf_counter() - t0, attention.attention_s)
+
+    def applying(self, outputs: Callable[[], int]) -> AbstractContextManager[None]:
+        """Time applying the step as ``accept`` (its emits as ``emit``) and count the tokens it emitted."""
+        return self._applying(self.profile, outputs) if self.profile is not None else nullcontext()
+
+    @contextmanager
+    def _applying(self, profile: StepProfile, outputs: Callable[[], int]) -> Iterator[None]:
+        before = outputs()
+        with profile.phase("accept"):
+            yield
+        self.emitted = outputs() - before
+
+    def step(self, started: float, prefill: bool, tokens: int, running: bool) -> None:
+        """Book the step begun at ``started`` (``StepProfile.step``)."""
+        if self.profile is not None:
+            self.profile.step(started, prefill, tokens, self.emitted, running)
 
 
 # The LM head's time goes to the profile of the forward running on this thread (twins are shared by

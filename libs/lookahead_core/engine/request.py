@@ -3,7 +3,8 @@
 The caller builds a ``ServeRequest`` and submits it; the engine builds the running state whole when it
 admits it (``active.Active``: cache, chooser, proposers) and reports through the callbacks, from its
 one thread. Phases: ``WAITING`` (queued) -> ``PREFILL`` (prompt chunks ride in the step forwards) ->
-``DECODE`` (a draft tree per step) -> ``DONE``.
+``DECODE`` (a draft tree per step) -> ``DONE`` (ended: finished, cancelled, expired or failed), moved by
+``advance`` only, which the engine calls from scheduler.py; why decoding stopped is set by ``finish`` only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ class Phase(enum.Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     DONE = "done"
+
+
+# The moves a request's life allows: forward only, and from any phase but DONE to DONE (it finished,
+# was cancelled, expired or failed).
+NEXT: dict[Phase, frozenset[Phase]] = {
+    Phase.WAITING: frozenset({Phase.PREFILL, Phase.DONE}),
+    Phase.PREFILL: frozenset({Phase.DECODE, Phase.DONE}),
+    Phase.DECODE: frozenset({Phase.DONE}),
+    Phase.DONE: frozenset(),
+}
 
 
 @dataclass
@@ -109,7 +120,7 @@ class ServeRequest:
         self.id = uuid.uuid4().hex
         self.owner = f"req-{self.id}"  # whose prompt branches they are in the trie (removed when it ends)
         self.trie_filled = False  # the prompt's and references' windows are in the trie (``fill_trie``)
-        self.phase = Phase.WAITING
+        self._phase = Phase.WAITING  # written by ``advance`` only
         self.output: list[int] = []
         # config.logprobs: one per output token, appended before on_tokens announces them (else empty)
         self.logprobs: list[TokenLogprob] = []
@@ -133,8 +144,27 @@ class ServeRequest:
         self.trie_filled = True
 
     @property
+    def phase(self) -> Phase:
+        """Where the request is in its life (``advance`` moves it)."""
+        return self._phase
+
+    def advance(self, phase: Phase) -> None:
+        """Move the request to ``phase``: the one writer of its phase (the engine calls it from
+        scheduler.py: admitted, prompt in the cache, ended); a move ``NEXT`` does not allow raises."""
+        if phase not in NEXT[self._phase]:
+            raise RuntimeError(f"request {self.id} cannot go from {self._phase.value} to {phase.value}")
+        self._phase = phase
+
+    def finish(self, reason: str) -> None:
+        """Decoding is over for ``reason`` ("eos", "stop", "length", "cancelled"): the one writer of
+        ``stats.finish_reason``; the first reason stays. The engine ends a finished request (DONE) once."""
+        if not self.stats.finish_reason:
+            self.stats.finish_reason = reason
+
+    @property
     def finished(self) -> bool:
-        return bool(self.stats.finish_reason)
+        """Ended, or its decoding is over (``finish``) and the engine ends it after this step."""
+        return self._phase is Phase.DONE or bool(self.stats.finish_reason)
 
     def cancel(self) -> None:
         """Ask the engine to stop this request (thread-safe; effective within one step)."""

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import torch
 from torch import nn
 
 from ..forward.ragged import PLAN_KWARG
+from ..sampling.chooser import TokenChooser
 from .pack import PackedStep
 from .plan import StepPlan
 
 
 def forward(runner: nn.Module, step: PackedStep, device: torch.device) -> torch.Tensor:
-    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab]. The attention plan
-    is finalized (its masks built) by the caller: that is part of packing."""
+    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab] (its attention masks
+    were built by ``pack_step``)."""
     with torch.inference_mode():
         input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
         position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]
@@ -24,21 +27,20 @@ def forward(runner: nn.Module, step: PackedStep, device: torch.device) -> torch.
     return logits[0]  # [K, vocab]
 
 
-def choose(logits: torch.Tensor, plan: StepPlan, step: PackedStep) -> list[int]:
-    """The token chosen after each kept row ([K, vocab] -> [K] ids).
+def choose(logits: torch.Tensor, plan: StepPlan, step: PackedStep, choosers: Mapping[str, TokenChooser]) -> list[int]:
+    """The token chosen after each kept row ([K, vocab] -> [K] ids); ``choosers``: each request's, by id.
 
     Each request's tree rows go through its own chooser (its processors, its seed); extra rows get the
     greedy guess whatever the request samples; when every chooser is plain greedy, one argmax does it.
     """
-    finishing = [c.req for c in plan.chunks if c.last]
-    if all(r.chooser.plain for r in [*(d.req for d in plan.decodes), *finishing]):
+    finishing = [c.id for c in plan.chunks if c.last]
+    if all(choosers[i].plain for i in [*(d.id for d in plan.decodes), *finishing]):
         return logits.argmax(-1).tolist()  # [K]
     out = logits.argmax(-1).tolist()  # [K]: greedy everywhere, then each chooser's rows replaced
     for d, rows in zip(plan.decodes, step.decodes, strict=True):
-        req, tree = d.req, d.tree
-        out[rows.tree] = req.chooser.choose(logits[rows.tree], req.context(), tree.parents, tree.tokens,
-                                            len(req.req.output))
+        tree = d.tree
+        out[rows.tree] = choosers[d.id].choose(logits[rows.tree], d.context, tree.parents, tree.tokens, d.emitted)
     for c, row in zip(plan.chunks, step.first_rows, strict=True):
         if row is not None:
-            out[row] = c.req.chooser.choose(logits[row : row + 1], c.req.prompt_ids, position=0)[0]
+            out[row] = choosers[c.id].choose(logits[row : row + 1], c.prompt, position=0)[0]
     return out

@@ -21,7 +21,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -46,7 +45,7 @@ from .gains import GainsModel
 from .isolate import isolate
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
-from .profile import StepProfile, running, watch_heads
+from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose, forward
 from .sched_config import SchedulerConfig
@@ -148,7 +147,7 @@ class StepScheduler:
             removed = self.queue.remove(req)
             self._cv.notify()
         if removed:
-            req.stats.finish_reason = "cancelled"
+            req.finish("cancelled")
             self._end(req)
 
     def has_room(self) -> bool:
@@ -192,7 +191,7 @@ class StepScheduler:
                 waiting.append(req)
             self._cv.notify()
         for req in waiting:
-            req.stats.finish_reason = "cancelled"
+            req.finish("cancelled")
             self._end(req)
         if self._thread is not None:
             self._thread.join(timeout)
@@ -235,7 +234,7 @@ class StepScheduler:
 
     def _cancel_running(self) -> None:
         for active in self._take_running():
-            active.req.stats.finish_reason = active.req.stats.finish_reason or "cancelled"
+            active.req.finish("cancelled")  # a reason it finished with stays
             self._end(active.req, active)
 
     def _room(self) -> bool:
@@ -277,6 +276,7 @@ class StepScheduler:
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = RequestKV(self.shape, Active.capacity(req, spec))
             active = Active(req, spec, drafting, kv, chooser, self.eos)
+            req.advance(Phase.PREFILL)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error = exc
             with self._cv:
@@ -298,7 +298,7 @@ class StepScheduler:
                     self.running.remove(active)
         elif req.trie_filled:  # it never ran: its prompt branches still leave a shared trie
             req.trie.remove_owner(req.owner)
-        req.phase = Phase.DONE
+        req.advance(Phase.DONE)
         req.stats.new_tokens = len(req.output)
         req.stats.wall_s = time.perf_counter() - req.submitted
         if req.on_done is not None:
@@ -313,7 +313,7 @@ class StepScheduler:
         live: list[Active] = []
         for active in list(self.running):
             if active.req.cancelled.is_set() or active.req.expired(now):
-                active.req.stats.finish_reason = "cancelled"
+                active.req.finish("cancelled")
                 self._end(active.req, active)
             else:
                 live.append(active)
@@ -332,55 +332,46 @@ class StepScheduler:
                 self._end(active.req, active)
 
     def _step_phases(self, live: Sequence[Active]) -> None:
-        """plan -> pack -> run -> apply for ``live``; raises, having changed nothing, when the forward fails."""
-        started = time.perf_counter()
-        curve, prof = self.kernels.curve, self.profile
+        """plan -> pack -> run -> apply for ``live``, each phase under the profiler (a no-op unless profiling);
+        raises, having changed nothing, when the forward fails."""
+        phases, started, curve = Phases(self.profile), time.perf_counter(), self.kernels.curve
         adaptive = self.config.adaptive and curve is not None
-        with self._timed("draft"):
+        with phases("draft"):
             plan = plan_step(live, self.limits, self.gains if adaptive else None,
                              curve.cost if adaptive and curve is not None else None, time.perf_counter())
         if plan.empty:
             return
-        with self._timed("pack"):
-            packed = pack_step(plan)
-            packed.attention.timed = prof is not None
-            packed.attention.finalize(self.shape.dtype, self.device)
-        t0 = time.perf_counter()
-        with running(prof) if prof is not None else nullcontext():
+        step = {active.id: active for active in live}  # the plan names its requests by id
+        with phases("pack"):
+            packed = pack_step(plan, {i: active.kv for i, active in step.items()}, self.shape.dtype, self.device)
+        with phases.forward(packed.attention):
             logits = forward(self.kernels.runner(len(packed)), packed, self.device)  # [K, vocab]
-        if prof is not None:
-            prof.forward(time.perf_counter() - t0, packed.attention.attention_s)
-        with self._timed("choose"):
-            predicted = choose(logits, plan, packed)  # [K]
-        if prof is None:
-            self._apply(plan, packed, logits, predicted)
-            return
-        before = sum(len(r.req.output) for r in plan.requests)
-        t0, emitting = time.perf_counter(), prof.current["emit"]
-        self._apply(plan, packed, logits, predicted)
-        prof.current["accept"] += time.perf_counter() - t0 - (prof.current["emit"] - emitting)  # emit: Active.emit
-        emitted = sum(len(r.req.output) for r in plan.requests) - before
-        prof.step(started, bool(plan.chunks), len(packed), emitted, bool(self.running))
+        with phases("choose"):
+            predicted = choose(logits, plan, packed, {i: active.chooser for i, active in step.items()})  # [K]
+        with phases.applying(lambda: sum(step[i].emitted for i in plan.ids)):
+            self._apply(plan, packed, logits, predicted, step, Emitting(self._decode, phases))
+        phases.step(started, bool(plan.chunks), len(packed), bool(self.running))
 
-    def _timed(self, phase: str) -> AbstractContextManager[None]:
-        """Time a block as ``phase`` of the step profile (nothing when not profiling)."""
-        return self.profile.phase(phase) if self.profile is not None else nullcontext()
-
-    def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int]) -> None:
-        """Count the forward, apply its results (apply.py), end the requests that finished."""
-        ran = Forward(len(packed), len(plan.requests), self._kernel_name(len(packed)))
+    def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int],
+               step: dict[str, Active], out: Emitting) -> None:
+        """Count the forward, apply its results (apply.py) to the step's requests (``step``: by id), end the
+        requests that finished."""
+        ran = Forward(len(packed), len(plan.ids), self._kernel_name(len(packed)))
         self.forwards += 1
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
             self.on_forward(ran.tokens, ran.batch)
-        out = Emitting(self._decode, self._timed)
-        for active, error in apply_step(plan, packed, logits, predicted, ran, self.gains, self.prefix_cache, out):
+        for active, error in apply_step(plan, packed, logits, predicted, ran, step, self.gains, self.prefix_cache,
+                                        out):
             log.error("request %s failed applying its step: %s: %s", active.req.id, type(error).__name__, error)
             active.req.error = error
             self._end(active.req, active)
-        for active in plan.requests:
-            if active.req.finished:
-                self._end(active.req, active)
+        for i in plan.ids:
+            if step[i].req.finished:
+                self._end(step[i].req, step[i])
+        for c in plan.chunks:  # a prompt now in the cache decodes from the next step on
+            if c.last and step[c.id].req.phase is Phase.PREFILL:
+                step[c.id].req.advance(Phase.DECODE)
 
     def _kernel_name(self, n: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names
