@@ -30,17 +30,13 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
         self.meter = meter
         self._calls: StoreMeter | DraftCacheStore = meter or store  # fetch/add_output go through the meter
         self.limits = limits if limits is not None else RequestLimits()
-        self.rate = CallMeter.of(self.limits)  # every call counts against the tenant's rate (rules/call_quota.py)
-
-    def metered(self, method: str, tenant: str) -> None:
-        """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""
-        self.rate.check(f"/{SERVICE_NAME}/{method}", self.limits.check_tenant(tenant) if tenant else tenant)
+        self.rate = CallMeter.of(self.limits, SERVICE_NAME)  # each call takes one of its tenant's rate (call_quota.py)
 
     @grpc_errors
     async def AddOutput(
         self, request: draftcache_pb2.AddOutputRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.AddOutputResponse:
-        self.metered("AddOutput", request.tenant)
+        self.rate.call("AddOutput", request.tenant)
         applied = await asyncio.to_thread(
             self._calls.add_output, request.tenant, request.tokenizer_id, request.output_ids, request.event_id
         )
@@ -50,7 +46,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def Fetch(
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
-        self.metered("Fetch", request.tenant)
+        self.rate.call("Fetch", request.tenant)
         found = await asyncio.to_thread(self._calls.fetch, request.tenant, request.tokenizer_id,
                                         list(request.prompt_ids), list(request.reference_ids), request.budget)
         return fetch_response(found)
@@ -59,7 +55,7 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def Stats(
         self, request: draftcache_pb2.DraftStatsRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.DraftStatsResponse:
-        self.metered("Stats", request.tenant)
+        self.rate.call("Stats", request.tenant)
         return stats_response(await asyncio.to_thread(self.store.stats, request.tenant))
 
     @grpc_errors

@@ -41,17 +41,13 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
         self.core = core
         self.writer = writer if writer is not None else DocumentWriter(core)
         self.forgetter = forgetter if forgetter is not None else ForgetWriter(core)
-        self.meter = CallMeter.of(core.limits)  # every call counts against the tenant's rate (rules/call_quota.py)
-
-    def metered(self, method: str, tenant: str) -> None:
-        """Count the call against ``tenant``'s rate (its name checked first; "": a call across every tenant)."""
-        self.meter.check(f"/{SERVICE_NAME}/{method}", self.core.limits.check_tenant(tenant) if tenant else tenant)
+        self.meter = CallMeter.of(core.limits, SERVICE_NAME)  # each call takes one of its tenant's rate (call_quota.py)
 
     @grpc_errors
     async def Ingest(
         self, request: retriever_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.IngestResponse:
-        self.metered("Ingest", request.tenant)
+        self.meter.call("Ingest", request.tenant)
         documents = [document_from_proto(d) for d in request.documents]
         return ingest_response(await asyncio.to_thread(self.writer.ingest, request.tenant, documents))
 
@@ -59,14 +55,14 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Delete(
         self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.DeleteResponse:
-        self.metered("Delete", request.tenant)
+        self.meter.call("Delete", request.tenant)
         return delete_response(await asyncio.to_thread(self.writer.delete, request.tenant, list(request.doc_ids)))
 
     @grpc_errors
     async def Forget(
         self, request: retriever_pb2.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.ForgetResponse:
-        self.metered("Forget", request.tenant)  # a flood of forgets is refused
+        self.meter.call("Forget", request.tenant)  # a flood of forgets is refused
         event_id = await asyncio.to_thread(self.forgetter.forget, request.tenant, request.doc_id)
         return retriever_pb2.ForgetResponse(event_id=event_id)
 
@@ -74,7 +70,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Retrieve(
         self, request: retriever_pb2.RetrieveRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieveResponse:
-        self.metered("Retrieve", request.tenant)
+        self.meter.call("Retrieve", request.tenant)
         self.core.limits.check_messages("history", len(request.history) + 1)  # before its messages are converted
         result = await asyncio.to_thread(
             self.core.retrieve, request.tenant, request.question, request.k, request.m, request.max_new_tokens,
@@ -86,5 +82,5 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Stats(
         self, request: retriever_pb2.RetrieverStatsRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieverStatsResponse:
-        self.metered("Stats", request.tenant)
+        self.meter.call("Stats", request.tenant)
         return stats_response(await asyncio.to_thread(self.core.stats, request.tenant))

@@ -1,7 +1,7 @@
 """Every RPC's quota class, in one table, and the per-tenant meter the servicers check calls with.
 
-    meter = CallMeter.of(limits)                       # per-tenant buckets of [limits] tenant_rps / tenant_burst
-    meter.check("/lookahead_rag.v1.DraftCache/Fetch", request.tenant)   # RESOURCE_EXHAUSTED past the rate
+    meter = CallMeter.of(limits, "lookahead_rag.v1.DraftCache")  # per-tenant buckets of [limits] tenant_rps / burst
+    meter.call("Fetch", request.tenant)   # the tenant's name checked; RESOURCE_EXHAUSTED past the rate
 
 A ``stream`` call (Answer, Generate) is admitted by the generator's engine against the tenant's rate and
 open streams (``TenantQuotas.admit``); a ``call`` (every unary read or write of a tenant's data) takes one
@@ -44,12 +44,19 @@ def quota_class(method: str) -> QuotaClass:
 class CallMeter:
     """A service's per-tenant rate for its unary calls (``QuotaClass.CALL``)."""
 
-    def __init__(self, quotas: TenantQuotas) -> None:
+    def __init__(self, quotas: TenantQuotas, limits: RequestLimits, service: str) -> None:
         self.quotas = quotas
+        self.limits = limits  # whose tenant-name rule every metered call's tenant passes first
+        self.service = service  # the service's full name ("lookahead_rag.v1.DraftCache"): its methods' prefix
 
     @classmethod
-    def of(cls, limits: RequestLimits) -> CallMeter:
-        return cls(TenantQuotas.of(limits))
+    def of(cls, limits: RequestLimits, service: str) -> CallMeter:
+        return cls(TenantQuotas.of(limits), limits, service)
+
+    def call(self, method: str, tenant: str) -> None:
+        """Count a call of ``method`` (its short name) against ``tenant``'s rate, its name checked first
+        ("": a call across every tenant, not metered by tenant)."""
+        self.check(f"/{self.service}/{method}", self.limits.check_tenant(tenant) if tenant else tenant)
 
     def check(self, method: str, tenant: str) -> None:
         """Take one request of ``tenant``'s rate for a ``call`` (ResourceExhausted with a retry hint past it)."""
