@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import math
 import random
 import weakref
 from collections.abc import Callable, Iterator, Mapping
@@ -18,7 +19,16 @@ import torch
 from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.scheduler import SchedulerConfig
-from lookahead_core.forward.kernels import KERNELS, CostCurve, KernelSet, describe, interpolate, make_twin, measure
+from lookahead_core.forward.kernels import (
+    KERNELS,
+    CostCurve,
+    KernelSet,
+    describe,
+    interpolate,
+    make_twin,
+    measure,
+    settled,
+)
 from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
@@ -156,11 +166,40 @@ def test_measure_interleaves_kernels_skips_warmup_and_keeps_minimums() -> None:
 
         return run
 
-    curve = measure({"a": probe("a"), "b": probe("b")}, (2, 1), repeats=3, warmup=1, clock=clock)
+    # every call repeated (no clear loser, no long size): the interleaving alone
+    curve = measure({"a": probe("a"), "b": probe("b")}, (2, 1), repeats=3, warmup=1, clock=clock,
+                    clear_loss=math.inf, long_s=math.inf)
     assert curve.token_counts == (1, 2)  # sorted
     assert curve.seconds == {"a": (1.0, 3.0), "b": (4.0, 5.0)}  # fastest timed call; the 100s / 50s warm-up ignored
     # each repetition runs every kernel at a size back to back, the first kernel alternating
     assert calls == ["a1", "b1", "a2", "b2", "b1", "a1", "b2", "a2"] * 2
+
+
+def test_settled_names_clear_losers_and_long_sizes() -> None:
+    # count 0: b is 3x a (a clear loser at 1.5x); count 1: a's 2.0 s is long, so both are timed once
+    assert settled({"a": [[0.010], [2.0]], "b": [[0.030], [2.5]]}, 1.5, 1.0) == {("b", 0), ("a", 1), ("b", 1)}
+    # a near tie at a short size: both repeat
+    assert settled({"a": [[0.010]], "b": [[0.014]]}, 1.5, 1.0) == set()
+
+
+def test_measure_repeats_only_where_the_choice_is_open() -> None:
+    clock = FakeClock()
+    calls: list[str] = []
+    # count 1: b loses 3x on its first timed call; count 8: both take over a second
+    durations = {("a", 1): [0.5, 0.010, 0.008, 0.009], ("b", 1): [0.5, 0.030],
+                 ("a", 8): [5.0, 2.0], ("b", 8): [5.0, 2.5]}
+
+    def probe(name: str) -> Callable[[int], None]:
+        def run(n: int) -> None:
+            calls.append(f"{name}{n}")
+            clock.now += durations[(name, n)].pop(0)
+
+        return run
+
+    curve = measure({"a": probe("a"), "b": probe("b")}, (1, 8), repeats=3, warmup=1, clock=clock)
+    assert curve.seconds == {"a": (0.008, 2.0), "b": (0.030, 2.5)}  # the one timing kept where timed once
+    # warm-up and first timed repetition whole; then only a at count 1
+    assert calls == ["a1", "b1", "a8", "b8", "b1", "a1", "b8", "a8", "a1", "a1"]
 
 
 @pytest.mark.parametrize(("repeats", "warmup", "probes"), [(0, 1, 1), (1, -1, 1), (1, 0, 0)])

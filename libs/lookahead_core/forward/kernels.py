@@ -53,6 +53,8 @@ COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the wei
 SHARING = (STOCK, FUSED, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight (fused: split where none join)
 EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
+CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
+LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
 
 
 def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool:
@@ -177,12 +179,26 @@ class CostCurve:
         return cls(tuple(data["token_counts"]), {k: tuple(v) for k, v in data["seconds"].items()})
 
 
+def settled(samples: Mapping[str, Sequence[Sequence[float]]], clear_loss: float, long_s: float) -> set[tuple[str, int]]:
+    """(kernel, count index) pairs whose first timing already decides: the kernel lost by over
+    ``clear_loss`` x, or the count's best forward took ``long_s`` or more. Example: a (0.010, 2.0),
+    b (0.030, 2.5) with clear_loss 1.5, long_s 1.0 -> {("b", 0), ("a", 1), ("b", 1)}."""
+    out: set[tuple[str, int]] = set()
+    for i in range(len(next(iter(samples.values())))):
+        first = {k: s[i][0] for k, s in samples.items()}
+        best = min(first.values())
+        out |= {(k, i) for k, t in first.items() if best >= long_s or t > clear_loss * best}
+    return out
+
+
 def measure(
     probes: Mapping[str, Callable[[int], None]],
     token_counts: Sequence[int],
     repeats: int,
     warmup: int,
     clock: Callable[[], float] = time.perf_counter,
+    clear_loss: float = CLEAR_LOSS,
+    long_s: float = LONG_FORWARD_S,
 ) -> CostCurve:
     """Fastest seconds of ``probes[kernel](n)`` (one forward of n tokens) for every kernel and count.
 
@@ -191,21 +207,29 @@ def measure(
     probes {"a", "b"}, counts (1, 8), repeats 3, warmup 1 -> calls a1 b1 a8 b8 | b1 a1 b8 a8 | ...
     (4 repetitions), and seconds["a"][0] is the fastest of a1's three timed calls: on a shared machine
     other work only ever adds time, so the minimum is the least noisy estimate of a kernel's own cost.
+    Repeats are spent only where they can change the choice: after the first timed repetition a kernel
+    whose call took over ``clear_loss`` x the best at that count, and every kernel at a count whose best
+    call took ``long_s`` or more, keep that one timing (a 1.5B model's 256-token forwards take seconds).
     """
     if not probes or repeats < 1 or warmup < 0:
         raise ValueError("need at least one probe, repeats >= 1 and warmup >= 0")
     counts = sorted(set(token_counts))
     names = list(probes)
     samples: dict[str, list[list[float]]] = {k: [[] for _ in counts] for k in names}
+    timed_once: set[tuple[str, int]] = set()  # (kernel, count index) not timed again
     for rep in range(warmup + repeats):
         order = names if rep % 2 == 0 else names[::-1]
         for i, n in enumerate(counts):
             for name in order:
+                if (name, i) in timed_once:
+                    continue
                 t0 = clock()
                 probes[name](n)
                 elapsed = clock() - t0
                 if rep >= warmup:
                     samples[name][i].append(elapsed)
+        if rep == warmup:
+            timed_once = settled(samples, clear_loss, long_s)
     return CostCurve(tuple(counts), {k: tuple(min(s) for s in samples[k]) for k in names})
 
 
