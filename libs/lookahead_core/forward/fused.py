@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .memory import drop_file_pages
-from .split import split_linears, split_parts, split_product
+from .split import OneRow, split_linears, split_parts, split_product
 from .wmajor import weight_major_linears, weight_major_product
 
 log = logging.getLogger(__name__)
@@ -99,22 +99,31 @@ def _whole(first: torch.Tensor, rows: int) -> torch.Tensor:
 class FusedGroup:
     """One product over a group's joined rows, computed once per input and sliced by each member."""
 
-    def __init__(self, layers: Sequence[nn.Module], parts: int, weight_major: bool = False) -> None:
+    def __init__(self, layers: Sequence[nn.Module], parts: int, weight_major: bool = False,
+                 one_row: OneRow | None = None) -> None:
         self.rows = sum(m.out_features for m in layers)  # type: ignore[misc]
         self.weight = _whole(layers[0].weight, self.rows)  # type: ignore[arg-type]  # [rows, in]
         bias = layers[0].bias
         self.bias = None if bias is None else _whole(bias, self.rows)  # type: ignore[arg-type]  # [rows]
         self.parts = parts  # row blocks of the split product
         self.weight_major = weight_major  # the product as (W x^T)^T instead (``wmajor``): parts unused
+        self.one_row = one_row  # the product of a single row (``gemv.gemv_product``); None: split or weight-major
         self.members = len(layers)
         self._stash = threading.local()  # per thread: (input, output, members still to read it)
+
+    def _multiply(self, x: torch.Tensor) -> torch.Tensor:
+        """x W_group^T + b_group by the group's kernel: [..., in] -> [..., rows]."""
+        if self.one_row is not None and x.numel() == x.shape[-1]:
+            return self.one_row(x, self.weight, self.bias)
+        if self.weight_major:
+            return weight_major_product(x, self.weight, self.bias)
+        return split_product(x, self.weight, self.bias, self.parts)
 
     def product(self, x: torch.Tensor) -> torch.Tensor:
         """x W_group^T + b_group ([..., in] -> [..., rows]); the same input ``x`` is multiplied once."""
         stash = self._stash
         if getattr(stash, "input", None) is not x:
-            stash.output = (weight_major_product(x, self.weight, self.bias) if self.weight_major  # [..., rows]
-                            else split_product(x, self.weight, self.bias, self.parts))
+            stash.output = self._multiply(x)  # [..., rows]
             stash.input, stash.left = x, self.members
         y = stash.output
         stash.left -= 1
@@ -146,11 +155,13 @@ def _ready(layers: Sequence[nn.Module], parts: int) -> bool:
             and sum(m.out_features for m in layers) % parts == 0)  # type: ignore[misc]
 
 
-def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool = False) -> int:
+def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool = False,
+                 one_row: OneRow | None = None) -> int:
     """In a twin whose model went through ``fuse_weights``: each joined group whose rows divide into
     ``parts`` becomes ``FusedMember`` modules of one ``FusedGroup``; every other Linear is split
     (``split.split_linears``). ``weight_major``: every product runs weight-major instead (no row blocks,
-    so every joined group fuses). Returns the groups fused."""
+    so every joined group fuses). ``one_row``: the product of a single row, for every group and split
+    layer (the ``gemv`` twin). Returns the groups fused."""
     parts = 1 if weight_major else split_parts() if parts is None else parts
     fused = 0
     for module_ in list(module.modules()):
@@ -158,7 +169,7 @@ def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool
             layers = group_linears(module_, names)
             if layers is None or not _ready(layers, parts):
                 continue
-            group, lo = FusedGroup(layers, parts, weight_major), 0
+            group, lo = FusedGroup(layers, parts, weight_major, one_row), 0
             for name, layer in zip(names, layers, strict=True):
                 setattr(module_, name, FusedMember(layer, group, lo))
                 lo += layer.out_features
@@ -167,6 +178,6 @@ def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool
         weight_major_linears(module)
         log.info("fused %d layer groups, every product weight-major", fused)
         return fused
-    split = split_linears(module, parts)
+    split = split_linears(module, parts, one_row)
     log.info("fused %d layer groups, split %d other linear layers into %d row blocks", fused, split, parts)
     return fused

@@ -35,6 +35,7 @@ from typing import Any
 from torch import nn
 
 from .fused import fuse_linears, fuse_weights
+from .gemv import gemv_ok, gemv_product
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
 from .rows import rows_linears, rows_ok
@@ -44,14 +45,15 @@ from .wmajor import weight_major_ok
 STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
+GEMV = "gemv"  # fused, every one-row product by an AVX2 GEMV summing in MKL's order (checked bit for bit per model)
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
 ROWS = "rows"  # every weight row read once for all rows (an AVX2 kernel compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, ONEDNN, WMAJOR, ROWS, PACKED)  # every kernel a KernelSet may hold, in tie-break order
+KERNELS = (STOCK, SPLIT, FUSED, GEMV, ONEDNN, WMAJOR, ROWS, PACKED)  # every kernel a KernelSet may hold; ties: first
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight (fused: split where none join)
-EXACT = frozenset({STOCK, SPLIT, FUSED})  # kernels whose one-token forward is the stock one bit for bit
+SHARING = (STOCK, FUSED, GEMV, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight
+EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
 LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
@@ -61,9 +63,13 @@ def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool
     """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
     ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
     q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU; rows on fp32 CPU
-    with AVX2 where its kernel builds)."""
-    return {STOCK: True, SPLIT: splittable(model, threads), FUSED: splittable(model, threads), ONEDNN: packable(model),
-            WMAJOR: weight_major_ok(model), ROWS: rows_ok(model), PACKED: packable(model)}[kernel]
+    with AVX2 where its kernel builds; gemv as fused, where its kernel builds and gives the stock bits for
+    every Linear of ``model``)."""
+    checks: dict[str, Callable[[], bool]] = {
+        STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
+        GEMV: lambda: splittable(model, threads) and gemv_ok(model), ONEDNN: lambda: packable(model),
+        WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model)}
+    return checks[kernel]()
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, threads: int | None = None) -> nn.Module:
@@ -82,7 +88,7 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
     if not available(model, kernel, threads):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
-    if kernel in (FUSED, WMAJOR):
+    if kernel in (FUSED, GEMV, WMAJOR):
         fuse_weights(model)
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
@@ -94,6 +100,8 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         split_linears(twin, split_parts(threads))
     elif kernel == FUSED:
         fuse_linears(twin, split_parts(threads))
+    elif kernel == GEMV:
+        fuse_linears(twin, split_parts(threads), one_row=gemv_product)
     elif kernel == WMAJOR:
         fuse_linears(twin, weight_major=True)
     elif kernel == ROWS:

@@ -10,8 +10,8 @@ on a 2-core AMD EPYC, 2 threads, one product (ms, stock ``F.linear`` -> rows): Q
 lm_head at 1 / 2 / 4 / 8 / 16 rows 49 / 117 / 165 / 158 / 195 -> 28 / 29 / 37 / 43 / 84; its joined
 gate/up (9728 x 896) 3.6 / 7.8 / 10.4 / 9.8 / 11.0 -> 1.8 / 2.0 / 2.3 / 2.9 / 5.2.
 
-It is compiled at first use by torch's extension builder (g++ and ninja; cached per machine under torch's
-extensions folder) for CPUs with AVX2 and FMA; where it cannot be built the kernel is not offered. Like
+It is compiled at first use (``cext.build``) for CPUs with AVX2 and FMA; where it cannot be built the
+kernel is not offered. Like
 every tree kernel its sums run in another order than the stock one-row product (~1e-6 relative), so
 one-token forwards keep an exact kernel (``kernels.one_token``) and ``kernels.KernelSet`` measures where
 this one wins. ``rows_linears(twin)`` swaps a twin's ``nn.Linear`` modules for ``RowsLinear``.
@@ -19,45 +19,21 @@ this one wins. ``rows_linears(twin)`` swaps a twin's ``nn.Linear`` modules for `
 
 from __future__ import annotations
 
-import functools
-import logging
-from pathlib import Path
 from types import ModuleType
 
 import torch
 from torch import nn
 
+from .cext import build
 from .linear_swap import SharedLinear, swap_linears
 
-log = logging.getLogger(__name__)
-
-SOURCE = Path(__file__).with_name("rows_gemm.cpp")  # the kernel (C++, AVX2 intrinsics, OpenMP)
+SOURCE = "rows_gemm.cpp"  # the kernel (C++, AVX2 intrinsics, OpenMP), beside this module
 EXTENSION = "lookahead_rows_gemm"  # its module name in torch's extension cache
-CAPABLE = ("AVX2", "AVX512")  # torch's CPU capability names whose CPUs have AVX2 and FMA
-FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")  # compiler flags: the intrinsics, the kernel's omp parallel for
 
 
-def _torch_libgomp() -> list[str]:
-    """Link flags for torch's own OpenMP runtime (its soname is libgomp.so.1, so in a process that loaded
-    torch the kernel's parallel regions run in torch's pool); plain -fopenmp where torch bundles none."""
-    found = sorted((Path(torch.__file__).parent / "lib").glob("libgomp*.so*"))
-    return [str(found[0])] if found else ["-fopenmp"]
-
-
-@functools.cache
 def extension() -> ModuleType | None:
-    """The compiled kernel, built once per process (torch caches the build per machine); None where the
-    CPU lacks AVX2/FMA or it cannot be built (no compiler or ninja: logged once)."""
-    if torch.backends.cpu.get_cpu_capability() not in CAPABLE:
-        return None
-    try:
-        from torch.utils.cpp_extension import load_inline
-
-        return load_inline(EXTENSION, cpp_sources=SOURCE.read_text(), extra_cflags=list(FLAGS),
-                           extra_ldflags=_torch_libgomp())
-    except Exception as exc:  # a missing compiler or ninja: the kernel is not offered, nothing else changes
-        log.warning("the rows kernel is not offered (building %s failed: %s: %s)", EXTENSION, type(exc).__name__, exc)
-        return None
+    """The compiled kernel (``cext.build``: once per process); None where it is not offered."""
+    return build(EXTENSION, SOURCE)
 
 
 def rows_ok(model: nn.Module) -> bool:

@@ -19,6 +19,7 @@ the stock ``addmm`` does), so a biased layer is the stock result bit for bit at 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -28,6 +29,8 @@ from .linear_swap import SharedLinear
 log = logging.getLogger(__name__)
 
 MIN_PARTS = 2  # fewer blocks than this is the stock kernel
+
+OneRow = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # (x, W, b) -> x W^T + b, one row
 
 
 def split_parts(threads: int | None = None) -> int:
@@ -57,25 +60,29 @@ def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 class SplitLinear(SharedLinear):
     """y = x W^T + b with W's rows in ``parts`` blocks, multiplied as one batched product (inference only)."""
 
-    def __init__(self, linear: nn.Linear, parts: int) -> None:
+    def __init__(self, linear: nn.Linear, parts: int, one_row: OneRow | None = None) -> None:
         if linear.out_features % parts:
             raise ValueError("SplitLinear needs a Linear whose out_features divide by parts")
         super().__init__(linear)
         self.parts = parts
+        self.one_row = one_row  # the product of a single row (``gemv.gemv_product``); None: the split one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.one_row is not None and x.numel() == x.shape[-1]:
+            return self.one_row(x, self.weight, self.bias)  # [..., out]
         return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
 
 
-def split_linears(module: nn.Module, parts: int | None = None) -> int:
+def split_linears(module: nn.Module, parts: int | None = None, one_row: OneRow | None = None) -> int:
     """Replace every ``nn.Linear`` under ``module`` whose rows divide into ``parts`` (default:
-    ``split_parts()``) by a ``SplitLinear``, in place; returns how many were replaced."""
+    ``split_parts()``) by a ``SplitLinear`` (``one_row``: its single-row product), in place; returns how many
+    were replaced."""
     parts = split_parts() if parts is None else parts
     if parts < MIN_PARTS:
         return 0
     linears = [(name, mod) for name, mod in module.named_modules()
                if type(mod) is nn.Linear and mod.out_features % parts == 0]
     for name, mod in linears:
-        module.set_submodule(name, SplitLinear(mod, parts))
+        module.set_submodule(name, SplitLinear(mod, parts, one_row))
     log.info("split %d linear layers into %d row blocks", len(linears), parts)
     return len(linears)
