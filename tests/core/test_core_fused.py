@@ -73,8 +73,14 @@ def test_fused_twin_is_the_model_bit_for_bit_at_one_token(family: str, two_threa
     twin = make_twin(model, "fused", attn_implementation=None)
     members = [m for m in twin.modules() if isinstance(m, FusedMember)]
     assert len(members) == 5 * len(model.model.layers)  # q, k, v, gate, up of every layer
+    assert_twin_is_the_model_at_one_token(model, twin, seed=2)
+
+
+def assert_twin_is_the_model_at_one_token(model: PreTrainedModel, twin: torch.nn.Module, seed: int) -> None:
+    """``twin`` shares ``model``'s parameters (no copy), gives its logits bit for bit at one token and
+    up to summation order on a whole random prompt."""
     assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
-    ids = torch.tensor([random_prompt(random.Random(2))])  # [1, T]
+    ids = torch.tensor([random_prompt(random.Random(seed))])  # [1, T]
     with torch.inference_mode():
         one = ids[:, :1]  # [1, 1]
         assert torch.equal(twin(input_ids=one).logits, model(input_ids=one).logits)

@@ -8,7 +8,6 @@ shape, alignment, bias and thread count."""
 from __future__ import annotations
 
 import copy
-import random
 
 import numpy as np
 import pytest
@@ -16,12 +15,13 @@ import torch
 import torch.nn.functional as F
 from lookahead_core.forward import gemv as gemv_module
 from lookahead_core.forward.fused import FusedMember
-from lookahead_core.forward.gemv import gemv_ok, gemv_product, one_row
+from lookahead_core.forward.gemv import gemv_ok, gemv_product
 from lookahead_core.forward.kernels import EXACT, KernelSet, make_twin
+from lookahead_core.forward.split import single_row
 from torch import nn
 
-from tests.core.helpers import FAMILIES, random_prompt, tiny_model
-from tests.core.test_core_fused import assert_decoder_is_greedy_on, biased
+from tests.core.helpers import FAMILIES, tiny_model
+from tests.core.test_core_fused import assert_decoder_is_greedy_on, assert_twin_is_the_model_at_one_token, biased
 
 pytestmark = pytest.mark.skipif(
     torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"), reason="the exact GEMV needs AVX2"
@@ -118,7 +118,7 @@ def test_more_than_one_row_or_a_ragged_width_is_refused() -> None:
         gemv_product(torch.randn(2, 16), torch.randn(4, 16), None)  # two rows
     with pytest.raises(RuntimeError, match="multiple of 4"):
         gemv_product(torch.randn(1, 18), torch.randn(4, 18), None)  # 18 is not lanes of four
-    assert one_row(torch.randn(1, 1, 8)) and not one_row(torch.randn(1, 2, 8))
+    assert single_row(torch.randn(1, 1, 8)) and not single_row(torch.randn(1, 2, 8))
 
 
 @needs_the_copied_order
@@ -128,12 +128,7 @@ def test_the_gemv_twin_is_the_model_bit_for_bit_at_one_token(family: str, two_th
     assert gemv_ok(model)
     twin = make_twin(model, "gemv", attn_implementation=None)
     assert any(isinstance(m, FusedMember) for m in twin.modules())  # fused, as the fused twin
-    assert {id(p) for p in twin.parameters()} <= {id(p) for p in model.parameters()}  # no copy
-    ids = torch.tensor([random_prompt(random.Random(4))])  # [1, T]
-    with torch.inference_mode():
-        one = ids[:, :1]  # [1, 1]
-        assert torch.equal(twin(input_ids=one).logits, model(input_ids=one).logits)
-        torch.testing.assert_close(twin(input_ids=ids).logits, model(input_ids=ids).logits, rtol=1e-5, atol=1e-4)
+    assert_twin_is_the_model_at_one_token(model, twin, seed=4)
 
 
 def test_only_one_row_goes_through_the_gemv(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:

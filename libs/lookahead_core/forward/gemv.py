@@ -65,11 +65,6 @@ def gemv_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return ext.gemv(x, weight.detach(), None if bias is None else bias.detach())  # [..., out]
 
 
-def one_row(x: torch.Tensor) -> bool:
-    """Whether ``x`` ([..., in]) is a single row: the only input the exact GEMV takes."""
-    return x.numel() == x.shape[-1]
-
-
 def same_as_stock(linear: nn.Linear, gen: torch.Generator) -> bool:
     """Whether the kernel gives the stock product's bits for a random row through ``linear``."""
     if linear.in_features % LANES or linear.in_features < MIN_IN:

@@ -47,6 +47,11 @@ def splittable(model: nn.Module, threads: int | None = None) -> bool:
     return param.device.type == "cpu" and param.dtype == torch.float32 and split_parts(threads) >= MIN_PARTS
 
 
+def single_row(x: torch.Tensor) -> bool:
+    """Whether ``x`` ([..., in]) is a single row: what a ``OneRow`` product takes."""
+    return x.numel() == x.shape[-1]
+
+
 def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
     """x W^T + b with W's rows in ``parts`` blocks, as one batched product: [..., in] -> [..., out]."""
     out_features, in_features = weight.shape
@@ -68,7 +73,7 @@ class SplitLinear(SharedLinear):
         self.one_row = one_row  # the product of a single row (``gemv.gemv_product``); None: the split one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.one_row is not None and x.numel() == x.shape[-1]:
+        if self.one_row is not None and single_row(x):
             return self.one_row(x, self.weight, self.bias)  # [..., out]
         return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
 
