@@ -72,14 +72,6 @@ MKL_AS_COPIED = mkl_sums_as_copied()
 needs_the_copied_order = pytest.mark.skipif(not MKL_AS_COPIED, reason="this CPU's MKL sums otherwise (gemv_ok says no)")
 
 
-@pytest.fixture
-def two_threads() -> object:
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("out_in", [(40, 16), (9, 64), (192, 576), (1536, 576), (576, 1536)])
 @pytest.mark.parametrize("offset", [0, 1, 2, 3])  # floats off a 16-byte boundary: peels 4, 3, 2, 1
 @pytest.mark.parametrize("with_bias", [False, True])

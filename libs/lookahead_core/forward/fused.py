@@ -111,7 +111,7 @@ class FusedGroup:
         self.members = len(layers)
         self._stash = threading.local()  # per thread: (input, output, members still to read it)
 
-    def _multiply(self, x: torch.Tensor) -> torch.Tensor:
+    def multiply(self, x: torch.Tensor) -> torch.Tensor:
         """x W_group^T + b_group by the group's kernel: [..., in] -> [..., rows]."""
         if self.one_row is not None and single_row(x):
             return self.one_row(x, self.weight, self.bias)
@@ -123,7 +123,7 @@ class FusedGroup:
         """x W_group^T + b_group ([..., in] -> [..., rows]); the same input ``x`` is multiplied once."""
         stash = self._stash
         if getattr(stash, "input", None) is not x:
-            stash.output = self._multiply(x)  # [..., rows]
+            stash.output = self.multiply(x)  # [..., rows]
             stash.input, stash.left = x, self.members
         y = stash.output
         stash.left -= 1

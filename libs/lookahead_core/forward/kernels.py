@@ -36,8 +36,10 @@ from torch import nn
 
 from .fused import fuse_linears, fuse_weights
 from .gemv import gemv_ok, gemv_product
+from .lean import LeanTwin, lean_ok
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
+from .ragged import RAGGED_ATTENTION
 from .rows import rows_linears, rows_ok
 from .split import split_linears, split_parts, splittable
 from .wmajor import weight_major_ok
@@ -46,14 +48,16 @@ STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
 GEMV = "gemv"  # fused, every one-row product by an AVX2 GEMV summing in MKL's order (checked bit for bit per model)
+LEAN = "lean"  # gemv, a one-token forward run as one lean layer loop (Llama/Qwen2; checked bit for bit per model)
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
 ROWS = "rows"  # every weight row read once for all rows (an AVX2 kernel compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, GEMV, ONEDNN, WMAJOR, ROWS, PACKED)  # every kernel a KernelSet may hold; ties: first
+KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, ONEDNN, WMAJOR, ROWS, PACKED)  # what a KernelSet may hold; ties: first
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, GEMV, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight
-EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV})  # kernels whose one-token forward is the stock one bit for bit
+SHARING = (STOCK, FUSED, LEAN, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight (lean: gemv where
+# the loop is refused; past one token lean's forwards are gemv's, so the two are not both timed)
+EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN})  # kernels whose one-token forward is the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
 LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
@@ -64,10 +68,13 @@ def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool
     ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
     q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU; rows on fp32 CPU
     with AVX2 where its kernel builds; gemv as fused, where its kernel builds and gives the stock bits for
-    every Linear of ``model``)."""
+    every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits)."""
     checks: dict[str, Callable[[], bool]] = {
         STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
-        GEMV: lambda: splittable(model, threads) and gemv_ok(model), ONEDNN: lambda: packable(model),
+        GEMV: lambda: splittable(model, threads) and gemv_ok(model),
+        LEAN: lambda: splittable(model, threads) and gemv_ok(model) and lean_ok(model, functools.partial(
+            make_twin, model, GEMV, RAGGED_ATTENTION, threads)),
+        ONEDNN: lambda: packable(model),
         WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model)}
     return checks[kernel]()
 
@@ -88,7 +95,7 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
     if not available(model, kernel, threads):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
-    if kernel in (FUSED, GEMV, WMAJOR):
+    if kernel in (FUSED, GEMV, LEAN, WMAJOR):
         fuse_weights(model)
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
@@ -100,7 +107,7 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         split_linears(twin, split_parts(threads))
     elif kernel == FUSED:
         fuse_linears(twin, split_parts(threads))
-    elif kernel == GEMV:
+    elif kernel in (GEMV, LEAN):
         fuse_linears(twin, split_parts(threads), one_row=gemv_product)
     elif kernel == WMAJOR:
         fuse_linears(twin, weight_major=True)
@@ -108,7 +115,7 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         rows_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
-    return twin.eval()
+    return LeanTwin.of(twin).eval() if kernel == LEAN else twin.eval()
 
 
 def interpolate(xs: Sequence[int], ys: Sequence[float], x: float) -> float:
@@ -294,6 +301,8 @@ class KernelSet:
         # ``threads``: the forwards' intra-op threads. A serving process builds the set on a one-thread thread
         # for an engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
         wanted = [k for k in KERNELS if k in kernels and available(model, k, threads)] or [STOCK]
+        if LEAN in kernels and LEAN not in wanted and GEMV not in wanted and available(model, GEMV, threads):
+            wanted = sorted({*wanted, GEMV}, key=KERNELS.index)  # the loop alone is refused: the gemv twin
         self.attn_implementation = attn_implementation
         self._twins = {k: make_twin(model, k, attn_implementation, threads) for k in wanted}
         self.measured: CostCurve | None = None  # every kernel's measurement (None until calibrated)

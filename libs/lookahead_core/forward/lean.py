@@ -1,0 +1,250 @@
+"""The one-token forward as one lean layer loop: plain greedy's own operations without the module plumbing.
+
+With the exact GEMV (``gemv.py``) a SmolLM2 one-token forward moves its weights in ~15 ms on a 2-core
+EPYC, and spends ~6 ms more around them: ~60 small ATen calls a layer and, mostly, the Python that makes
+them (a dozen ``nn.Module`` calls a layer, the kwargs, mask and output plumbing of the HF model, the
+ragged attention's per-segment loop, the fused members' stash). ``LeanTwin`` wraps the ``gemv`` twin
+and runs a one-token, one-request forward itself, as gpt-fast's ``generate.py`` does: one loop over the
+layers, one cache (the request's ``RequestKV``), and every operation the model's own code makes, on the
+same tensors in the same order (the norm's formula, the model module's rotary function and activation,
+sdpa over the request's entries, the group products): so the logits are the model's bit for bit, and
+the loop only drops what computes nothing. Every other forward (trees, prefill chunks, several
+requests) goes to the wrapped twin unchanged.
+
+Only decoder layers of the Llama shape are taken (``LAYERS``: Llama and Qwen2, whose code the loop
+follows; any other model keeps the twin it had), and nothing is assumed: ``matches`` runs a short
+greedy decoding through both paths on random ids and the loop is offered only where every logit and
+every cache entry is the same bit for bit (``kernels.available``, once per model).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.modeling_utils import slice_logits_to_keep
+
+from ..kv.kvstore import KVShape, RequestKV
+from .fused import FusedGroup, FusedMember
+from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from .split import SplitLinear
+
+log = logging.getLogger(__name__)
+
+# The decoder layers whose forward the loop follows, by class name: (layer, attention, MLP, RMSNorm).
+LAYERS = frozenset({
+    ("LlamaDecoderLayer", "LlamaAttention", "LlamaMLP", "LlamaRMSNorm"),
+    ("Qwen2DecoderLayer", "Qwen2Attention", "Qwen2MLP", "Qwen2RMSNorm"),
+})
+CHECK_SEED = 0  # the random prompt ``matches`` decodes from
+CHECK_PROMPT = 12  # its tokens, prefilled by the twin
+CHECK_STEPS = 4  # one-token forwards compared after it
+
+_checked: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()  # model -> lean_ok's answer
+
+Rotary = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # the modeling module's apply_rotary_pos_emb
+
+
+@dataclass(frozen=True)
+class Norm:
+    """An RMSNorm's weight and epsilon."""
+
+    weight: torch.Tensor  # [hidden]
+    eps: float
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """The Llama/Qwen2 RMSNorm's arithmetic, op for op (its ``.to`` calls are no-ops in fp32)."""
+        variance = x.pow(2).mean(-1, keepdim=True)  # [1, 1, 1]
+        return self.weight * (x * torch.rsqrt(variance + self.eps))  # [1, 1, hidden]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """What a one-token forward reads of one decoder layer."""
+
+    index: int  # the layer's index in the request's KV
+    before: Norm  # input_layernorm
+    qkv: FusedGroup  # q/k/v as one product
+    q_width: int  # heads * head_dim: q's columns of the group's product
+    kv_width: int  # kv_heads * head_dim: k's and v's
+    o: SplitLinear
+    after: Norm  # post_attention_layernorm
+    gate_up: FusedGroup  # gate/up as one product
+    inter: int  # intermediate size: gate's columns of the group's product
+    down: SplitLinear
+    act: Callable[[torch.Tensor], torch.Tensor]  # the MLP's own activation module
+    scaling: float  # the attention's score scale
+    rotary: Rotary
+
+
+def _norm(module: nn.Module) -> Norm:
+    return Norm(module.weight, float(module.variance_epsilon))  # type: ignore[arg-type]
+
+
+def _lean_layer(index: int, layer: nn.Module) -> Layer | None:
+    """``layer``'s parts for the loop, or None where it is not a Llama-shaped layer of a gemv twin."""
+    attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
+    norms = getattr(layer, "input_layernorm", None), getattr(layer, "post_attention_layernorm", None)
+    names = (type(layer).__name__, type(attn).__name__, type(mlp).__name__, type(norms[0]).__name__)
+    if names not in LAYERS or type(norms[1]) is not type(norms[0]):
+        return None
+    members = [getattr(attn, n) for n in ("q_proj", "k_proj", "v_proj")] + [mlp.gate_proj, mlp.up_proj]
+    singles = [attn.o_proj, mlp.down_proj]
+    if not all(isinstance(m, FusedMember) for m in members) or not all(isinstance(m, SplitLinear) for m in singles):
+        return None
+    q, k, _v, gate, _up = members
+    if q.group is not k.group or gate.group is not _up.group or q.lo != 0 or gate.lo != 0:
+        return None
+    if q.group.one_row is None or any(m.one_row is None for m in singles):  # type: ignore[union-attr]
+        return None
+    rotary = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
+    if rotary is None:
+        return None
+    return Layer(index, _norm(norms[0]), q.group, q.out_features, k.out_features, attn.o_proj, _norm(norms[1]),
+                 gate.group, gate.out_features, mlp.down_proj, mlp.act_fn, float(attn.scaling), rotary)
+
+
+def lean_layers(twin: nn.Module) -> list[Layer] | None:
+    """Every decoder layer of ``twin`` (a gemv twin) for the loop, or None where one cannot be taken."""
+    body = getattr(twin, "model", None)
+    layers = getattr(body, "layers", None)
+    if layers is None or not all(hasattr(body, n) for n in ("embed_tokens", "norm", "rotary_emb")):
+        return None
+    if not isinstance(getattr(twin, "lm_head", None), SplitLinear) or type(body.norm).__name__ not in {  # type: ignore[union-attr]
+            names[3] for names in LAYERS}:
+        return None
+    taken = [_lean_layer(i, layer) for i, layer in enumerate(layers)]  # type: ignore[arg-type]
+    return None if any(t is None for t in taken) else taken  # type: ignore[return-value]
+
+
+def one_segment(input_ids: torch.Tensor | None, plan: object) -> Segment | None:
+    """The one request's segment of a one-token ragged forward (nothing else takes the loop)."""
+    if input_ids is None or input_ids.shape != (1, 1) or not isinstance(plan, RaggedPlan):
+        return None
+    if len(plan.segments) != 1 or plan.masks != [None]:
+        return None
+    return plan.segments[0]
+
+
+class LeanTwin(nn.Module):
+    """A gemv twin whose one-token, one-request forwards run as one layer loop (``lean_layers``)."""
+
+    def __init__(self, twin: nn.Module, layers: list[Layer]) -> None:
+        super().__init__()
+        self.twin = twin  # every other forward, and the parameters (shared with the model)
+        self.layers = layers
+        body = twin.model
+        self.embed, self.rotary_emb, self.final = body.embed_tokens, body.rotary_emb, _norm(body.norm)
+        self.lm_head = twin.lm_head  # called as a module: a step profile's hooks time it
+        cfg = twin.config
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+    @classmethod
+    def of(cls, twin: nn.Module) -> LeanTwin:
+        """``twin`` (a gemv twin) wrapped; ValueError where ``lean_layers`` cannot take its layers."""
+        layers = lean_layers(twin)
+        if layers is None:
+            raise ValueError("the lean loop takes Llama/Qwen2 decoder layers of a gemv twin only")
+        return cls(twin, layers)
+
+    @property
+    def config(self) -> Any:
+        return self.twin.config
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.twin.get_input_embeddings()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.twin.get_output_embeddings()
+
+    def forward(self, input_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
+                logits_to_keep: int | torch.Tensor = 0, **kwargs: Any) -> Any:
+        plan = kwargs.get(PLAN_KWARG)
+        seg = one_segment(input_ids, plan)
+        if seg is None or position_ids is None or kwargs.get("use_cache"):
+            return self.twin(input_ids=input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
+        return CausalLMOutputWithPast(logits=self.step(input_ids, position_ids, logits_to_keep, seg, plan))  # type: ignore[arg-type]
+
+    def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int | torch.Tensor,
+             seg: Segment, plan: RaggedPlan) -> torch.Tensor:
+        """The logits of one token ([1, K, vocab]), its keys and values written into ``seg.kv``."""
+        x = self.embed(input_ids)  # [1, 1, hidden]
+        cos, sin = self.rotary_emb(x, position_ids)  # [1, 1, head_dim] each
+        for layer in self.layers:
+            x = x + layer.o(self._attend(layer, layer.before(x), cos, sin, seg, plan))  # [1, 1, hidden]
+            gate_up = layer.gate_up.multiply(layer.after(x))  # [1, 1, 2 * inter]
+            x = x + layer.down(layer.act(gate_up[..., : layer.inter]) * gate_up[..., layer.inter :])  # [1, 1, hidden]
+        return self.lm_head(slice_logits_to_keep(self.final(x), logits_to_keep))  # [1, K, vocab]
+
+    def _attend(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg: Segment,
+                plan: RaggedPlan) -> torch.Tensor:
+        """One layer's attention output for the normed token ``h`` ([1, 1, hidden] -> [1, 1, heads * head_dim])."""
+        qkv = layer.qkv.multiply(h)  # [1, 1, q_width + 2 kv_width]
+        q_end, k_end = layer.q_width, layer.q_width + layer.kv_width
+        q = qkv[..., :q_end].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, heads, 1, head_dim]
+        k = qkv[..., q_end:k_end].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
+        v = qkv[..., k_end:].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
+        q, k = layer.rotary(q, k, cos, sin)
+        started = time.perf_counter() if plan.timed else 0.0
+        seg.kv.write(layer.index, seg.past, k, v)
+        keys, values = seg.kv.view(layer.index, seg.past + 1)  # [1, kv_heads, past + 1, head_dim] each
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=None, scale=layer.scaling,
+                                             enable_gqa=q.shape[1] != k.shape[1])  # [1, heads, 1, head_dim]
+        if plan.timed:
+            plan.attention_s += time.perf_counter() - started
+        return out.transpose(1, 2).reshape(1, 1, -1)  # [1, 1, heads * head_dim]
+
+
+def _forward(runner: nn.Module, kv: RequestKV, ids: list[int]) -> torch.Tensor:
+    """Logits of ``ids`` appended to ``kv`` through ``runner`` (one causal segment): [1, len(ids), vocab]."""
+    past, n = kv.length, len(ids)
+    plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+    plan.finalize(kv.shape.dtype, kv.shape.device)
+    with torch.inference_mode():
+        logits = runner(input_ids=torch.tensor([ids]), position_ids=torch.arange(past, past + n)[None],
+                        use_cache=False, logits_to_keep=torch.arange(n), **{PLAN_KWARG: plan}).logits
+    kv.length = past + n
+    return logits
+
+
+def matches(lean: LeanTwin) -> bool:
+    """Whether the loop gives the wrapped twin's bits: a random prompt prefilled by the twin, then
+    ``CHECK_STEPS`` greedy one-token forwards through each path on its own copy of the cache; every
+    logit and every cache entry must be equal."""
+    shape = KVShape.of(lean)
+    gen = torch.Generator().manual_seed(CHECK_SEED)
+    prompt = torch.randint(lean.config.vocab_size, (CHECK_PROMPT,), generator=gen).tolist()
+    caches = [RequestKV(shape, CHECK_PROMPT + CHECK_STEPS) for _ in range(2)]
+    token = int(_forward(lean.twin, caches[0], prompt)[0, -1].argmax())
+    for layer in range(shape.layers):
+        for mine, theirs in ((caches[1].keys, caches[0].keys), (caches[1].values, caches[0].values)):
+            mine[layer].copy_(theirs[layer])
+    caches[1].length = caches[0].length
+    for _ in range(CHECK_STEPS):
+        want, got = _forward(lean.twin, caches[0], [token]), _forward(lean, caches[1], [token])
+        if not torch.equal(want, got):
+            return False
+        token = int(want[0, -1].argmax())
+    n = caches[0].length
+    return all(torch.equal(a[:, :, :n], b[:, :, :n]) for a, b in zip(
+        caches[0].keys + caches[0].values, caches[1].keys + caches[1].values, strict=True))
+
+
+def lean_ok(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> bool:
+    """Whether the loop is offered for ``model``: its gemv twin (``gemv_twin()`` builds one) has layers the loop
+    takes, and ``matches`` holds (checked once per model)."""
+    if model not in _checked:
+        twin = gemv_twin()
+        _checked[model] = lean_layers(twin) is not None and matches(LeanTwin.of(twin))
+        if not _checked[model]:
+            log.warning("the lean one-token loop is not offered for this model (%s)", type(model).__name__)
+    return _checked[model]

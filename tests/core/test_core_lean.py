@@ -1,0 +1,150 @@
+"""The lean one-token loop (``forward/lean.py``): the gemv twin's one-token forward without its plumbing.
+
+It is offered only where a short greedy decoding through it gives the wrapped twin's logits and cache
+entries bit for bit, so these tests check that it does on both families (biased q/k/v included), that the
+engine on it is plain greedy, that only one-token one-request forwards take it, and that a loop off by one
+ulp, or a layer it does not know, is never offered."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import pytest
+import torch
+from lookahead_core.forward import lean as lean_module
+from lookahead_core.forward.kernels import EXACT, GEMV, LEAN, KernelSet, make_twin
+from lookahead_core.forward.lean import LeanTwin, Norm, lean_layers, lean_ok, matches
+from lookahead_core.forward.ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from lookahead_core.kv.kvstore import KVShape, RequestKV
+from torch import nn
+
+from tests.core.helpers import FAMILIES, random_prompt
+from tests.core.test_core_fused import assert_decoder_is_greedy_on, biased
+from tests.core.test_core_gemv import needs_the_copied_order
+
+pytestmark = [
+    pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"),
+                       reason="the lean loop wraps the exact GEMV, which needs AVX2"),
+    needs_the_copied_order,
+]
+
+
+def lean_of(model: nn.Module) -> LeanTwin:
+    """The lean twin of ``model`` (a ragged one: the loop runs only under a ragged plan)."""
+    twin = make_twin(model, LEAN, attn_implementation="lookahead_ragged")
+    assert isinstance(twin, LeanTwin)
+    return twin
+
+
+def run(runner: nn.Module, kv: RequestKV, ids: list[int]) -> torch.Tensor:
+    """Logits of ``ids`` appended to ``kv`` (one causal segment): [len(ids), vocab]."""
+    past, n = kv.length, len(ids)
+    plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+    plan.finalize(torch.float32, torch.device("cpu"))
+    with torch.inference_mode():
+        logits = runner(input_ids=torch.tensor([ids]), position_ids=torch.arange(past, past + n)[None],
+                        use_cache=False, logits_to_keep=torch.arange(n), **{PLAN_KWARG: plan}).logits
+    kv.length = past + n
+    return logits[0]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_loop_is_the_gemv_twin_bit_for_bit(family: str, two_threads: None) -> None:
+    model = biased(family)  # qwen2: random q/k/v biases, so a dropped bias shows
+    lean = lean_of(model)
+    assert {id(p) for p in lean.parameters()} <= {id(p) for p in model.parameters()}  # no copy
+    gemv = make_twin(model, GEMV, attn_implementation="lookahead_ragged")
+    prompt = random_prompt(random.Random(5))
+    caches = [RequestKV(KVShape.of(model), len(prompt) + 8) for _ in range(2)]
+    for kv in caches:
+        run(gemv, kv, prompt)  # the same prompt KV in both
+    token = prompt[-1]
+    for _ in range(8):  # a decoding past a growing cache: every logit, then every entry written, equal
+        want, got = run(gemv, caches[0], [token]), run(lean, caches[1], [token])
+        assert torch.equal(want, got)
+        token = int(want[-1].argmax())
+    for a, b in zip(caches[0].keys + caches[0].values, caches[1].keys + caches[1].values, strict=True):
+        assert torch.equal(a[:, :, : caches[0].length], b[:, :, : caches[1].length])
+
+
+def test_only_a_one_token_one_request_forward_takes_the_loop(two_threads: None,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    model = biased("llama")
+    lean = lean_of(model)
+    taken: list[int] = []
+    step = LeanTwin.step
+
+    def counted(self: LeanTwin, ids: torch.Tensor, *rest: object) -> torch.Tensor:
+        taken.append(ids.shape[1])
+        return step(self, ids, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LeanTwin, "step", counted)
+    shape = KVShape.of(model)
+    kv, other = RequestKV(shape, 16), RequestKV(shape, 16)
+    run(lean, kv, [5, 6, 7])  # a prefill chunk: the twin
+    assert taken == []
+    run(lean, kv, [8])  # one token, one request: the loop
+    assert taken == [1]
+    two = RaggedPlan([Segment(kv, 0, kv.length, causal_visible(1)), Segment(other, 1, 0, causal_visible(1))])
+    two.finalize(torch.float32, torch.device("cpu"))
+    with torch.inference_mode():  # two requests of one token each: the twin
+        lean(input_ids=torch.tensor([[9, 10]]), position_ids=torch.tensor([[kv.length, 0]]), use_cache=False,
+             logits_to_keep=torch.arange(2), **{PLAN_KWARG: two})
+        plain = make_twin(model, LEAN, attn_implementation=None)
+        plain(input_ids=torch.tensor([[9]]))  # no plan (a plain HF call): the twin
+    assert taken == [1]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoder_on_the_lean_twin_is_greedy(family: str, two_threads: None) -> None:
+    assert_decoder_is_greedy_on(LEAN, family, seed=17)
+
+
+def test_a_loop_one_ulp_off_is_not_offered(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    model = copy.deepcopy(biased("llama"))  # its own copy: lean_ok's answer is kept per model
+    real = Norm.__call__
+
+    def one_ulp_off(self: Norm, x: torch.Tensor) -> torch.Tensor:
+        y = real(self, x)
+        return torch.nextafter(y, torch.full_like(y, float("inf")))  # every normed value one ulp up
+
+    monkeypatch.setattr(Norm, "__call__", one_ulp_off)
+    assert not matches(LeanTwin.of(make_twin(model, GEMV, "lookahead_ragged")))
+    assert not lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    held = KernelSet(model, "lookahead_ragged").names
+    assert LEAN not in held and GEMV in held  # the engine never holds it, and has the gemv twin instead
+
+
+def test_a_layer_the_loop_does_not_know_is_not_taken(two_threads: None) -> None:
+    model = copy.deepcopy(biased("qwen2"))
+
+    class OtherNorm(nn.Module):  # an RMSNorm of another formula (e.g. Gemma's 1 + weight)
+        def __init__(self, norm: nn.Module) -> None:
+            super().__init__()
+            self.weight, self.variance_epsilon = norm.weight, norm.variance_epsilon
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * (1 + self.weight)
+
+    layer = model.model.layers[1]
+    layer.input_layernorm = OtherNorm(layer.input_layernorm)
+    layer.post_attention_layernorm = OtherNorm(layer.post_attention_layernorm)
+    gemv = make_twin(model, GEMV, attn_implementation="lookahead_ragged")
+    assert lean_layers(gemv) is None
+    with pytest.raises(ValueError, match="Llama/Qwen2"):
+        LeanTwin.of(gemv)
+    assert not lean_ok(model, lambda: gemv)
+    held = KernelSet(model, "lookahead_ragged").names
+    assert LEAN not in held and GEMV in held  # the default set falls back to the gemv twin
+
+
+def test_the_lean_twin_counts_as_exact_and_is_checked_once(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LEAN in EXACT  # one_token() may run plain decoding's steps on it: its bits were checked
+    model = copy.deepcopy(biased("llama"))
+    checks: list[int] = []
+    real = lean_module.matches
+    monkeypatch.setattr(lean_module, "matches", lambda t: checks.append(1) or real(t))
+    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    assert checks == [1]  # the answer is kept per model
