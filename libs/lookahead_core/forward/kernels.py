@@ -36,7 +36,7 @@ from torch import nn
 
 from .fused import fuse_linears, fuse_weights
 from .gemv import gemv_ok, gemv_product
-from .lean import LeanTwin, lean_ok
+from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
 from .packed import onednn_linears, pack_linears, packable
 from .ragged import RAGGED_ATTENTION
@@ -115,7 +115,9 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         rows_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
-    return LeanTwin.of(twin).eval() if kernel == LEAN else twin.eval()
+    if kernel == LEAN:
+        return LeanTwin.of(twin, lean_ops(model, lambda: twin)).eval()  # type: ignore[arg-type]  # checked above
+    return twin.eval()
 
 
 def interpolate(xs: Sequence[int], ys: Sequence[float], x: float) -> float:

@@ -35,6 +35,7 @@ from transformers.modeling_utils import slice_logits_to_keep
 
 from ..kv.kvstore import KVShape, RequestKV
 from .fused import FusedGroup, FusedMember
+from .lean_ops import Ops, Rotary, candidates
 from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
 from .split import SplitLinear
 
@@ -49,9 +50,7 @@ CHECK_SEED = 0  # the random prompt ``matches`` decodes from
 CHECK_PROMPT = 12  # its tokens, prefilled by the twin
 CHECK_STEPS = 4  # one-token forwards compared after it
 
-_checked: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()  # model -> lean_ok's answer
-
-Rotary = Callable[..., tuple[torch.Tensor, torch.Tensor]]  # the modeling module's apply_rotary_pos_emb
+_checked: weakref.WeakKeyDictionary[nn.Module, Ops | None] = weakref.WeakKeyDictionary()  # model -> lean_ops
 
 
 @dataclass(frozen=True)
@@ -74,8 +73,7 @@ class Layer:
     index: int  # the layer's index in the request's KV
     before: Norm  # input_layernorm
     qkv: FusedGroup  # q/k/v as one product
-    q_width: int  # heads * head_dim: q's columns of the group's product
-    kv_width: int  # kv_heads * head_dim: k's and v's
+    heads: int  # attention heads (q's columns of the group's product: heads * head_dim)
     o: SplitLinear
     after: Norm  # post_attention_layernorm
     gate_up: FusedGroup  # gate/up as one product
@@ -109,7 +107,7 @@ def _lean_layer(index: int, layer: nn.Module) -> Layer | None:
     rotary = getattr(sys.modules[type(attn).__module__], "apply_rotary_pos_emb", None)
     if rotary is None:
         return None
-    return Layer(index, _norm(norms[0]), q.group, q.out_features, k.out_features, attn.o_proj, _norm(norms[1]),
+    return Layer(index, _norm(norms[0]), q.group, q.out_features // attn.head_dim, attn.o_proj, _norm(norms[1]),
                  gate.group, gate.out_features, mlp.down_proj, mlp.act_fn, float(attn.scaling), rotary)
 
 
@@ -136,25 +134,28 @@ def one_segment(input_ids: torch.Tensor | None, plan: object) -> Segment | None:
 
 
 class LeanTwin(nn.Module):
-    """A gemv twin whose one-token, one-request forwards run as one layer loop (``lean_layers``)."""
+    """A gemv twin whose one-token, one-request forwards run as one layer loop (``lean_layers``), its steps
+    between products made by ``ops`` (``lean_ops``)."""
 
-    def __init__(self, twin: nn.Module, layers: list[Layer]) -> None:
+    def __init__(self, twin: nn.Module, layers: list[Layer], ops: Ops) -> None:
         super().__init__()
         self.twin = twin  # every other forward, and the parameters (shared with the model)
         self.layers = layers
+        self.ops = ops
         body = twin.model
-        self.embed, self.rotary_emb, self.final = body.embed_tokens, body.rotary_emb, _norm(body.norm)
+        self.embed, self.rotary_emb = body.embed_tokens, body.rotary_emb
+        self.norms = [layer.before for layer in layers[1:]] + [_norm(body.norm)]  # the norm after each layer
         self.lm_head = twin.lm_head  # called as a module: a step profile's hooks time it
         cfg = twin.config
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
 
     @classmethod
-    def of(cls, twin: nn.Module) -> LeanTwin:
+    def of(cls, twin: nn.Module, ops: Ops) -> LeanTwin:
         """``twin`` (a gemv twin) wrapped; ValueError where ``lean_layers`` cannot take its layers."""
         layers = lean_layers(twin)
         if layers is None:
             raise ValueError("the lean loop takes Llama/Qwen2 decoder layers of a gemv twin only")
-        return cls(twin, layers)
+        return cls(twin, layers, ops)
 
     @property
     def config(self) -> Any:
@@ -176,29 +177,29 @@ class LeanTwin(nn.Module):
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int | torch.Tensor,
              seg: Segment, plan: RaggedPlan) -> torch.Tensor:
-        """The logits of one token ([1, K, vocab]), its keys and values written into ``seg.kv``."""
-        x = self.embed(input_ids)  # [1, 1, hidden]
+        """The logits of one token ([1, K, vocab]), its keys and values written into ``seg.kv``.
+
+        Each residual add is made with the norm that follows it (the next layer's input norm, the final
+        norm last): x is the residual stream, h its normed copy, both [1, 1, hidden]."""
+        add_norm = self.ops.add_norm
+        x, h = add_norm(self.embed(input_ids), None, self.layers[0].before)
         cos, sin = self.rotary_emb(x, position_ids)  # [1, 1, head_dim] each
-        for layer in self.layers:
-            x = x + layer.o(self._attend(layer, layer.before(x), cos, sin, seg, plan))  # [1, 1, hidden]
-            gate_up = layer.gate_up.multiply(layer.after(x))  # [1, 1, 2 * inter]
-            x = x + layer.down(layer.act(gate_up[..., : layer.inter]) * gate_up[..., layer.inter :])  # [1, 1, hidden]
-        return self.lm_head(slice_logits_to_keep(self.final(x), logits_to_keep))  # [1, K, vocab]
+        for layer, then in zip(self.layers, self.norms, strict=True):
+            x, h = add_norm(x, layer.o(self._attend(layer, h, cos, sin, seg, plan)), layer.after)
+            gate_up = layer.gate_up.multiply(h)  # [1, 1, 2 * inter]
+            x, h = add_norm(x, layer.down(layer.act(gate_up[..., : layer.inter]) * gate_up[..., layer.inter :]), then)
+        return self.lm_head(slice_logits_to_keep(h, logits_to_keep))  # [1, K, vocab]
 
     def _attend(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg: Segment,
                 plan: RaggedPlan) -> torch.Tensor:
         """One layer's attention output for the normed token ``h`` ([1, 1, hidden] -> [1, 1, heads * head_dim])."""
-        qkv = layer.qkv.multiply(h)  # [1, 1, q_width + 2 kv_width]
-        q_end, k_end = layer.q_width, layer.q_width + layer.kv_width
-        q = qkv[..., :q_end].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, heads, 1, head_dim]
-        k = qkv[..., q_end:k_end].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
-        v = qkv[..., k_end:].view(1, 1, -1, self.head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
-        q, k = layer.rotary(q, k, cos, sin)
+        qkv = layer.qkv.multiply(h)  # [1, 1, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
-        seg.kv.write(layer.index, seg.past, k, v)
+        q = self.ops.rotate_and_cache(qkv, cos, sin, seg.kv, layer.index, seg.past, layer.heads, self.head_dim,
+                                      layer.rotary)  # [1, heads, 1, head_dim]
         keys, values = seg.kv.view(layer.index, seg.past + 1)  # [1, kv_heads, past + 1, head_dim] each
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=None, scale=layer.scaling,
-                                             enable_gqa=q.shape[1] != k.shape[1])  # [1, heads, 1, head_dim]
+                                             enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, 1, head_dim]
         if plan.timed:
             plan.attention_s += time.perf_counter() - started
         return out.transpose(1, 2).reshape(1, 1, -1)  # [1, 1, heads * head_dim]
@@ -239,12 +240,23 @@ def matches(lean: LeanTwin) -> bool:
         caches[0].keys + caches[0].values, caches[1].keys + caches[1].values, strict=True))
 
 
-def lean_ok(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> bool:
-    """Whether the loop is offered for ``model``: its gemv twin (``gemv_twin()`` builds one) has layers the loop
-    takes, and ``matches`` holds (checked once per model)."""
+def lean_ops(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> Ops | None:
+    """The steps the loop runs ``model`` with: the first of ``lean_ops.candidates`` for which ``matches``
+    holds on its gemv twin (``gemv_twin()`` builds one); None where none does or the loop does not take
+    its layers (checked once per model)."""
     if model not in _checked:
         twin = gemv_twin()
-        _checked[model] = lean_layers(twin) is not None and matches(LeanTwin.of(twin))
-        if not _checked[model]:
+        found = None
+        if lean_layers(twin) is not None:
+            found = next((ops for ops in candidates() if matches(LeanTwin.of(twin, ops))), None)
+        _checked[model] = found
+        if found is None:
             log.warning("the lean one-token loop is not offered for this model (%s)", type(model).__name__)
+        else:
+            log.info("the lean one-token loop runs %s with %s steps", type(model).__name__, found.name)
     return _checked[model]
+
+
+def lean_ok(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> bool:
+    """Whether the loop is offered for ``model`` (``lean_ops`` found steps that give the stock bits)."""
+    return lean_ops(model, gemv_twin) is not None
