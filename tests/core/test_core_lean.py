@@ -1,19 +1,21 @@
-"""The lean one-token loop (``forward/lean.py``): the gemv twin's one-token forward without its plumbing.
+"""The lean layer loop (``forward/lean.py``): the fused twin's ragged forwards without their plumbing.
 
-It is offered only where a short greedy decoding through it gives the wrapped twin's logits and cache
-entries bit for bit, so these tests check that it does on both families (biased q/k/v included), that the
-engine on it is plain greedy, that only one-token one-request forwards take it, and that a loop off by one
-ulp, or a layer it does not know, is never offered."""
+It is offered only where a prefill and a short greedy decoding through it give the wrapped twin's logits
+and cache entries bit for bit, so these tests check that it does on both families (biased q/k/v included):
+at one token (the gemv twin's bits, plain greedy's), on a tree beside a second request; that the engine on
+it is plain greedy; that a call without a ragged plan goes to the twin; and that a loop off by one ulp, or
+a layer it does not know, is never offered."""
 
 from __future__ import annotations
 
 import copy
 import random
 
+import numpy as np
 import pytest
 import torch
 from lookahead_core.forward import lean as lean_module
-from lookahead_core.forward.kernels import EXACT, GEMV, LEAN, KernelSet, make_twin
+from lookahead_core.forward.kernels import EXACT, GEMV, LEAN, LEAN_DNN, ONEDNN, KernelSet, make_twin
 from lookahead_core.forward.lean import LeanTwin, lean_layers, lean_ok, lean_ops, matches
 from lookahead_core.forward.lean_ops import Ops, StockOps
 from lookahead_core.forward.ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
@@ -31,9 +33,9 @@ pytestmark = [
 ]
 
 
-def lean_of(model: nn.Module) -> LeanTwin:
-    """The lean twin of ``model`` (a ragged one: the loop runs only under a ragged plan)."""
-    twin = make_twin(model, LEAN, attn_implementation="lookahead_ragged")
+def lean_of(model: nn.Module, kernel: str = LEAN) -> LeanTwin:
+    """The ``kernel`` lean twin of ``model`` (a ragged one: the loop runs only under a ragged plan)."""
+    twin = make_twin(model, kernel, attn_implementation="lookahead_ragged")
     assert isinstance(twin, LeanTwin)
     return twin
 
@@ -54,7 +56,7 @@ def run(runner: nn.Module, kv: RequestKV, ids: list[int]) -> torch.Tensor:
 def test_the_loop_is_the_gemv_twin_bit_for_bit(family: str, two_threads: None) -> None:
     model = biased(family)  # qwen2: random q/k/v biases, so a dropped bias shows
     lean = lean_of(model)
-    assert lean.ops is lean_ops(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))  # the steps checked
+    assert lean.ops is lean_ops(model, lambda: make_twin(model, GEMV, "lookahead_ragged"), LEAN)  # the steps checked
     assert {id(p) for p in lean.parameters()} <= {id(p) for p in model.parameters()}  # no copy
     gemv = make_twin(model, GEMV, attn_implementation="lookahead_ragged")
     prompt = random_prompt(random.Random(5))
@@ -70,8 +72,8 @@ def test_the_loop_is_the_gemv_twin_bit_for_bit(family: str, two_threads: None) -
         assert torch.equal(a[:, :, : caches[0].length], b[:, :, : caches[1].length])
 
 
-def test_only_a_one_token_one_request_forward_takes_the_loop(two_threads: None,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_ragged_forward_takes_the_loop_and_a_plain_call_the_twin(two_threads: None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     model = biased("llama")
     lean = lean_of(model)
     taken: list[int] = []
@@ -82,25 +84,51 @@ def test_only_a_one_token_one_request_forward_takes_the_loop(two_threads: None,
         return step(self, ids, *rest)  # type: ignore[arg-type]
 
     monkeypatch.setattr(LeanTwin, "step", counted)
+    kv = RequestKV(KVShape.of(model), 16)
+    run(lean, kv, [5, 6, 7])  # a prefill chunk
+    run(lean, kv, [8])  # one token
+    assert taken == [3, 1]
+    with torch.inference_mode():
+        make_twin(model, LEAN, attn_implementation=None)(input_ids=torch.tensor([[9]]))  # no plan: the twin
+    assert taken == [3, 1]
+
+
+def two_requests(model: nn.Module, runner: nn.Module) -> tuple[torch.Tensor, list[RequestKV]]:
+    """One forward of two requests through ``runner``: a 3-token tree (root, two children) over a 6-entry
+    cache, then one token of a second request over its 4 entries; returns the logits [5, vocab] and caches."""
     shape = KVShape.of(model)
-    kv, other = RequestKV(shape, 16), RequestKV(shape, 16)
-    run(lean, kv, [5, 6, 7])  # a prefill chunk: the twin
-    assert taken == []
-    run(lean, kv, [8])  # one token, one request: the loop
-    assert taken == [1]
-    two = RaggedPlan([Segment(kv, 0, kv.length, causal_visible(1)), Segment(other, 1, 0, causal_visible(1))])
-    two.finalize(torch.float32, torch.device("cpu"))
-    with torch.inference_mode():  # two requests of one token each: the twin
-        lean(input_ids=torch.tensor([[9, 10]]), position_ids=torch.tensor([[kv.length, 0]]), use_cache=False,
-             logits_to_keep=torch.arange(2), **{PLAN_KWARG: two})
-        plain = make_twin(model, LEAN, attn_implementation=None)
-        plain(input_ids=torch.tensor([[9]]))  # no plan (a plain HF call): the twin
-    assert taken == [1]
+    kvs = [RequestKV(shape, 16), RequestKV(shape, 16)]
+    run(runner, kvs[0], [3, 1, 4, 1, 5, 9])
+    run(runner, kvs[1], [2, 6, 5, 3])
+    tree = np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]], dtype=bool)  # both children see the root only
+    plan = RaggedPlan([Segment(kvs[0], 0, 6, tree), Segment(kvs[1], 3, 4, causal_visible(1))])
+    plan.finalize(torch.float32, torch.device("cpu"))
+    with torch.inference_mode():
+        logits = runner(input_ids=torch.tensor([[7, 8, 9, 10]]), position_ids=torch.tensor([[6, 7, 7, 4]]),
+                        use_cache=False, logits_to_keep=torch.arange(4), **{PLAN_KWARG: plan}).logits
+    return logits[0], kvs
 
 
+@pytest.mark.parametrize("kernel", [LEAN, LEAN_DNN])  # past one row: the rows kernel, oneDNN
 @pytest.mark.parametrize("family", FAMILIES)
-def test_decoder_on_the_lean_twin_is_greedy(family: str, two_threads: None) -> None:
-    assert_decoder_is_greedy_on(LEAN, family, seed=17)
+def test_a_tree_and_a_second_request_in_one_forward_are_the_twins_bit_for_bit(family: str, kernel: str,
+                                                                             two_threads: None) -> None:
+    model = biased(family)
+    lean = lean_of(model, kernel)
+    want, want_kv = two_requests(model, lean.twin)  # the twin the loop wraps, through HF's graph and ragged attention
+    got, got_kv = two_requests(model, lean)
+    assert torch.equal(got, want)
+    for a, b in zip(want_kv, got_kv, strict=True):
+        for x, y in zip(a.keys + a.values, b.keys + b.values, strict=True):
+            assert torch.equal(x[:, :, : a.length], y[:, :, : b.length])
+    torch.testing.assert_close(got, two_requests(model, make_twin(model, "stock", "lookahead_ragged"))[0],
+                               rtol=1e-4, atol=1e-4)  # and the stock model's up to summation order
+
+
+@pytest.mark.parametrize("kernel", [LEAN, LEAN_DNN])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_decoder_on_the_lean_twin_is_greedy(family: str, kernel: str, two_threads: None) -> None:
+    assert_decoder_is_greedy_on(kernel, family, seed=17)
 
 
 class OneUlpOff:
@@ -120,9 +148,10 @@ def test_a_loop_one_ulp_off_is_not_offered(two_threads: None, monkeypatch: pytes
     real = lean_module.candidates
     monkeypatch.setattr(lean_module, "candidates", lambda: [OneUlpOff(ops) for ops in real()])
     assert not matches(LeanTwin.of(make_twin(model, GEMV, "lookahead_ragged"), OneUlpOff(StockOps())))
-    assert not lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    assert not lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"), LEAN)
     held = KernelSet(model, "lookahead_ragged").names
-    assert LEAN not in held and GEMV in held  # the engine never holds it, and has the gemv twin instead
+    assert LEAN not in held and LEAN_DNN not in held  # the engine never holds a lean twin ...
+    assert GEMV in held and ONEDNN in held  # ... and holds the products it would have made instead
 
 
 def test_a_layer_the_loop_does_not_know_is_not_taken(two_threads: None) -> None:
@@ -143,18 +172,18 @@ def test_a_layer_the_loop_does_not_know_is_not_taken(two_threads: None) -> None:
     assert lean_layers(gemv) is None
     with pytest.raises(ValueError, match="Llama/Qwen2"):
         LeanTwin.of(gemv, StockOps())
-    assert not lean_ok(model, lambda: gemv)
+    assert not lean_ok(model, lambda: gemv, LEAN)
     held = KernelSet(model, "lookahead_ragged").names
     assert LEAN not in held and GEMV in held  # the default set falls back to the gemv twin
 
 
 def test_the_lean_twin_counts_as_exact_and_is_checked_once(two_threads: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert LEAN in EXACT  # one_token() may run plain decoding's steps on it: its bits were checked
+    assert LEAN in EXACT and LEAN_DNN in EXACT  # one_token() may run plain decoding's steps on them: bits checked
     model = copy.deepcopy(biased("llama"))
     checks: list[int] = []
     real = lean_module.matches
     monkeypatch.setattr(lean_module, "matches", lambda t: checks.append(1) or real(t))
-    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"), LEAN)
     tried = len(checks)  # the candidates up to the first that matches
-    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"))
+    assert lean_ok(model, lambda: make_twin(model, GEMV, "lookahead_ragged"), LEAN)
     assert len(checks) == tried >= 1  # the answer is kept per model

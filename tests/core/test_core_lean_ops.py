@@ -43,7 +43,7 @@ def test_the_fused_add_and_norm_are_the_stock_ones_bit_for_bit(width: int, scale
     with torch.no_grad():
         module.weight.copy_(torch.randn(width, generator=gen))
     norm = Norm(module.weight, module.variance_epsilon)
-    x, d = torch.randn(2, 1, 1, width, generator=gen) * scale  # [1, 1, width] each
+    x, d = torch.randn(2, 1, 3, width, generator=gen) * scale  # [1, 3, width] each: three rows
     with torch.inference_mode():
         want_sum, want = stock.add_norm(x, d, norm)
         got_sum, got = fused.add_norm(x, d, norm)
@@ -51,27 +51,29 @@ def test_the_fused_add_and_norm_are_the_stock_ones_bit_for_bit(width: int, scale
         assert torch.equal(want, module(x + d))  # the loop's stock norm is the module's formula
         assert torch.equal(got, want)
         assert torch.equal(fused.add_norm(x, None, norm)[1], module(x))  # no residual: x normed as is
+        assert torch.equal(fused.add_norm(x[:, :1], d[:, :1], norm)[1], want[:, :1])  # one row: the same
 
 
 @pytest.mark.parametrize("heads_kv", [(4, 2), (9, 3), (14, 2)])  # the tiny models, SmolLM2, Qwen2.5-0.5B
 @pytest.mark.parametrize("past", [0, 5])
-def test_the_fused_rotary_writes_the_stock_q_and_cache(heads_kv: tuple[int, int], past: int) -> None:
+@pytest.mark.parametrize("n", [1, 3])  # one token, a tree or chunk
+def test_the_fused_rotary_writes_the_stock_q_and_cache(heads_kv: tuple[int, int], past: int, n: int) -> None:
     # elementwise: the same bits on any machine
     heads, kv_heads = heads_kv
     head_dim = 64
-    gen = torch.Generator().manual_seed(heads + past)
-    qkv = torch.randn(1, 1, (heads + 2 * kv_heads) * head_dim, generator=gen)  # [1, 1, rows]
-    cos, sin = torch.randn(2, 1, 1, head_dim, generator=gen)  # [1, 1, head_dim] each
+    gen = torch.Generator().manual_seed(heads + past + n)
+    qkv = torch.randn(1, n, (heads + 2 * kv_heads) * head_dim, generator=gen)  # [1, n, rows]
+    cos, sin = torch.randn(2, 1, n, head_dim, generator=gen)  # [1, n, head_dim] each
     shape = KVShape(2, kv_heads, head_dim, torch.float32, torch.device("cpu"))
-    caches = [RequestKV(shape, past + 1) for _ in range(2)]
+    caches = [RequestKV(shape, past + n + 2) for _ in range(2)]
     got = FusedOps(extension(), LANES[0]).rotate_and_cache(  # type: ignore[arg-type]
         qkv, cos, sin, caches[0], 1, past, heads, head_dim, apply_rotary_pos_emb)
     want = StockOps().rotate_and_cache(qkv, cos, sin, caches[1], 1, past, heads, head_dim, apply_rotary_pos_emb)
-    assert got.shape == (1, heads, 1, head_dim) and torch.equal(got, want)
+    assert got.shape == (1, heads, n, head_dim) and torch.equal(got, want)
     for a, b in ((caches[0].keys[1], caches[1].keys[1]), (caches[0].values[1], caches[1].values[1])):
-        assert torch.equal(a[:, :, past], b[:, :, past])  # the token's entry; nothing else is written
-    v = qkv[0, 0, (heads + kv_heads) * head_dim :].view(kv_heads, head_dim)  # [kv_heads, head_dim]
-    assert torch.equal(caches[0].values[1][0, :, past], v)
+        assert torch.equal(a[:, :, past : past + n], b[:, :, past : past + n])  # the tokens' entries
+    v = qkv[0, :, (heads + kv_heads) * head_dim :].view(n, kv_heads, head_dim).transpose(0, 1)  # [kv_heads, n, hd]
+    assert torch.equal(caches[0].values[1][0, :, past : past + n], v)
 
 
 def test_an_entry_past_the_cache_or_a_wrong_width_is_refused() -> None:
@@ -81,10 +83,12 @@ def test_an_entry_past_the_cache_or_a_wrong_width_is_refused() -> None:
     qkv, cos = torch.randn(1, 1, 8 * 64), torch.randn(1, 1, 64)  # 4 heads + 2 x 2 kv heads
     with pytest.raises(RuntimeError, match="fit the cache"):
         fused.rotate_and_cache(qkv, cos, cos, kv, 0, 4, 4, 64, apply_rotary_pos_emb)  # entry 4 of 4
-    with pytest.raises(RuntimeError, match="one token's q, k and v"):
+    with pytest.raises(RuntimeError, match="each token's q, k and v"):
         fused.rotate_and_cache(qkv[..., :-64], cos, cos, kv, 0, 0, 4, 64, apply_rotary_pos_emb)
     with pytest.raises(RuntimeError, match="weight's width"):
         fused.add_norm(torch.randn(1, 1, 63), None, Norm(torch.randn(64), 1e-6))
+    with pytest.raises(RuntimeError, match="x's shape"):
+        fused.add_norm(torch.randn(1, 2, 64), torch.randn(1, 1, 64), Norm(torch.randn(64), 1e-6))
 
 
 def test_the_stock_steps_are_always_a_candidate_and_come_last() -> None:

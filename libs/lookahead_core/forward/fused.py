@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .memory import drop_file_pages
-from .split import OneRow, single_row, split_linears, split_parts, split_product
+from .split import OneRow, Product, single_row, split_linears, split_parts, split_product
 from .wmajor import weight_major_linears, weight_major_product
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ class FusedGroup:
     """One product over a group's joined rows, computed once per input and sliced by each member."""
 
     def __init__(self, layers: Sequence[nn.Module], parts: int, weight_major: bool = False,
-                 one_row: OneRow | None = None) -> None:
+                 one_row: OneRow | None = None, many_rows: Product | None = None) -> None:
         self.rows = sum(m.out_features for m in layers)  # type: ignore[misc]
         self.weight = _whole(layers[0].weight, self.rows)  # type: ignore[arg-type]  # [rows, in]
         bias = layers[0].bias
@@ -108,6 +108,7 @@ class FusedGroup:
         self.parts = parts  # row blocks of the split product
         self.weight_major = weight_major  # the product as (W x^T)^T instead (``wmajor``): parts unused
         self.one_row = one_row  # the product of a single row (``gemv.gemv_product``); None: split or weight-major
+        self.many_rows = many_rows  # the product of several rows (``rows.rows_product``); None: split or weight-major
         self.members = len(layers)
         self._stash = threading.local()  # per thread: (input, output, members still to read it)
 
@@ -115,6 +116,8 @@ class FusedGroup:
         """x W_group^T + b_group by the group's kernel: [..., in] -> [..., rows]."""
         if self.one_row is not None and single_row(x):
             return self.one_row(x, self.weight, self.bias)
+        if self.many_rows is not None:
+            return self.many_rows(x, self.weight, self.bias)
         if self.weight_major:
             return weight_major_product(x, self.weight, self.bias)
         return split_product(x, self.weight, self.bias, self.parts)
@@ -156,12 +159,13 @@ def _ready(layers: Sequence[nn.Module], parts: int) -> bool:
 
 
 def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool = False,
-                 one_row: OneRow | None = None) -> int:
+                 one_row: OneRow | None = None, many_rows: Product | None = None) -> int:
     """In a twin whose model went through ``fuse_weights``: each joined group whose rows divide into
     ``parts`` becomes ``FusedMember`` modules of one ``FusedGroup``; every other Linear is split
     (``split.split_linears``). ``weight_major``: every product runs weight-major instead (no row blocks,
     so every joined group fuses). ``one_row``: the product of a single row, for every group and split
-    layer (the ``gemv`` twin). Returns the groups fused."""
+    layer (the ``gemv`` twin); ``many_rows``: the product of several rows (the ``lean`` twin's rows kernel).
+    Returns the groups fused."""
     parts = 1 if weight_major else split_parts() if parts is None else parts
     fused = 0
     for module_ in list(module.modules()):
@@ -169,7 +173,7 @@ def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool
             layers = group_linears(module_, names)
             if layers is None or not _ready(layers, parts):
                 continue
-            group, lo = FusedGroup(layers, parts, weight_major, one_row), 0
+            group, lo = FusedGroup(layers, parts, weight_major, one_row, many_rows), 0
             for name, layer in zip(names, layers, strict=True):
                 setattr(module_, name, FusedMember(layer, group, lo))
                 lo += layer.out_features
@@ -178,6 +182,6 @@ def fuse_linears(module: nn.Module, parts: int | None = None, weight_major: bool
         weight_major_linears(module)
         log.info("fused %d layer groups, every product weight-major", fused)
         return fused
-    split = split_linears(module, parts, one_row)
+    split = split_linears(module, parts, one_row, many_rows)
     log.info("fused %d layer groups, split %d other linear layers into %d row blocks", fused, split, parts)
     return fused

@@ -38,9 +38,9 @@ from .fused import fuse_linears, fuse_weights
 from .gemv import gemv_ok, gemv_product
 from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
-from .packed import onednn_linears, pack_linears, packable
+from .packed import onednn_linears, onednn_product, pack_linears, packable
 from .ragged import RAGGED_ATTENTION
-from .rows import rows_linears, rows_ok
+from .rows import rows_linears, rows_ok, rows_product
 from .split import split_linears, split_parts, splittable
 from .wmajor import weight_major_ok
 
@@ -48,16 +48,18 @@ STOCK = "stock"  # the model's own Linear kernels
 SPLIT = "split"  # the stock product over per-thread row blocks of each weight (CPU, same result bit for bit)
 FUSED = "fused"  # split, with q/k/v and gate/up as one product each over one joined weight storage
 GEMV = "gemv"  # fused, every one-row product by an AVX2 GEMV summing in MKL's order (checked bit for bit per model)
-LEAN = "lean"  # gemv, a one-token forward run as one lean layer loop (Llama/Qwen2; checked bit for bit per model)
+LEAN = "lean"  # fused, one row by gemv, more by rows, every ragged forward one lean layer loop (Llama/Qwen2; checked)
+LEAN_DNN = "lean-onednn"  # lean with oneDNN's product past one row (the bigger trees and prefill chunks)
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
 ROWS = "rows"  # every weight row read once for all rows (an AVX2 kernel compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, ONEDNN, WMAJOR, ROWS, PACKED)  # what a KernelSet may hold; ties: first
+KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, ONEDNN, WMAJOR, ROWS, PACKED)  # what a KernelSet may hold
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, LEAN, ONEDNN, WMAJOR, ROWS)  # the default: no second copy of a weight (lean: gemv where
-# the loop is refused; past one token lean's forwards are gemv's, so the two are not both timed)
-EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN})  # kernels whose one-token forward is the stock one bit for bit
+SHARING = (STOCK, FUSED, LEAN, LEAN_DNN, WMAJOR)  # the default: no second copy of a weight
+SUPERSEDED = {LEAN: (GEMV, ROWS), LEAN_DNN: (ONEDNN,)}  # a lean twin makes these products with less around them:
+# a set asked for it holds them only where its loop is refused
+EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN})  # one-token forward: the stock one bit for bit
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
 LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
@@ -72,11 +74,18 @@ def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool
     checks: dict[str, Callable[[], bool]] = {
         STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
         GEMV: lambda: splittable(model, threads) and gemv_ok(model),
-        LEAN: lambda: splittable(model, threads) and gemv_ok(model) and lean_ok(model, functools.partial(
-            make_twin, model, GEMV, RAGGED_ATTENTION, threads)),
+        LEAN: lambda: lean_here(model, LEAN, threads),
+        LEAN_DNN: lambda: packable(model) and lean_here(model, LEAN_DNN, threads),
         ONEDNN: lambda: packable(model),
         WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model)}
     return checks[kernel]()
+
+
+def lean_here(model: nn.Module, kernel: str, threads: int | None) -> bool:
+    """Whether the ``kernel`` lean twin runs ``model``: fp32 CPU, 2+ threads, the GEMV's bits, and its loop's
+    (``lean.lean_ok``, on the twin's own modules)."""
+    return splittable(model, threads) and gemv_ok(model) and lean_ok(
+        model, functools.partial(_modules, model, kernel, RAGGED_ATTENTION, threads), kernel)
 
 
 def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, threads: int | None = None) -> nn.Module:
@@ -95,7 +104,15 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
     if not available(model, kernel, threads):
         raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
                          "split: fp32 CPU with 2+ intra-op threads)")
-    if kernel in (FUSED, GEMV, LEAN, WMAJOR):
+    twin = _modules(model, kernel, attn_implementation, threads)
+    if kernel in (LEAN, LEAN_DNN):  # its loop over the twin's modules, with the steps lean_ok checked
+        return LeanTwin.of(twin, lean_ops(model, lambda: twin, kernel)).eval()  # type: ignore[arg-type]
+    return twin
+
+
+def _modules(model: nn.Module, kernel: str, attn_implementation: str | None, threads: int | None) -> nn.Module:
+    """``make_twin``'s module copy with ``kernel``'s Linear layers (for "lean": the modules its loop runs)."""
+    if kernel in (FUSED, GEMV, LEAN, LEAN_DNN, WMAJOR):
         fuse_weights(model)
     memo: dict[int, Any] = {id(t): t for t in [*model.parameters(), *model.buffers()]}
     twin = copy.deepcopy(model, memo)  # only module objects (and the config) are duplicated
@@ -107,16 +124,17 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
         split_linears(twin, split_parts(threads))
     elif kernel == FUSED:
         fuse_linears(twin, split_parts(threads))
-    elif kernel in (GEMV, LEAN):
+    elif kernel == GEMV:
         fuse_linears(twin, split_parts(threads), one_row=gemv_product)
+    elif kernel in (LEAN, LEAN_DNN):  # past one row: oneDNN, or the rows kernel where it is built
+        many = onednn_product if kernel == LEAN_DNN else rows_product if rows_ok(model) else None
+        fuse_linears(twin, split_parts(threads), one_row=gemv_product, many_rows=many)
     elif kernel == WMAJOR:
         fuse_linears(twin, weight_major=True)
     elif kernel == ROWS:
         rows_linears(twin)
     if attn_implementation is not None:
         twin.set_attn_implementation(attn_implementation)
-    if kernel == LEAN:
-        return LeanTwin.of(twin, lean_ops(model, lambda: twin)).eval()  # type: ignore[arg-type]  # checked above
     return twin.eval()
 
 
@@ -303,8 +321,9 @@ class KernelSet:
         # ``threads``: the forwards' intra-op threads. A serving process builds the set on a one-thread thread
         # for an engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
         wanted = [k for k in KERNELS if k in kernels and available(model, k, threads)] or [STOCK]
-        if LEAN in kernels and LEAN not in wanted and GEMV not in wanted and available(model, GEMV, threads):
-            wanted = sorted({*wanted, GEMV}, key=KERNELS.index)  # the loop alone is refused: the gemv twin
+        for lean, products in SUPERSEDED.items():
+            if lean in kernels and lean not in wanted:  # the loop is refused: the kernels it supersedes, where they run
+                wanted = sorted({*wanted, *(k for k in products if available(model, k, threads))}, key=KERNELS.index)
         self.attn_implementation = attn_implementation
         self._twins = {k: make_twin(model, k, attn_implementation, threads) for k in wanted}
         self.measured: CostCurve | None = None  # every kernel's measurement (None until calibrated)

@@ -1,20 +1,21 @@
-"""The one-token forward as one lean layer loop: plain greedy's own operations without the module plumbing.
+"""The forward as one lean layer loop: the model's own operations without the module plumbing.
 
 With the exact GEMV (``gemv.py``) a SmolLM2 one-token forward moves its weights in ~15 ms on a 2-core
-EPYC, and spends ~6 ms more around them: ~60 small ATen calls a layer and, mostly, the Python that makes
+EPYC, and spent ~6 ms more around them: ~60 small ATen calls a layer and, mostly, the Python that makes
 them (a dozen ``nn.Module`` calls a layer, the kwargs, mask and output plumbing of the HF model, the
-ragged attention's per-segment loop, the fused members' stash). ``LeanTwin`` wraps the ``gemv`` twin
-and runs a one-token, one-request forward itself, as gpt-fast's ``generate.py`` does: one loop over the
-layers, one cache (the request's ``RequestKV``), and every operation the model's own code makes, on the
-same tensors in the same order (the norm's formula, the model module's rotary function and activation,
-sdpa over the request's entries, the group products): so the logits are the model's bit for bit, and
-the loop only drops what computes nothing. Every other forward (trees, prefill chunks, several
-requests) goes to the wrapped twin unchanged.
+ragged attention's per-segment loop, the fused members' stash); a tree forward pays the same. ``LeanTwin``
+wraps a fused twin (one-row products by the GEMV, several rows by the rows kernel) and runs every ragged
+forward itself, as gpt-fast's ``generate.py`` does: one loop over the layers, each request's own cache, and
+the operations the model's code makes, on the same tensors in the same order (the norm's formula, the
+modeling module's rotary function and activation, sdpa over each request's entries with its segment's
+mask, the group products), the small ones fused where that keeps their arithmetic (``lean_ops``). So the
+logits are the wrapped twin's bit for bit: at one token, plain greedy's. A call without a ragged plan goes
+to the wrapped twin unchanged.
 
 Only decoder layers of the Llama shape are taken (``LAYERS``: Llama and Qwen2, whose code the loop
-follows; any other model keeps the twin it had), and nothing is assumed: ``matches`` runs a short
-greedy decoding through both paths on random ids and the loop is offered only where every logit and
-every cache entry is the same bit for bit (``kernels.available``, once per model).
+follows; any other model keeps the twin it had), and nothing is assumed: ``matches`` prefills a random
+prompt and runs a short greedy decoding through both paths, and the loop is offered only where every
+logit and every cache entry is the same bit for bit (``kernels.available``, once per model).
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ CHECK_SEED = 0  # the random prompt ``matches`` decodes from
 CHECK_PROMPT = 12  # its tokens, prefilled by the twin
 CHECK_STEPS = 4  # one-token forwards compared after it
 
-_checked: weakref.WeakKeyDictionary[nn.Module, Ops | None] = weakref.WeakKeyDictionary()  # model -> lean_ops
+_checked: weakref.WeakKeyDictionary[nn.Module, dict[str, Ops | None]] = weakref.WeakKeyDictionary()  # lean_ops
 
 
 @dataclass(frozen=True)
@@ -124,18 +125,9 @@ def lean_layers(twin: nn.Module) -> list[Layer] | None:
     return None if any(t is None for t in taken) else taken  # type: ignore[return-value]
 
 
-def one_segment(input_ids: torch.Tensor | None, plan: object) -> Segment | None:
-    """The one request's segment of a one-token ragged forward (nothing else takes the loop)."""
-    if input_ids is None or input_ids.shape != (1, 1) or not isinstance(plan, RaggedPlan):
-        return None
-    if len(plan.segments) != 1 or plan.masks != [None]:
-        return None
-    return plan.segments[0]
-
-
 class LeanTwin(nn.Module):
-    """A gemv twin whose one-token, one-request forwards run as one layer loop (``lean_layers``), its steps
-    between products made by ``ops`` (``lean_ops``)."""
+    """A twin whose ragged forwards run as one layer loop over its modules (``lean_layers``), its steps between
+    products made by ``ops`` (``lean_ops``)."""
 
     def __init__(self, twin: nn.Module, layers: list[Layer], ops: Ops) -> None:
         super().__init__()
@@ -151,7 +143,7 @@ class LeanTwin(nn.Module):
 
     @classmethod
     def of(cls, twin: nn.Module, ops: Ops) -> LeanTwin:
-        """``twin`` (a gemv twin) wrapped; ValueError where ``lean_layers`` cannot take its layers."""
+        """``twin`` (fused, with a one-row product) wrapped; ValueError where ``lean_layers`` cannot take its layers."""
         layers = lean_layers(twin)
         if layers is None:
             raise ValueError("the lean loop takes Llama/Qwen2 decoder layers of a gemv twin only")
@@ -170,39 +162,50 @@ class LeanTwin(nn.Module):
     def forward(self, input_ids: torch.Tensor | None = None, position_ids: torch.Tensor | None = None,
                 logits_to_keep: int | torch.Tensor = 0, **kwargs: Any) -> Any:
         plan = kwargs.get(PLAN_KWARG)
-        seg = one_segment(input_ids, plan)
-        if seg is None or position_ids is None or kwargs.get("use_cache"):
+        if not isinstance(plan, RaggedPlan) or input_ids is None or position_ids is None or kwargs.get("use_cache"):
             return self.twin(input_ids=input_ids, position_ids=position_ids, logits_to_keep=logits_to_keep, **kwargs)
-        return CausalLMOutputWithPast(logits=self.step(input_ids, position_ids, logits_to_keep, seg, plan))  # type: ignore[arg-type]
+        return CausalLMOutputWithPast(logits=self.step(input_ids, position_ids, logits_to_keep, plan))
 
     def step(self, input_ids: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int | torch.Tensor,
-             seg: Segment, plan: RaggedPlan) -> torch.Tensor:
-        """The logits of one token ([1, K, vocab]), its keys and values written into ``seg.kv``.
+             plan: RaggedPlan) -> torch.Tensor:
+        """The kept rows' logits ([1, K, vocab]) of the packed row ``input_ids`` ([1, T]), every request's
+        keys and values written into its cache.
 
         Each residual add is made with the norm that follows it (the next layer's input norm, the final
-        norm last): x is the residual stream, h its normed copy, both [1, 1, hidden]."""
+        norm last): x is the residual stream, h its normed copy, both [1, T, hidden]."""
         add_norm = self.ops.add_norm
         x, h = add_norm(self.embed(input_ids), None, self.layers[0].before)
-        cos, sin = self.rotary_emb(x, position_ids)  # [1, 1, head_dim] each
+        cos, sin = self.rotary_emb(x, position_ids)  # [1, T, head_dim] each
         for layer, then in zip(self.layers, self.norms, strict=True):
-            x, h = add_norm(x, layer.o(self._attend(layer, h, cos, sin, seg, plan)), layer.after)
-            gate_up = layer.gate_up.multiply(h)  # [1, 1, 2 * inter]
+            x, h = add_norm(x, layer.o(self._attend(layer, h, cos, sin, plan)), layer.after)
+            gate_up = layer.gate_up.multiply(h)  # [1, T, 2 * inter]
             x, h = add_norm(x, layer.down(layer.act(gate_up[..., : layer.inter]) * gate_up[..., layer.inter :]), then)
         return self.lm_head(slice_logits_to_keep(h, logits_to_keep))  # [1, K, vocab]
 
-    def _attend(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, seg: Segment,
+    def _attend(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 plan: RaggedPlan) -> torch.Tensor:
-        """One layer's attention output for the normed token ``h`` ([1, 1, hidden] -> [1, 1, heads * head_dim])."""
-        qkv = layer.qkv.multiply(h)  # [1, 1, (heads + 2 kv_heads) * head_dim]
+        """One layer's attention output for the normed rows ``h`` ([1, T, hidden] -> [1, T, heads * head_dim]):
+        each request's rows attend to its own cache with its segment's mask, as ``ragged_attention`` does."""
+        qkv = layer.qkv.multiply(h)  # [1, T, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
-        q = self.ops.rotate_and_cache(qkv, cos, sin, seg.kv, layer.index, seg.past, layer.heads, self.head_dim,
-                                      layer.rotary)  # [1, heads, 1, head_dim]
-        keys, values = seg.kv.view(layer.index, seg.past + 1)  # [1, kv_heads, past + 1, head_dim] each
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=None, scale=layer.scaling,
-                                             enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, 1, head_dim]
+        whole = len(plan.segments) == 1
+        out = None if whole else h.new_empty(1, h.shape[1], layer.heads * self.head_dim)  # [1, T, heads * head_dim]
+        for seg, mask in zip(plan.segments, plan.masks, strict=True):
+            end = seg.start + seg.q
+            rows = slice(None) if whole else slice(seg.start, end)
+            q = self.ops.rotate_and_cache(qkv[:, rows], cos[:, rows], sin[:, rows], seg.kv, layer.index, seg.past,
+                                          layer.heads, self.head_dim, layer.rotary)  # [1, heads, q, head_dim]
+            keys, values = seg.kv.view(layer.index, seg.past + seg.q)  # [1, kv_heads, past + q, head_dim] each
+            seen = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scaling,
+                                                  enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, q, head_dim]
+            seen = seen.transpose(1, 2).reshape(1, seg.q, -1)  # [1, q, heads * head_dim]
+            if out is None:
+                out = seen
+            else:
+                out[:, seg.start : end] = seen
         if plan.timed:
             plan.attention_s += time.perf_counter() - started
-        return out.transpose(1, 2).reshape(1, 1, -1)  # [1, 1, heads * head_dim]
+        return out  # type: ignore[return-value]
 
 
 def _forward(runner: nn.Module, kv: RequestKV, ids: list[int]) -> torch.Tensor:
@@ -218,18 +221,17 @@ def _forward(runner: nn.Module, kv: RequestKV, ids: list[int]) -> torch.Tensor:
 
 
 def matches(lean: LeanTwin) -> bool:
-    """Whether the loop gives the wrapped twin's bits: a random prompt prefilled by the twin, then
-    ``CHECK_STEPS`` greedy one-token forwards through each path on its own copy of the cache; every
-    logit and every cache entry must be equal."""
+    """Whether the loop gives the wrapped twin's bits: a random prompt prefilled, then ``CHECK_STEPS``
+    greedy one-token forwards, through each path on its own cache; every logit and every cache entry must
+    be equal."""
     shape = KVShape.of(lean)
     gen = torch.Generator().manual_seed(CHECK_SEED)
     prompt = torch.randint(lean.config.vocab_size, (CHECK_PROMPT,), generator=gen).tolist()
     caches = [RequestKV(shape, CHECK_PROMPT + CHECK_STEPS) for _ in range(2)]
-    token = int(_forward(lean.twin, caches[0], prompt)[0, -1].argmax())
-    for layer in range(shape.layers):
-        for mine, theirs in ((caches[1].keys, caches[0].keys), (caches[1].values, caches[0].values)):
-            mine[layer].copy_(theirs[layer])
-    caches[1].length = caches[0].length
+    want, got = _forward(lean.twin, caches[0], prompt), _forward(lean, caches[1], prompt)
+    if not torch.equal(want, got):  # a prefill chunk: several rows, a causal mask
+        return False
+    token = int(want[0, -1].argmax())
     for _ in range(CHECK_STEPS):
         want, got = _forward(lean.twin, caches[0], [token]), _forward(lean, caches[1], [token])
         if not torch.equal(want, got):
@@ -240,23 +242,24 @@ def matches(lean: LeanTwin) -> bool:
         caches[0].keys + caches[0].values, caches[1].keys + caches[1].values, strict=True))
 
 
-def lean_ops(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> Ops | None:
-    """The steps the loop runs ``model`` with: the first of ``lean_ops.candidates`` for which ``matches``
-    holds on its gemv twin (``gemv_twin()`` builds one); None where none does or the loop does not take
-    its layers (checked once per model)."""
-    if model not in _checked:
-        twin = gemv_twin()
+def lean_ops(model: nn.Module, modules: Callable[[], nn.Module], kernel: str) -> Ops | None:
+    """The steps the loop runs ``model`` with under ``kernel`` (its products): the first of
+    ``lean_ops.candidates`` for which ``matches`` holds on the twin ``modules()`` builds; None where none
+    does or the loop does not take its layers (checked once per model and kernel)."""
+    answers = _checked.setdefault(model, {})
+    if kernel not in answers:
+        twin = modules()
         found = None
         if lean_layers(twin) is not None:
             found = next((ops for ops in candidates() if matches(LeanTwin.of(twin, ops))), None)
-        _checked[model] = found
+        answers[kernel] = found
         if found is None:
-            log.warning("the lean one-token loop is not offered for this model (%s)", type(model).__name__)
+            log.warning("the %s layer loop is not offered for this model (%s)", kernel, type(model).__name__)
         else:
-            log.info("the lean one-token loop runs %s with %s steps", type(model).__name__, found.name)
-    return _checked[model]
+            log.info("the %s layer loop runs %s with %s steps", kernel, type(model).__name__, found.name)
+    return answers[kernel]
 
 
-def lean_ok(model: nn.Module, gemv_twin: Callable[[], nn.Module]) -> bool:
-    """Whether the loop is offered for ``model`` (``lean_ops`` found steps that give the stock bits)."""
-    return lean_ops(model, gemv_twin) is not None
+def lean_ok(model: nn.Module, modules: Callable[[], nn.Module], kernel: str) -> bool:
+    """Whether the loop is offered for ``model`` under ``kernel`` (``lean_ops`` found steps giving the twin's bits)."""
+    return lean_ops(model, modules, kernel) is not None

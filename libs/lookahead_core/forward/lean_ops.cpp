@@ -1,10 +1,10 @@
-// The lean one-token loop's small fused steps, each the stock operations' arithmetic in fewer calls:
+// The lean layer loop's small fused steps, each the stock operations' arithmetic in fewer calls:
 // - add_rms_norm: x + d, then the Llama/Qwen2 RMSNorm of it: w * (x * (1 / sqrt(sum(x * x) / H + eps))),
 //   the sum in ATen's cascade order (SumKernel.cpp: vectors of `lanes` floats, four of them a row of the
 //   cascade, levels of 16 rows and more, then the rows' four vectors, then the lanes in turn), each step
 //   rounded as ATen rounds it (no FMA: built with -ffp-contract=off);
-// - rotary_into_cache: q and k of one token rotated (q * cos + rotate_half(q) * sin, three roundings as
-//   HF's apply_rotary_pos_emb makes them), k and v written into the request's cache at `past`.
+// - rotary_into_cache: q and k of a request's tokens rotated (q * cos + rotate_half(q) * sin, three roundings
+//   as HF's apply_rotary_pos_emb makes them), k and v written into the request's cache from `past` on.
 // lean.py checks the loop built on them against the stock forward bit for bit before any forward uses it
 // (another torch build may sum with other vectors: then the loop runs the stock operations instead).
 #include <torch/extension.h>
@@ -72,75 +72,82 @@ float sum_of_squares(const float* x, int64_t n, int64_t lanes) {
 
 }  // namespace
 
-// (x + d, rmsnorm(x + d)) for one row: x, d [..., H]; weight [H]; d may be None (then x is normed as is)
+// (x + d, rmsnorm(x + d)) row by row: x, d [..., H]; weight [H]; d may be None (then x is normed as is)
 std::vector<torch::Tensor> add_rms_norm(torch::Tensor x, c10::optional<torch::Tensor> d, torch::Tensor weight,
                                         double eps, int64_t lanes) {
   TORCH_CHECK(x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat, "fp32 only");
   const int64_t H = weight.numel();
-  TORCH_CHECK(x.numel() == H && weight.is_contiguous(), "one row of the weight's width");
+  TORCH_CHECK(x.size(-1) == H && weight.is_contiguous(), "rows of the weight's width");
+  const int64_t M = x.numel() / H;
   auto xs = x.contiguous();
   auto sum = d.has_value() ? torch::empty_like(xs) : xs;  // [..., H]: the residual stream after the add
   if (d.has_value()) {
-    TORCH_CHECK(d->scalar_type() == torch::kFloat && d->numel() == H, "d: one row of the weight's width");
+    TORCH_CHECK(d->scalar_type() == torch::kFloat && d->numel() == M * H, "d: x's shape");
     auto ds = d->contiguous();
     const float* a = xs.data_ptr<float>();
     const float* b = ds.data_ptr<float>();
     float* t = sum.data_ptr<float>();
-    for (int64_t i = 0; i < H; ++i) t[i] = a[i] + b[i];
+    for (int64_t i = 0; i < M * H; ++i) t[i] = a[i] + b[i];
   }
   auto out = torch::empty_like(sum);  // [..., H]
-  const float* s = sum.data_ptr<float>();
   const float* w = weight.data_ptr<float>();
-  float* y = out.data_ptr<float>();
-  const float variance = sum_of_squares(s, H, lanes) / static_cast<float>(H);
-  const float scale = 1.f / std::sqrt(variance + static_cast<float>(eps));
-  for (int64_t i = 0; i < H; ++i) y[i] = w[i] * (s[i] * scale);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* s = sum.data_ptr<float>() + m * H;
+    float* y = out.data_ptr<float>() + m * H;
+    const float variance = sum_of_squares(s, H, lanes) / static_cast<float>(H);
+    const float scale = 1.f / std::sqrt(variance + static_cast<float>(eps));
+    for (int64_t i = 0; i < H; ++i) y[i] = w[i] * (s[i] * scale);
+  }
   return {sum, out};
 }
 
-// q rotated ([1, heads, 1, hd]); k rotated and v written into keys/values [1, kv_heads, capacity, hd] at `past`.
-// qkv: [..., (heads + 2 kv_heads) * hd], one token; cos, sin: [..., hd]
+// q rotated ([1, heads, n, hd]); k rotated and v written into keys/values [1, kv_heads, capacity, hd] at
+// past .. past + n. qkv: [..., n, (heads + 2 kv_heads) * hd], n tokens; cos, sin: [..., n, hd]
 torch::Tensor rotary_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor keys,
                                 torch::Tensor values, int64_t past, int64_t heads, int64_t hd) {
   TORCH_CHECK(qkv.scalar_type() == torch::kFloat && keys.scalar_type() == torch::kFloat, "fp32 only");
-  TORCH_CHECK(hd % 2 == 0 && cos.numel() == hd && sin.numel() == hd, "cos/sin: one token's head_dim");
   TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
               "keys/values: contiguous [1, kv_heads, capacity, head_dim]");
-  const int64_t kv_heads = keys.size(1), cap = keys.size(2);
-  TORCH_CHECK(keys.size(3) == hd && past >= 0 && past < cap, "the token's entry must fit the cache");
-  TORCH_CHECK(qkv.numel() == (heads + 2 * kv_heads) * hd, "qkv: one token's q, k and v");
-  auto row = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
-  auto q = torch::empty({1, heads, 1, hd}, qkv.options());  // [1, heads, 1, hd]
-  const float* src = row.data_ptr<float>();
-  const float* cp = c.data_ptr<float>();
-  const float* sp = s.data_ptr<float>();
-  const int64_t half = hd / 2;
-  auto rotate = [&](const float* in, float* out) {
-    for (int64_t i = 0; i < hd; ++i) {
-      const float rotated = i < half ? -in[i + half] : in[i - half];  // rotate_half: cat(-x2, x1)
-      const float a = in[i] * cp[i];
-      const float b = rotated * sp[i];
-      out[i] = a + b;
-    }
-  };
+  const int64_t kv_heads = keys.size(1), cap = keys.size(2), width = (heads + 2 * kv_heads) * hd;
+  TORCH_CHECK(hd % 2 == 0 && keys.size(3) == hd, "head_dim: even, the cache's");
+  TORCH_CHECK(qkv.size(-1) == width, "qkv: each token's q, k and v");
+  const int64_t n = qkv.numel() / width;
+  TORCH_CHECK(cos.numel() == n * hd && sin.numel() == n * hd, "cos/sin: each token's head_dim");
+  TORCH_CHECK(past >= 0 && past + n <= cap, "the tokens' entries must fit the cache");
+  auto rows = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+  auto q = torch::empty({1, heads, n, hd}, qkv.options());  // [1, heads, n, hd]
   float* qp = q.data_ptr<float>();
-  for (int64_t h = 0; h < heads; ++h) rotate(src + h * hd, qp + h * hd);
   float* kp = keys.data_ptr<float>();
   float* vp = values.data_ptr<float>();
-  const float* ks = src + heads * hd;
-  const float* vs = ks + kv_heads * hd;
-  for (int64_t h = 0; h < kv_heads; ++h) {
-    rotate(ks + h * hd, kp + (h * cap + past) * hd);
-    std::copy(vs + h * hd, vs + (h + 1) * hd, vp + (h * cap + past) * hd);
+  const int64_t half = hd / 2;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* src = rows.data_ptr<float>() + t * width;
+    const float* cp = c.data_ptr<float>() + t * hd;
+    const float* sp = s.data_ptr<float>() + t * hd;
+    auto rotate = [&](const float* in, float* out) {
+      for (int64_t i = 0; i < hd; ++i) {
+        const float rotated = i < half ? -in[i + half] : in[i - half];  // rotate_half: cat(-x2, x1)
+        const float a = in[i] * cp[i];
+        const float b = rotated * sp[i];
+        out[i] = a + b;
+      }
+    };
+    for (int64_t h = 0; h < heads; ++h) rotate(src + h * hd, qp + (h * n + t) * hd);
+    const float* ks = src + heads * hd;
+    const float* vs = ks + kv_heads * hd;
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      rotate(ks + h * hd, kp + (h * cap + past + t) * hd);
+      std::copy(vs + h * hd, vs + (h + 1) * hd, vp + (h * cap + past + t) * hd);
+    }
   }
   return q;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("add_rms_norm", &add_rms_norm, "(x + d, RMSNorm(x + d)) for one row, in ATen's summation order",
+  m.def("add_rms_norm", &add_rms_norm, "(x + d, RMSNorm(x + d)) row by row, in ATen's summation order",
         py::arg("x"), py::arg("d"), py::arg("weight"), py::arg("eps"), py::arg("lanes"),
         py::call_guard<py::gil_scoped_release>());
-  m.def("rotary_into_cache", &rotary_into_cache, "one token's q and k rotated, k and v written into the cache",
+  m.def("rotary_into_cache", &rotary_into_cache, "the tokens' q and k rotated, k and v written into the cache",
         py::arg("qkv"), py::arg("cos"), py::arg("sin"), py::arg("keys"), py::arg("values"), py::arg("past"),
         py::arg("heads"), py::arg("head_dim"), py::call_guard<py::gil_scoped_release>());
 }

@@ -1,8 +1,8 @@
 """The lean loop's small steps between products, two ways: the stock operations, or ``lean_ops.cpp``.
 
-Between its products a one-token layer makes ~40 small ATen calls (two RMSNorms of six each, the rotary
+Between its products a layer makes ~40 small ATen calls (two RMSNorms of six each, the rotary
 embedding's fourteen, the cache writes, the residual adds), each a few microseconds of dispatch for a
-few hundred floats. ``FusedOps`` makes them in two C++ calls a step (``add_rms_norm``,
+few hundred floats a token. ``FusedOps`` makes them in two C++ calls a step (``add_rms_norm``,
 ``rotary_into_cache``) with the same arithmetic; the only reduction, the norm's sum of squares, is
 summed in ATen's cascade order over vectors of ``lanes`` floats (8 in torch's AVX2 and AVX512 sum
 kernels). ``StockOps`` makes the stock calls themselves. ``lean.lean_ops`` offers the first that gives
@@ -41,12 +41,13 @@ class Ops(Protocol):
     name: str  # for the log: "stock" or "fused/8"
 
     def add_norm(self, x: torch.Tensor, d: torch.Tensor | None, norm: NormLike) -> tuple[torch.Tensor, torch.Tensor]:
-        """(x + d, norm(x + d)) ([1, 1, hidden] each; d None: x as is)."""
+        """(x + d, norm(x + d)) ([1, n, hidden] each; d None: x as is)."""
         ...
 
     def rotate_and_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: RequestKV, layer: int,
                          past: int, heads: int, head_dim: int, rotary: Rotary) -> torch.Tensor:
-        """q rotated ([1, heads, 1, head_dim]); k rotated and v written into ``kv`` at ``past``."""
+        """q rotated ([1, heads, n, head_dim] from qkv [1, n, rows]); k rotated and v written into ``kv``
+        from ``past`` on."""
         ...
 
 
@@ -56,16 +57,16 @@ class StockOps:
     name = "stock"
 
     def add_norm(self, x: torch.Tensor, d: torch.Tensor | None, norm: NormLike) -> tuple[torch.Tensor, torch.Tensor]:
-        x = x if d is None else x + d  # [1, 1, hidden]
+        x = x if d is None else x + d  # [1, n, hidden]
         return x, norm(x)
 
     def rotate_and_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: RequestKV, layer: int,
                          past: int, heads: int, head_dim: int, rotary: Rotary) -> torch.Tensor:
-        q_end = heads * head_dim
+        n, q_end = qkv.shape[-2], heads * head_dim
         k_end = q_end + (qkv.shape[-1] - q_end) // 2
-        q = qkv[..., :q_end].view(1, 1, -1, head_dim).transpose(1, 2)  # [1, heads, 1, head_dim]
-        k = qkv[..., q_end:k_end].view(1, 1, -1, head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
-        v = qkv[..., k_end:].view(1, 1, -1, head_dim).transpose(1, 2)  # [1, kv_heads, 1, head_dim]
+        q = qkv[..., :q_end].view(1, n, -1, head_dim).transpose(1, 2)  # [1, heads, n, head_dim]
+        k = qkv[..., q_end:k_end].view(1, n, -1, head_dim).transpose(1, 2)  # [1, kv_heads, n, head_dim]
+        v = qkv[..., k_end:].view(1, n, -1, head_dim).transpose(1, 2)  # [1, kv_heads, n, head_dim]
         q, k = rotary(q, k, cos, sin)
         kv.write(layer, past, k, v)
         return q

@@ -48,12 +48,17 @@ class PackedLinear(SharedLinear):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
 
 
+def onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """x W^T + b by oneDNN on the weight as it is (no copy): [..., in] -> [..., out]."""
+    return torch.ops.mkldnn._linear_pointwise(
+        x, weight.detach(), None if bias is None else bias.detach(), "none", [], "")  # [..., out]
+
+
 class OneDNNLinear(SharedLinear):
     """y = x W^T + b by oneDNN on the model's own weight (inference only, CPU, fp32; no copy)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        bias = None if self.bias is None else self.bias.detach()
-        return torch.ops.mkldnn._linear_pointwise(x, self.weight.detach(), bias, "none", [], "")  # [..., out]
+        return onednn_product(x, self.weight, self.bias)  # [..., out]
 
 
 def onednn_linears(module: nn.Module) -> int:

@@ -30,7 +30,8 @@ log = logging.getLogger(__name__)
 
 MIN_PARTS = 2  # fewer blocks than this is the stock kernel
 
-OneRow = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # (x, W, b) -> x W^T + b, one row
+Product = Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]  # (x, W, b) -> x W^T + b
+OneRow = Product  # a product of a single row
 
 
 def split_parts(threads: int | None = None) -> int:
@@ -65,29 +66,34 @@ def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 class SplitLinear(SharedLinear):
     """y = x W^T + b with W's rows in ``parts`` blocks, multiplied as one batched product (inference only)."""
 
-    def __init__(self, linear: nn.Linear, parts: int, one_row: OneRow | None = None) -> None:
+    def __init__(self, linear: nn.Linear, parts: int, one_row: OneRow | None = None,
+                 many_rows: Product | None = None) -> None:
         if linear.out_features % parts:
             raise ValueError("SplitLinear needs a Linear whose out_features divide by parts")
         super().__init__(linear)
         self.parts = parts
         self.one_row = one_row  # the product of a single row (``gemv.gemv_product``); None: the split one
+        self.many_rows = many_rows  # the product of several rows (``rows.rows_product``); None: the split one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.one_row is not None and single_row(x):
             return self.one_row(x, self.weight, self.bias)  # [..., out]
+        if self.many_rows is not None:
+            return self.many_rows(x, self.weight, self.bias)  # [..., out]
         return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
 
 
-def split_linears(module: nn.Module, parts: int | None = None, one_row: OneRow | None = None) -> int:
+def split_linears(module: nn.Module, parts: int | None = None, one_row: OneRow | None = None,
+                  many_rows: Product | None = None) -> int:
     """Replace every ``nn.Linear`` under ``module`` whose rows divide into ``parts`` (default:
-    ``split_parts()``) by a ``SplitLinear`` (``one_row``: its single-row product), in place; returns how many
-    were replaced."""
+    ``split_parts()``) by a ``SplitLinear`` (``one_row``: its single-row product; ``many_rows``: its product of
+    several), in place; returns how many were replaced."""
     parts = split_parts() if parts is None else parts
     if parts < MIN_PARTS:
         return 0
     linears = [(name, mod) for name, mod in module.named_modules()
                if type(mod) is nn.Linear and mod.out_features % parts == 0]
     for name, mod in linears:
-        module.set_submodule(name, SplitLinear(mod, parts, one_row))
+        module.set_submodule(name, SplitLinear(mod, parts, one_row, many_rows))
     log.info("split %d linear layers into %d row blocks", len(linears), parts)
     return len(linears)
