@@ -12,7 +12,8 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
-from lookahead_core.forward.kernels import KernelSet, make_twin
+from lookahead_core.forward.fused import FusedMember
+from lookahead_core.forward.kernels import LEAN, KernelSet, make_twin
 from lookahead_core.forward.rows import RowsLinear, extension, rows_ok, rows_product
 from lookahead_core.threads import on_own_thread
 
@@ -114,4 +115,9 @@ def test_rows_is_offered_for_fp32_cpu_models_only() -> None:
     assert rows_ok(tiny_model("llama"))
     half = copy.deepcopy(tiny_model("llama")).to(torch.bfloat16)  # its own copy: the tiny model is shared
     assert not rows_ok(half) and "rows" not in KernelSet(half, None).names
-    assert "rows" in KernelSet(copy.deepcopy(biased("llama")), None).names  # the default set measures it
+    ks = KernelSet(copy.deepcopy(biased("llama")), None)  # the default set measures its products:
+    if LEAN in ks.names:  # in the lean twin (every product of several rows by this kernel) ...
+        groups = [m.group for m in ks.twins[LEAN].modules() if isinstance(m, FusedMember)]
+        assert groups and all(g.many_rows is rows_product for g in groups)
+    else:  # ... or, where its loop is refused, in the rows twin
+        assert "rows" in ks.names
