@@ -44,6 +44,8 @@ class GeneratorSettings(ServerSettings):
     prefill_chunk: int = Field(256, gt=0, description="prompt tokens prefilled per forward while others decode")
     ttft_target_s: float = Field(2.0, gt=0, description="time to first token the step budget keeps waiting "
                                  "prompts within: while they wait, draft trees shrink")
+    prefill_tree_share: float = Field(0.05, ge=0, description="while prompts prefill, draft trees add at most this "
+                                      "share to a step's time, so first tokens come about as soon as without them")
     prefix_cache_mb: int = Field(256, ge=0, description="MiB of prompt-prefix KV kept for reuse, all tenants together")
     prefix_cache_tenant_share: float = Field(
         PREFIX_TENANT_SHARE, gt=0, le=1, description="fraction of prefix_cache_mb one tenant may hold (its own "

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from lookahead_core.drafting.draft import DraftTree
 from lookahead_core.engine.gains import GainsModel
 from lookahead_core.engine.plan import StepLimits, plan_step
 from lookahead_core.engine.request import Phase
+from lookahead_core.engine.sched_config import SchedulerConfig
 
 LIMITS = StepLimits(max_tokens=512, prefill_chunk=256, ttft_target_s=2.0)
 
@@ -106,6 +109,16 @@ def test_a_tight_target_caps_the_forward() -> None:
     assert sum(d.budget for d in p.decodes) > 0  # some room for trees is left
 
 
+def test_while_a_prompt_prefills_trees_add_at_most_the_share() -> None:
+    # plenty of TTFT slack, but a 5% share: a 256-token chunk and two roots cost linear(258) = 0.659 s, so
+    # the step may last 0.692 s: at most 271 tokens, 13 of them for the two trees
+    shared = StepLimits(max_tokens=512, prefill_chunk=256, ttft_target_s=2.0, prefill_tree_share=0.05)
+    p = plan([Fake(Phase.DECODE, 32, 1.0), Fake(Phase.DECODE, 32, 1.0), Fake(Phase.PREFILL, prompt=300)], shared)
+    assert 258 < tokens(p) <= 271
+    alone = [Fake(Phase.DECODE, 32, 1.0), Fake(Phase.DECODE, 32, 1.0)]  # no prompt: the share does not apply
+    assert tokens(plan(alone, shared)) == tokens(plan([Fake(Phase.DECODE, 32, 1.0), Fake(Phase.DECODE, 32, 1.0)]))
+
+
 def test_nothing_waiting_trees_grow_back() -> None:
     # the same decodes with no prompt waiting: trees take more than under the tight target
     tight = plan([*(Fake(Phase.DECODE, 64, 1.0) for _ in range(15)), Fake(Phase.PREFILL, prompt=300, age_s=0.5)])
@@ -141,3 +154,10 @@ def test_only_a_copying_request_may_extend_past_max_decoding_length() -> None:
     assert Active.max_extend(req) == 32  # type: ignore[arg-type]
     req.max_budget = lambda: 0  # no room to draft at all
     assert Active.max_extend(req) == 0  # type: ignore[arg-type]
+
+
+def test_the_share_comes_from_the_scheduler_config_and_cannot_be_negative() -> None:
+    assert SchedulerConfig().prefill_tree_share == 0.05  # the engine's default: trees add <= 5% while prompts prefill
+    with pytest.raises(ValueError, match="prefill_tree_share"):
+        SchedulerConfig(prefill_tree_share=-0.1)
+    assert SchedulerConfig(prefill_tree_share=math.inf).prefill_tree_share == math.inf  # inf: no cap

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from lookahead_core.engine.ttft import Pending, largest_within, step_ceiling, step_seconds
+from lookahead_core.engine.ttft import Pending, largest_within, share_ceiling, step_ceiling, step_seconds
 
 
 def linear(n: int) -> float:
@@ -75,3 +75,27 @@ def test_step_ceiling(pending: list[Pending], want: int) -> None:
 def test_step_ceiling_never_below_the_floor() -> None:
     # a floor past max_tokens (a prefill chunk and roots that fill the forward) stays the floor
     assert step_ceiling([Pending(300, 1.5)], 256, 520, 512, linear) == 520
+
+
+@pytest.mark.parametrize(
+    ("share", "floor", "want"),
+    [
+        # a 256-token chunk and 3 roots cost 0.6616 s; 5% more is 0.6947 s: 272 tokens, 13 for trees
+        (0.05, 259, 272),
+        # no share: prefill steps carry no trees
+        (0.0, 259, 259),
+        # no cap (inf): the forward's own limit
+        (math.inf, 259, 512),
+        # a share past the forward's limit: the limit
+        (1.0, 259, 512),
+        # a floor that fills the forward stays the floor
+        (0.05, 520, 520),
+    ],
+)
+def test_share_ceiling(share: float, floor: int, want: int) -> None:
+    assert share_ceiling(linear, floor, 512, share) == want
+
+
+def test_share_ceiling_follows_the_docstring_example() -> None:
+    # 0.040 + 0.001 n, floor 259, share 0.05: 273 tokens (ttft.share_ceiling's docstring)
+    assert share_ceiling(lambda n: 0.040 + 0.001 * n, 259, 512, 0.05) == 273

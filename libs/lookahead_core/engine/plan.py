@@ -18,7 +18,7 @@ from .active import Active
 from .budget import split_budget
 from .gains import GainsModel
 from .request import Phase
-from .ttft import Pending, step_ceiling
+from .ttft import Pending, share_ceiling, step_ceiling
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class StepLimits:
     prefill_chunk: int  # prompt tokens prefilled per forward
     ttft_target_s: float = math.inf  # while prompts wait, steps stay short enough to meet this (ttft.py)
     vocab_size: int | None = None  # the model's embedding rows: drafted ids at or past it are dropped
+    prefill_tree_share: float = math.inf  # while prompts prefill, trees add at most this share to a step's time
 
 
 def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) -> list[Chunk]:
@@ -109,7 +110,8 @@ def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | No
     """This step: every prefill chunk that fits, and every decoding request's tree within the forward.
 
     Prefill chunks come first and each decode keeps its root. With a measured ``cost``, the forward is
-    capped so that every prefilling request still meets ``limits.ttft_target_s`` (ttft.step_ceiling;
+    capped so that every prefilling request still meets ``limits.ttft_target_s`` (ttft.step_ceiling) and so
+    that its trees add at most ``limits.prefill_tree_share`` to its time (ttft.share_ceiling;
     ``now``: time.perf_counter()). Trees are drafted best-first in what is left (a budget of q keeps a
     tree's first q nodes; each request's base budget is reserved before an earlier one's confident copy
     may extend past its own), then split by expected gain against ``cost``: the decodes' own tokens
@@ -125,8 +127,9 @@ def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | No
     ceiling = limits.max_tokens
     if cost is not None and chunks:
         chunk = max(1, min(limits.prefill_chunk, limits.max_tokens - len(decoding)))
-        ceiling = step_ceiling(pending(live, limits.ttft_target_s, now), chunk, base + len(decoding) + extra,
-                               limits.max_tokens, cost)
+        floor = base + len(decoding) + extra
+        ceiling = min(step_ceiling(pending(live, limits.ttft_target_s, now), chunk, floor, limits.max_tokens, cost),
+                      share_ceiling(cost, floor, limits.max_tokens, limits.prefill_tree_share))
     spare = ceiling - base - len(decoding) - extra
     reserved = sum(r.max_budget() for r in decoding)  # every request's base budget, before any extension
     trees = []

@@ -16,6 +16,7 @@ class SchedulerConfig:
     max_tokens_per_forward: int = 512  # tokens in one forward: drafts, roots and prefill chunks together
     prefill_chunk: int = 256  # prompt tokens prefilled per forward, so running streams keep streaming
     ttft_target_s: float = 2.0  # while prompts wait, trees shrink so each first token comes within this
+    prefill_tree_share: float = 0.05  # while prompts prefill, trees add at most this share to a step's time
     prefix_cache_bytes: int = 256 * MIB  # KV of shared prompt prefixes kept per engine (LRU past it)
     prefix_min_tokens: int = 16  # shorter prefix matches are not worth copying
     prefix_tenant_share: float = 1.0  # fraction of prefix_cache_bytes one tenant may hold (its own LRU past it)
@@ -34,3 +35,5 @@ class SchedulerConfig:
             raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
         if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward or not self.ttft_target_s > 0:
             raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
+        if not self.prefill_tree_share >= 0:
+            raise ValueError("prefill_tree_share must be >= 0 (inf: trees are not capped while prompts prefill)")

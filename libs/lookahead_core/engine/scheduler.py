@@ -86,7 +86,8 @@ class StepScheduler:
         self.gains = GainsModel()
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the forward can embed
-        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s, self.vocab_size)
+        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s,
+                                 prefill_tree_share=cfg.prefill_tree_share, vocab_size=self.vocab_size)
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[Active] = []

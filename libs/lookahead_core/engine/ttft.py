@@ -71,6 +71,18 @@ def largest_within(cost: Callable[[int], float], seconds: float, floor: int, cei
     return lo
 
 
+def share_ceiling(cost: Callable[[int], float], floor: int, max_tokens: int, share: float) -> int:
+    """Most tokens a step of ``floor`` tokens of prefill chunks and roots may carry (in [floor, max_tokens]) so
+    that its trees add at most ``share`` of its own cost: while prompts prefill, a request's first token
+    comes about as soon as it would without speculation. ``share`` inf: ``max_tokens``.
+
+    Example: cost(n) = 0.040 + 0.001 n seconds, a 256-token chunk and 3 roots (floor 259, cost 0.299 s),
+    share 0.05: the step may last 0.31395 s, so it carries 273 tokens: 14 for the three trees."""
+    if math.isinf(share) or floor >= max_tokens:
+        return max(floor, max_tokens)
+    return largest_within(cost, (1.0 + share) * cost(floor), floor, max_tokens)
+
+
 def step_ceiling(pending: Sequence[Pending], chunk: int, floor: int, max_tokens: int,
                  cost: Callable[[int], float]) -> int:
     """Most tokens this step may carry (in [floor, max_tokens]) so that every pending request meets its
