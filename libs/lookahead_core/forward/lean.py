@@ -63,13 +63,13 @@ class Norm:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """The Llama/Qwen2 RMSNorm's arithmetic, op for op (its ``.to`` calls are no-ops in fp32)."""
-        variance = x.pow(2).mean(-1, keepdim=True)  # [1, 1, 1]
-        return self.weight * (x * torch.rsqrt(variance + self.eps))  # [1, 1, hidden]
+        variance = x.pow(2).mean(-1, keepdim=True)  # [1, T, 1]
+        return self.weight * (x * torch.rsqrt(variance + self.eps))  # [1, T, hidden]
 
 
 @dataclass(frozen=True)
 class Layer:
-    """What a one-token forward reads of one decoder layer."""
+    """What the loop reads of one decoder layer."""
 
     index: int  # the layer's index in the request's KV
     before: Norm  # input_layernorm
@@ -90,7 +90,8 @@ def _norm(module: nn.Module) -> Norm:
 
 
 def _lean_layer(index: int, layer: nn.Module) -> Layer | None:
-    """``layer``'s parts for the loop, or None where it is not a Llama-shaped layer of a gemv twin."""
+    """``layer``'s parts for the loop, or None where it is not a Llama-shaped layer of a fused twin with a
+    one-row product."""
     attn, mlp = getattr(layer, "self_attn", None), getattr(layer, "mlp", None)
     norms = getattr(layer, "input_layernorm", None), getattr(layer, "post_attention_layernorm", None)
     names = (type(layer).__name__, type(attn).__name__, type(mlp).__name__, type(norms[0]).__name__)
@@ -113,7 +114,8 @@ def _lean_layer(index: int, layer: nn.Module) -> Layer | None:
 
 
 def lean_layers(twin: nn.Module) -> list[Layer] | None:
-    """Every decoder layer of ``twin`` (a gemv twin) for the loop, or None where one cannot be taken."""
+    """Every decoder layer of ``twin`` (fused, with a one-row product) for the loop, or None where one cannot be
+    taken."""
     body = getattr(twin, "model", None)
     layers = getattr(body, "layers", None)
     if layers is None or not all(hasattr(body, n) for n in ("embed_tokens", "norm", "rotary_emb")):
