@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from .memory import drop_file_pages
-from .split import OneRow, Product, single_row, split_linears, split_parts, split_product
+from .split import OneRow, Product, routed, split_linears, split_parts, split_product
 from .wmajor import weight_major_linears, weight_major_product
 
 log = logging.getLogger(__name__)
@@ -114,10 +114,9 @@ class FusedGroup:
 
     def multiply(self, x: torch.Tensor) -> torch.Tensor:
         """x W_group^T + b_group by the group's kernel: [..., in] -> [..., rows]."""
-        if self.one_row is not None and single_row(x):
-            return self.one_row(x, self.weight, self.bias)
-        if self.many_rows is not None:
-            return self.many_rows(x, self.weight, self.bias)
+        product = routed(x, self.one_row, self.many_rows)
+        if product is not None:
+            return product(x, self.weight, self.bias)
         if self.weight_major:
             return weight_major_product(x, self.weight, self.bias)
         return split_product(x, self.weight, self.bias, self.parts)

@@ -53,6 +53,12 @@ def single_row(x: torch.Tensor) -> bool:
     return x.numel() == x.shape[-1]
 
 
+def routed(x: torch.Tensor, one_row: OneRow | None, many_rows: Product | None) -> Product | None:
+    """The product that takes ``x`` ([..., in]): ``one_row`` for a single row, else ``many_rows``; None: the
+    layer's own (split or weight-major)."""
+    return one_row if one_row is not None and single_row(x) else many_rows
+
+
 def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
     """x W^T + b with W's rows in ``parts`` blocks, as one batched product: [..., in] -> [..., out]."""
     out_features, in_features = weight.shape
@@ -76,10 +82,9 @@ class SplitLinear(SharedLinear):
         self.many_rows = many_rows  # the product of several rows (``rows.rows_product``); None: the split one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.one_row is not None and single_row(x):
-            return self.one_row(x, self.weight, self.bias)  # [..., out]
-        if self.many_rows is not None:
-            return self.many_rows(x, self.weight, self.bias)  # [..., out]
+        product = routed(x, self.one_row, self.many_rows)
+        if product is not None:
+            return product(x, self.weight, self.bias)  # [..., out]
         return split_product(x, self.weight, self.bias, self.parts)  # [..., out]
 
 
