@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from lookahead_core.forward.fused import FusedMember
 from lookahead_core.forward.kernels import LEAN, KernelSet, make_twin
-from lookahead_core.forward.rows import RowsLinear, extension, rows_ok, rows_product
+from lookahead_core.forward.rows import RowsLinear, avx2_extension, avx512_extension, extension, rows_ok, rows_product
 from lookahead_core.threads import on_own_thread
 
 from tests.core.helpers import FAMILIES, random_prompt, tiny_model
@@ -25,22 +25,49 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+AVX512 = torch.backends.cpu.get_cpu_capability() == "AVX512"
+needs_avx512 = pytest.mark.skipif(not AVX512, reason="the AVX-512 kernel needs an AVX-512 CPU")
+BUILDS = [pytest.param(avx2_extension, id="avx2"), pytest.param(avx512_extension, id="avx512", marks=needs_avx512)]
+
+
 def test_the_kernel_builds_on_an_avx2_cpu() -> None:
     # g++ and ninja are part of the set-up (README): an AVX2 machine that cannot build it has a broken set-up
-    assert extension() is not None
+    assert avx2_extension() is not None
+    # on an AVX-512 CPU the products run by the AVX-512 kernel, elsewhere by the AVX2 one
+    assert extension() is (avx512_extension() if AVX512 else avx2_extension()) is not None
 
 
-@pytest.mark.parametrize("rows", [1, 2, 7, 8, 9, 16, 23])  # below, at and past one 8-row block, and a remainder
-@pytest.mark.parametrize("in_features", [16, 29])  # whole AVX2 lanes, and a scalar tail
+@pytest.mark.parametrize("build", BUILDS)
+@pytest.mark.parametrize("rows", [1, 2, 5, 6, 7, 8, 9, 13, 16, 23])  # each tile width (8-row and 6-row blocks)
+@pytest.mark.parametrize("in_features", [16, 29, 48])  # whole lanes, a tail, whole AVX-512 lanes past one
 @pytest.mark.parametrize("with_bias", [False, True])
-def test_the_rows_product_is_the_linear_product(rows: int, in_features: int, with_bias: bool) -> None:
+def test_the_rows_product_is_the_linear_product(build, rows: int, in_features: int, with_bias: bool) -> None:
     gen = torch.Generator().manual_seed(rows * in_features)
-    weight = torch.randn(40, in_features, generator=gen)  # [out, in]
-    bias = torch.randn(40, generator=gen) if with_bias else None  # [out]
+    weight = torch.randn(43, in_features, generator=gen)  # [out, in]: 43 = whole 4-row tiles and 3 more
+    bias = torch.randn(43, generator=gen) if with_bias else None  # [out]
     x = torch.randn(2, rows, in_features, generator=gen)  # [batch, rows, in]: leading dims are kept
-    got = rows_product(x, weight, bias)  # [2, rows, 40]
-    assert got.shape == (2, rows, 40) and got.is_contiguous()  # callers .view() it into heads
+    got = build().rows_linear(x, weight, bias)  # [2, rows, 43]
+    assert got.shape == (2, rows, 43) and got.is_contiguous()  # callers .view() it into heads
     torch.testing.assert_close(got, F.linear(x, weight, bias), rtol=1e-5, atol=1e-5)
+
+
+@needs_avx512
+@pytest.mark.parametrize("out_features", [1, 2, 3, 4, 31, 32, 33, 70])  # the 1-3 row remainders, a block edge
+def test_every_weight_row_of_the_avx512_kernel_is_computed(out_features: int) -> None:
+    gen = torch.Generator().manual_seed(out_features)
+    weight = torch.randn(out_features, 40, generator=gen)  # [out, in]
+    x = torch.randn(7, 40, generator=gen)  # [rows, in]
+    torch.testing.assert_close(avx512_extension().rows_linear(x, weight), F.linear(x, weight), rtol=1e-5, atol=1e-5)
+
+
+@needs_avx512
+def test_a_row_sums_the_same_whatever_rows_come_with_it() -> None:
+    # a request's logits must not depend on which other requests share its forward
+    gen = torch.Generator().manual_seed(3)
+    weight, x = torch.randn(37, 80, generator=gen), torch.randn(13, 80, generator=gen)  # [out, in], [rows, in]
+    alone = avx512_extension().rows_linear(x[4:5], weight)  # [1, out]
+    for together, row in ((x, 4), (x[:5], 4), (x[3:9], 1)):  # in a 6-row tile, a 5-row one, a 6-row one's second
+        assert torch.equal(avx512_extension().rows_linear(together, weight)[row], alone[0])
 
 
 def test_a_non_contiguous_input_is_read_as_its_values() -> None:

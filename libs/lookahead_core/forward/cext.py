@@ -1,9 +1,10 @@
 """The project's C++ kernels, compiled at first use by torch's extension builder.
 
 Each kernel is one ``.cpp`` file beside this module, built with g++ and ninja (torch caches the build
-per machine under its extensions folder) for CPUs with AVX2 and FMA, and linked to the libgomp torch
-already loaded, so its ``omp parallel for`` runs in torch's own OpenMP pool and no second pool competes
-for the cores. Where a kernel cannot be built it is not offered (logged once); nothing else changes.
+per machine under its extensions folder) for CPUs with AVX2 and FMA (AVX-512 for the ones that need it),
+and linked to the libgomp torch already loaded, so its ``omp parallel for`` runs in torch's own OpenMP
+pool and no second pool competes for the cores. Where a kernel cannot be built it is not offered
+(logged once); nothing else changes.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 CAPABLE = ("AVX2", "AVX512")  # torch's CPU capability names whose CPUs have AVX2 and FMA
 FLAGS = ("-O3", "-mavx2", "-mfma", "-fopenmp")  # the intrinsics, the kernels' omp parallel for
+CAPABLE_512 = ("AVX512",)  # torch's CPU capability names whose CPUs have AVX-512 F and DQ
+FLAGS_512 = (*FLAGS, "-mavx512f", "-mavx512dq")  # the AVX-512 intrinsics besides
 
 
 def torch_libgomp() -> list[str]:
@@ -30,15 +33,19 @@ def torch_libgomp() -> list[str]:
 
 
 @functools.cache
-def build(name: str, source: str, flags: Sequence[str] = FLAGS) -> ModuleType | None:
-    """The extension ``name`` compiled from ``source`` (a file name beside this module), once per process;
-    None where the CPU lacks AVX2/FMA or it cannot be built (no compiler or ninja: logged once)."""
-    if torch.backends.cpu.get_cpu_capability() not in CAPABLE:
+def build(name: str, source: str | tuple[str, ...], flags: Sequence[str] = FLAGS,
+          capable: Sequence[str] = CAPABLE) -> ModuleType | None:
+    """The extension ``name`` compiled from ``source`` (a file name beside this module, or several joined
+    in order: a kernel, then the glue it shares with another), once per process;
+    None where torch's CPU capability is not in ``capable`` (AVX2/FMA by default) or it cannot be built
+    (no compiler or ninja: logged once)."""
+    if torch.backends.cpu.get_cpu_capability() not in capable:
         return None
     try:
         from torch.utils.cpp_extension import load_inline
 
-        text = Path(__file__).with_name(source).read_text()
+        names = (source,) if isinstance(source, str) else source
+        text = "\n".join(Path(__file__).with_name(part).read_text() for part in names)
         return load_inline(name, cpp_sources=text, extra_cflags=list(flags), extra_ldflags=torch_libgomp())
     except Exception as exc:  # a missing compiler or ninja: the kernel is not offered, nothing else changes
         log.warning("the %s kernel is not offered (building it failed: %s: %s)", name, type(exc).__name__, exc)

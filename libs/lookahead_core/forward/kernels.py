@@ -5,7 +5,7 @@ objects, so its Linear layers may be split into per-thread row blocks (``split``
 bit for bit), with q/k/v and gate/up as one product each over one joined storage (``fused``: bit
 for bit too), run by oneDNN on the model's own weights (``onednn``) or on a packed copy (``packed``),
 fused with every product weight-major (``wmajor``: the weight as the GEMM's left operand), by a
-kernel that reads every weight row once for all of a tree's rows (``rows``: AVX2, compiled at first use),
+kernel that reads every weight row once for all of a tree's rows (``rows``: AVX2 or AVX-512, compiled at first use),
 and its attention implementation swapped while the
 original model keeps the stock kernels (the greedy baseline). Which twin is faster depends on
 the machine and on the forward size (packed weights were slower than stock at 1-2 tokens and faster
@@ -52,7 +52,7 @@ LEAN = "lean"  # fused, one row by gemv, more by rows, every ragged forward one 
 LEAN_DNN = "lean-onednn"  # lean with oneDNN's product past one row (the bigger trees and prefill chunks)
 ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; no copy)
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
-ROWS = "rows"  # every weight row read once for all rows (an AVX2 kernel compiled at first use; fp32 CPU)
+ROWS = "rows"  # every weight row read once for all rows (AVX2 or AVX-512, compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
 KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, ONEDNN, WMAJOR, ROWS, PACKED)  # what a KernelSet may hold
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)

@@ -50,34 +50,14 @@ void rows(const float* w, const float* x, int64_t m, int64_t K, int64_t N, float
   }
 }
 
-}  // namespace
-
-torch::Tensor rows_linear(torch::Tensor x, torch::Tensor weight, c10::optional<torch::Tensor> bias) {
-  TORCH_CHECK(x.scalar_type() == torch::kFloat && weight.scalar_type() == torch::kFloat, "fp32 only");
-  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous(), "weight: contiguous [N, K]");
-  const int64_t N = weight.size(0), K = weight.size(1);
-  TORCH_CHECK(x.size(-1) == K, "x's last dimension must be the weight's in_features");
-  auto rows2d = x.reshape({-1, K}).contiguous();  // [M, K]
-  const int64_t M = rows2d.size(0);
-  auto out = torch::empty({M, N}, x.options());  // [M, N]
-  torch::Tensor b = bias.has_value() ? bias->contiguous() : torch::Tensor();
-  const float* w = weight.data_ptr<float>();
-  const float* xs = rows2d.data_ptr<float>();
-  const float* bp = b.defined() ? b.data_ptr<float>() : nullptr;
-  float* y = out.data_ptr<float>();
+// y[M, N] = x W^T + b over torch's OpenMP pool, blocks of kGrain weight rows
+void rows_into(const float* w, const float* xs, int64_t M, int64_t K, int64_t N, float* y, const float* bp) {
   const int64_t blocks = (N + kGrain - 1) / kGrain;
 #pragma omp parallel for schedule(static) if (blocks > 1)
   for (int64_t blk = 0; blk < blocks; ++blk) {
     const int64_t hi = std::min(N, (blk + 1) * kGrain);
     for (int64_t n = blk * kGrain; n < hi; ++n) rows(w + n * K, xs, M, K, N, y + n, bp ? bp[n] : 0.0f);
   }
-  auto sizes = x.sizes().vec();
-  sizes.back() = N;
-  return out.view(sizes);
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rows_linear", &rows_linear, "x W^T + b, every weight row read once for all rows (fp32, AVX2)",
-        py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(),
-        py::call_guard<py::gil_scoped_release>());
-}
+}  // namespace

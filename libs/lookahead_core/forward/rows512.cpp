@@ -1,0 +1,127 @@
+// y[M, N] = x[M, K] W[N, K]^T (+ b[N]) for a few rows M, on CPUs with AVX-512: the rows kernel's contract
+// (every weight row read from memory once for all M rows) with a register tile instead of one weight row at a
+// time. A tile is kRows weight rows by up to kCols x rows, one 16-float accumulator per pair (24 of the 32
+// zmm registers); a step of 16 columns loads kRows weight vectors and kCols x vectors for kRows * kCols FMAs
+// (the AVX2 kernel loads 1 + 8 for 8). The weight tile is read from memory by its first pass over the x rows
+// and from L1/L2 by the others, and the next tile's cache lines are prefetched during that first pass, at the
+// pace it reads the current one. Every dot product is summed the same way whatever M and the row's place in
+// it: sixteen lanes over K, folded by halves, plus the bias. A plain omp parallel for over blocks of weight
+// rows, in torch's own OpenMP pool, as rows_gemm.cpp.
+#include <torch/extension.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+
+namespace {
+
+constexpr int64_t kLanes = 16;  // floats per zmm register
+constexpr int kRows = 4;        // weight rows per tile
+constexpr int kCols = 6;        // x rows per tile: kRows * kCols accumulators + kRows weights + 1 x <= 32 registers
+constexpr int64_t kGrain = 32;  // weight rows per parallel block (a multiple of kRows)
+constexpr int64_t kLine = 64;   // bytes per cache line
+// cache lines of the next tile prefetched per step of 16 columns: a step reads kRows rows x 64 bytes
+constexpr int64_t kAhead = kRows * kLanes * static_cast<int64_t>(sizeof(float)) / kLine;
+
+// the sum of a's 16 lanes: halves folded, 8 + 8, 4 + 4, 2 + 2, 1 + 1
+inline float fold(__m512 a) {
+  const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1));
+  __m128 q = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  q = _mm_add_ps(q, _mm_movehl_ps(q, q));
+  return _mm_cvtss_f32(_mm_add_ss(q, _mm_movehdup_ps(q)));
+}
+
+// the sums of a, b, c and d's 16 lanes, in that order: the same folds as fold(), four registers at a time
+inline __m128 fold4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));  // [a01+a23, b01+b23] halves
+  const __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+  const __m512 q = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));  // a, b, c, d quarters
+  const __m512 p = _mm512_add_ps(q, _mm512_shuffle_ps(q, q, 0x4E));  // each quarter: [0+2, 1+3, 2+0, 3+1]
+  const __m512 t = _mm512_add_ps(p, _mm512_shuffle_ps(p, p, 0xB1));  // each quarter's total in all four lanes
+  return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+}
+
+// y[c * ldy + r] = w[r] . x[c] + bias[r] for R weight rows (each K long, ldw apart) and C x rows (ldx apart);
+// `next` (R * K floats) is prefetched as the tile is read when `ahead`
+template <int R, int C>
+inline void tile(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy,
+                 const float* bias, const char* next, int64_t lines) {
+  __m512 acc[C][R];
+  for (int c = 0; c < C; ++c)
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  int64_t line = 0;
+  int64_t k = 0;
+  for (; k + kLanes <= K; k += kLanes) {
+    for (int64_t j = 0; j < kAhead && line < lines; ++j, ++line) _mm_prefetch(next + kLine * line, _MM_HINT_T0);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w + r * ldw + k);
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = _mm512_loadu_ps(x + c * ldx + k);
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+    }
+  }
+  if (k < K) {  // the last K mod 16 columns, masked
+    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(mask, w + r * ldw + k);
+    for (int c = 0; c < C; ++c) {
+      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c * ldx + k);
+      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    if constexpr (R == kRows) {
+      const __m128 s = fold4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);  // [w0 . x, w1 . x, w2 . x, w3 . x]
+      _mm_storeu_ps(y + c * ldy, bias ? _mm_add_ps(s, _mm_loadu_ps(bias)) : s);
+    } else {
+      for (int r = 0; r < R; ++r) y[c * ldy + r] = fold(acc[c][r]) + (bias ? bias[r] : 0.0f);
+    }
+  }
+}
+
+// every x row (M of them) times R weight rows; `next` is prefetched during the first pass
+template <int R>
+void panel(const float* w, const float* x, int64_t M, int64_t K, int64_t N, float* y, const float* bias,
+           const char* next, int64_t lines) {
+  int64_t m = 0;
+  for (; m + kCols <= M; m += kCols) {
+    tile<R, kCols>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines);
+    lines = 0;  // prefetched by the first pass
+  }
+  switch (M - m) {
+    case 5: tile<R, 5>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
+    case 4: tile<R, 4>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
+    case 3: tile<R, 3>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
+    case 2: tile<R, 2>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
+    case 1: tile<R, 1>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
+    default: break;
+  }
+}
+
+// weight rows [lo, hi) times every x row
+void rows(const float* w, const float* x, int64_t M, int64_t K, int64_t N, float* y, const float* bias,
+          int64_t lo, int64_t hi) {
+  const int64_t row_lines = K * static_cast<int64_t>(sizeof(float)) / kLine;  // lines of one weight row (floor)
+  int64_t n = lo;
+  for (; n + kRows <= hi; n += kRows) {
+    const int64_t ahead = std::clamp<int64_t>(N - n - kRows, 0, kRows);  // rows of the next tile (the next block's)
+    const char* next = reinterpret_cast<const char*>(w + (n + kRows) * K);
+    panel<kRows>(w + n * K, x, M, K, N, y + n, bias ? bias + n : nullptr, next, ahead * row_lines);
+  }
+  const float* b = bias ? bias + n : nullptr;
+  switch (hi - n) {
+    case 3: panel<3>(w + n * K, x, M, K, N, y + n, b, nullptr, 0); break;
+    case 2: panel<2>(w + n * K, x, M, K, N, y + n, b, nullptr, 0); break;
+    case 1: panel<1>(w + n * K, x, M, K, N, y + n, b, nullptr, 0); break;
+    default: break;
+  }
+}
+
+// y[M, N] = x W^T + b over torch's OpenMP pool, blocks of kGrain weight rows
+void rows_into(const float* w, const float* xs, int64_t M, int64_t K, int64_t N, float* y, const float* bp) {
+  const int64_t blocks = (N + kGrain - 1) / kGrain;
+#pragma omp parallel for schedule(static) if (blocks > 1)
+  for (int64_t blk = 0; blk < blocks; ++blk) rows(w, xs, M, K, N, y, bp, blk * kGrain, std::min(N, (blk + 1) * kGrain));
+}
+
+}  // namespace
