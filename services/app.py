@@ -21,6 +21,10 @@ and lag, and the outbox with Kafka. ``metrics_port`` serves it at ``/metrics``;
 Tracing: with an OTLP endpoint (``[tracing]``, services.common.telemetry.tracing) every server, channel and
 the HTTP endpoint started here carry one trace per request; off, nothing is installed.
 
+Heap: once started, everything alive is frozen out of Python's cyclic collector
+(``lookahead_rag.services.common.heap``): a full collection then walks only what requests built since, not
+the ~600k objects of the model, tokenizer and caches; ``stop()`` thaws it.
+
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
 (``lookahead_rag.services.http``, ``[http]`` settings) serves the same generator on ``http_port`` (``bind["http"]``
 overrides its port); ``stop()`` closes it first, gracefully.
@@ -46,6 +50,7 @@ from prometheus_client import CollectorRegistry
 from lookahead_rag.services.common.auth.callers import Authenticator
 from lookahead_rag.services.common.auth.interceptor import server_interceptors
 from lookahead_rag.services.common.auth.tls import check_bind, server_credentials
+from lookahead_rag.services.common.heap import freeze_startup_heap, thaw_heap
 from lookahead_rag.services.common.ports import (  # start order: retriever, draftcache, generator
     DRAFTCACHE_GRPC_PORT,
     RETRIEVER_GRPC_PORT,
@@ -170,6 +175,7 @@ class Pipeline:
         if metrics_port is not None:
             first = pipeline.services[names[0]].settings
             pipeline.metrics_port = start_metrics_server(metrics_port, registry, first.host)
+        freeze_startup_heap()  # last: what start-up built is never walked by a collection again
         return pipeline
 
     async def _add(self, service: Service[Any], grpc_servers: bool, bind: dict[str, int],
@@ -230,6 +236,7 @@ class Pipeline:
         await self.bus.stop()
         for service in services:
             await service.close()
+        thaw_heap()  # the stopped services' cycles can be collected again
 
 
 def listen_hosts(settings: AllSettings, names: Sequence[str]) -> dict[str, str]:
