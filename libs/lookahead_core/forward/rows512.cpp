@@ -17,7 +17,7 @@ namespace {
 
 constexpr int64_t kLanes = 16;  // floats per zmm register
 constexpr int kRows = 4;        // weight rows per tile
-constexpr int kCols = 6;        // x rows per tile: kRows * kCols accumulators + kRows weights + 1 x <= 32 registers
+constexpr int kCols = 6;        // x rows per tile at most: kRows * kCols accumulators + kRows weights + 1 x <= 32 registers
 constexpr int64_t kGrain = 32;  // weight rows per parallel block (a multiple of kRows)
 constexpr int64_t kLine = 64;   // bytes per cache line
 // cache lines of the next tile prefetched per step of 16 columns: a step reads kRows rows x 64 bytes
@@ -79,22 +79,26 @@ inline void tile(const float* w, int64_t ldw, const float* x, int64_t ldx, int64
   }
 }
 
-// every x row (M of them) times R weight rows; `next` is prefetched during the first pass
+// every x row (M of them) times R weight rows, in ceil(M / kCols) passes of near-equal width (8 rows: 4 + 4,
+// not 6 + 2); `next` is prefetched during the first pass
 template <int R>
 void panel(const float* w, const float* x, int64_t M, int64_t K, int64_t N, float* y, const float* bias,
            const char* next, int64_t lines) {
-  int64_t m = 0;
-  for (; m + kCols <= M; m += kCols) {
-    tile<R, kCols>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines);
+  const int64_t passes = (M + kCols - 1) / kCols;
+  for (int64_t p = 0, m = 0; p < passes; ++p) {
+    const int64_t width = M / passes + (p < M % passes ? 1 : 0);
+    const float* xs = x + m * K;
+    float* ys = y + m * N;
+    switch (width) {
+      case 6: tile<R, 6>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      case 5: tile<R, 5>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      case 4: tile<R, 4>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      case 3: tile<R, 3>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      case 2: tile<R, 2>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      default: tile<R, 1>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+    }
     lines = 0;  // prefetched by the first pass
-  }
-  switch (M - m) {
-    case 5: tile<R, 5>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
-    case 4: tile<R, 4>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
-    case 3: tile<R, 3>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
-    case 2: tile<R, 2>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
-    case 1: tile<R, 1>(w, K, x + m * K, K, K, y + m * N, N, bias, next, lines); break;
-    default: break;
+    m += width;
   }
 }
 
