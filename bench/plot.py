@@ -36,6 +36,7 @@ PLOTTERS = {
     "prompt_order": "lookahead_rag.bench.prompt_order_plot",
     "exactness": "lookahead_rag.bench.exactness_plot",
     "logprobs": "lookahead_rag.bench.logprobs_plot",
+    "rows_kernels": "lookahead_rag.bench.rows_kernels_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (
