@@ -24,7 +24,7 @@ from lookahead_core.models import load_model
 from torch import nn
 
 from lookahead_rag.bench.common import MODEL_HELP, cpu_name, machine, print_table
-from lookahead_rag.bench.plot import default_png, write_outputs
+from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.rows_kernels_plot import BASELINE
 
 SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 64)  # rows per product timed
@@ -92,8 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "machine": machine(), "capability": torch.backends.cpu.get_cpu_capability(), "sizes": sizes,
             "ms": {name: {str(m): round(v, 3) for m, v in by.items()} for name, by in ms.items()}}
     if args.json:
-        write_outputs(data, args.json, args.png)
-        print(f"wrote {args.json} and {args.png or default_png(args.json)}")
+        write_outputs(data, args.json, args.png)  # says what it wrote
     return 0
 
 

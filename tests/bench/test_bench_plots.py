@@ -145,12 +145,15 @@ RESULTS = {
     "decoding": _decoding, "old decoding": _old_decoding, "sampled decoding": _sampled, "pipeline": _pipeline,
     "serve": _serve, "retrieval": _retrieval, "events": _events,
     "serve replicas": replica_results.serve_replicas, "replica sim": replica_results.replica_sim,
+    "rows kernels": lambda: {"kind": "rows_kernels", "model": "tiny", "threads": 2, "cpu": "Test CPU",
+                             "machine": "Linux, 2 cores", "sizes": [1, 8],
+                             "ms": {"stock": {"1": 3.0, "8": 9.0}, "avx2": {"1": 1.0, "8": 4.0}}},
 }
 KINDS = {"logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
          "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",
-         "serve replicas": "serve_replicas", "replica sim": "replica_sim"}
+         "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels"}
 
 
 @pytest.mark.parametrize("name", list(RESULTS))

@@ -1,17 +1,12 @@
 """The tree-kernel benchmark (``bench/rows_kernels.py``) on hand-made layers: every kernel timed at every
-size over every Linear of a model, and its PNG drawn from the result."""
+size over every Linear of a model (its PNG: test_bench_plots)."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from lookahead_rag.bench.plot import kind_of, plot_result
 from lookahead_rag.bench.rows_kernels import kernels, time_sizes, weights
-
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_every_linear_of_the_model_is_timed_by_every_kernel_at_every_size() -> None:
@@ -24,15 +19,6 @@ def test_every_linear_of_the_model_is_timed_by_every_kernel_at_every_size() -> N
     ms = time_sizes(products, layers, sizes=[1, 3], repeats=1)
     assert set(ms) == set(products)
     assert all(set(by) == {1, 3} and all(v > 0 for v in by.values()) for by in ms.values())
-
-
-def test_the_result_is_its_own_kind_and_drawn_to_a_png(tmp_path: Path) -> None:
-    data = {"kind": "rows_kernels", "model": "tiny", "threads": 2, "cpu": "Test CPU", "machine": "Linux, 2 cores",
-            "sizes": [1, 8], "ms": {"stock": {"1": 3.0, "8": 9.0}, "avx2": {"1": 1.0, "8": 4.0}}}
-    png = tmp_path / "rows.png"
-    assert kind_of(data) == "rows_kernels"
-    assert plot_result(data, png) == "rows_kernels"  # lookahead-rag-bench plot redraws it from the JSON
-    assert png.read_bytes().startswith(PNG_MAGIC)
 
 
 def test_the_products_timed_are_the_linear_product() -> None:
