@@ -348,6 +348,14 @@ def run_all(sched: StepScheduler, reqs: list[ServeRequest], clients: list[Client
         assert client.done.wait(WAIT_S)
 
 
+def busy_engine(model: PreTrainedModel, tokenizer: Any, **config: Any) -> StepScheduler:
+    """A step scheduler for the real-model tests: 8 requests running at once, prompts prefilled in 96-token
+    chunks, ``config`` the other ``SchedulerConfig`` fields."""
+    from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
+
+    return StepScheduler(model, tokenizer, SchedulerConfig(max_running=8, prefill_chunk=96, **config))
+
+
 def serve_at_once(sched: StepScheduler, prompts: Sequence[Sequence[int]], configs: Sequence[DecodingConfig],
                   timeout: float = 600.0) -> list[ServeRequest]:
     """Submit every (prompt, config) to a started ``sched`` at once, wait for all, close it; each request

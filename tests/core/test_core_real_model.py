@@ -28,10 +28,9 @@ import pytest
 from lookahead_core import DecodingConfig, DraftMode
 from lookahead_core.detok import REPLACEMENT
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core.helpers import MODES, greedy, serve_mixed_modes
+from tests.core.helpers import MODES, busy_engine, greedy, serve_mixed_modes
 
 pytestmark = pytest.mark.slow
 
@@ -213,9 +212,7 @@ def test_real_model_batched_scheduler_equals_greedy(
 ) -> None:
     # all 20 prompts at once through the step scheduler (every mode, 8 running, chunked prefill, some
     # repeated so the prefix cache serves them): each answer is its own batch-1 greedy run
-    model, tok = smollm
-    sched = StepScheduler(model, tok, SchedulerConfig(max_running=8, prefill_chunk=96,
-                                                      calibration_counts=(1, 8, 64), calibration_repeats=1))
+    sched = busy_engine(*smollm, calibration_counts=(1, 8, 64), calibration_repeats=1)
     order = [*range(len(prompts)), 3, 7]  # two repeats: prefix-cache hits
     reqs = serve_mixed_modes(sched, [prompts[i] for i in order], MAX_NEW)
     for i, req in zip(order, reqs, strict=True):

@@ -13,11 +13,10 @@ from collections.abc import Callable
 import pytest
 from lookahead_core import DecodingConfig
 from lookahead_core.engine.decoder import LookaheadDecoder
-from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.sampling import generate_sampled
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tests.core.helpers import MODES, serve_at_once
+from tests.core.helpers import MODES, busy_engine, serve_at_once
 from tests.core.test_core_real_model import grounded_prompts
 
 pytestmark = pytest.mark.slow
@@ -74,8 +73,7 @@ def test_real_model_sampled_scheduler_equals_reference(
     reference: Callable[[int], list[int]],
 ) -> None:
     # all 20 at once through the engine (8 running, chunked prefill): each is its own reference
-    model, tok = smollm
-    sched = StepScheduler(model, tok, SchedulerConfig(max_running=8, prefill_chunk=96, calibrate=False))
+    sched = busy_engine(*smollm, calibrate=False)
     reqs = serve_at_once(sched.start(), prompts, [config(i) for i in range(len(prompts))])
     for i, req in enumerate(reqs):
         assert req.output == reference(i), f"prompt {i}, mode {req.config.mode}"
