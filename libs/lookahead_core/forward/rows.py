@@ -11,7 +11,8 @@ lm_head at 1 / 2 / 4 / 8 / 16 rows 49 / 117 / 165 / 158 / 195 -> 28 / 29 / 37 / 
 gate/up (9728 x 896) 3.6 / 7.8 / 10.4 / 9.8 / 11.0 -> 1.8 / 2.0 / 2.3 / 2.9 / 5.2.
 
 Past 4 rows that kernel is compute-bound: every 8 columns it loads one weight vector and 8 x vectors for
-8 FMAs. On CPUs with AVX-512 (torch's capability ``AVX512``) ``rows512.cpp`` takes its place: a register
+8 FMAs. On CPUs with AVX-512 (torch's capability ``AVX512``) ``rows512.cpp`` is built too, and takes its
+place where it multiplies a probe tree faster (timed once per process, ``faster``): a register
 tile of 4 weight rows by 6 x rows (24 accumulators of 16 floats) loads 10 vectors for 24 FMAs, and the
 next tile's weights are prefetched while the first pass over the x rows reads this one. Every product
 of SmolLM2-135M (30 layers and the lm_head) on a 2-core AMD EPYC (Zen 5), 2 threads, in ms, AVX2 ->
@@ -27,6 +28,9 @@ this one wins. ``rows_linears(twin)`` swaps a twin's ``nn.Linear`` modules for `
 
 from __future__ import annotations
 
+import functools
+import time
+from collections.abc import Sequence
 from types import ModuleType
 
 import torch
@@ -40,6 +44,9 @@ SOURCE = ("rows_gemm.cpp", GLUE)  # the kernel (C++, AVX2 intrinsics, OpenMP), b
 EXTENSION = "lookahead_rows_gemm"  # its module name in torch's extension cache
 SOURCE_512 = ("rows512.cpp", GLUE)  # the AVX-512 kernel (a register tile of weight rows by x rows), beside this module
 EXTENSION_512 = "lookahead_rows512"  # its module name in torch's extension cache
+PROBE_ROWS = 16  # rows of the probe product the builds are timed on (a typical verification tree)
+PROBE_WEIGHT = (4096, 1024)  # its weight [out, in]: 16 MB, past the cores' L2, as a model's products are
+PROBE_REPEATS = 3  # timed calls per build; the fastest is kept
 
 
 def avx2_extension() -> ModuleType | None:
@@ -52,10 +59,33 @@ def avx512_extension() -> ModuleType | None:
     return build(EXTENSION_512, SOURCE_512, FLAGS_512, CAPABLE_512)
 
 
+@functools.cache
 def extension() -> ModuleType | None:
-    """The kernel the rows product runs: the AVX-512 one where it is built, else the AVX2 one; None where
-    neither is offered."""
-    return avx512_extension() or avx2_extension()
+    """The kernel the rows product runs: the faster of the builds this CPU has (timed once per process, in
+    the first caller's threads); None where neither is offered."""
+    builds = [b for b in (avx512_extension(), avx2_extension()) if b is not None]
+    return faster(builds) if builds else None
+
+
+def faster(builds: Sequence[ModuleType], repeats: int = PROBE_REPEATS) -> ModuleType:
+    """The build whose ``rows_linear`` multiplies a ``PROBE_ROWS``-row tree by a ``PROBE_WEIGHT`` weight
+    fastest (the best of ``repeats`` timed calls each, after one untimed); the only one without timing."""
+    if len(builds) == 1:
+        return builds[0]
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(*PROBE_WEIGHT, generator=gen)  # [out, in]
+    x = torch.randn(PROBE_ROWS, PROBE_WEIGHT[1], generator=gen)  # [rows, in]
+
+    def seconds(build: ModuleType) -> float:
+        build.rows_linear(x, weight)
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            build.rows_linear(x, weight)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    return min(builds, key=seconds)
 
 
 def rows_ok(model: nn.Module) -> bool:
