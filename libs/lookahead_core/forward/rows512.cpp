@@ -41,11 +41,29 @@ inline __m128 fold4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
 }
 
-// y[c * ldy + r] = w[r] . x[c] + bias[r] for R weight rows (each K long, ldw apart) and C x rows (ldx apart);
-// `next` (R * K floats) is prefetched as the tile is read when `ahead`
+// 16 columns from p, or, for the last K mod 16 (Tail), the columns inside `mask` and zeros
+template <bool Tail>
+inline __m512 load(const float* p, __mmask16 mask) {
+  if constexpr (Tail) return _mm512_maskz_loadu_ps(mask, p);
+  return _mm512_loadu_ps(p);
+}
+
+// acc[c][r] += w[r][k, k + 16) * x[c][k, k + 16) for R weight rows and C x rows (each K long)
+template <int R, int C, bool Tail>
+inline void madd(__m512 (&acc)[C][R], const float* w, const float* x, int64_t K, int64_t k, __mmask16 mask) {
+  __m512 wv[R];
+  for (int r = 0; r < R; ++r) wv[r] = load<Tail>(w + r * K + k, mask);
+  for (int c = 0; c < C; ++c) {
+    const __m512 xv = load<Tail>(x + c * K + k, mask);
+    for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
+  }
+}
+
+// y[c * ldy + r] = w[r] . x[c] + bias[r] for R weight rows and C x rows (each K long); the first `lines`
+// cache lines of `next` are prefetched as the tile is read
 template <int R, int C>
-inline void tile(const float* w, int64_t ldw, const float* x, int64_t ldx, int64_t K, float* y, int64_t ldy,
-                 const float* bias, const char* next, int64_t lines) {
+inline void tile(const float* w, const float* x, int64_t K, float* y, int64_t ldy, const float* bias,
+                 const char* next, int64_t lines) {
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
@@ -53,22 +71,9 @@ inline void tile(const float* w, int64_t ldw, const float* x, int64_t ldx, int64
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
     for (int64_t j = 0; j < kAhead && line < lines; ++j, ++line) _mm_prefetch(next + kLine * line, _MM_HINT_T0);
-    __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm512_loadu_ps(w + r * ldw + k);
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = _mm512_loadu_ps(x + c * ldx + k);
-      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
-    }
+    madd<R, C, false>(acc, w, x, K, k, 0);
   }
-  if (k < K) {  // the last K mod 16 columns, masked
-    const __mmask16 mask = static_cast<__mmask16>((1u << (K - k)) - 1u);
-    __m512 wv[R];
-    for (int r = 0; r < R; ++r) wv[r] = _mm512_maskz_loadu_ps(mask, w + r * ldw + k);
-    for (int c = 0; c < C; ++c) {
-      const __m512 xv = _mm512_maskz_loadu_ps(mask, x + c * ldx + k);
-      for (int r = 0; r < R; ++r) acc[c][r] = _mm512_fmadd_ps(wv[r], xv, acc[c][r]);
-    }
-  }
+  if (k < K) madd<R, C, true>(acc, w, x, K, k, static_cast<__mmask16>((1u << (K - k)) - 1u));  // the last K mod 16
   for (int c = 0; c < C; ++c) {
     if constexpr (R == kRows) {
       const __m128 s = fold4(acc[c][0], acc[c][1], acc[c][2], acc[c][3]);  // [w0 . x, w1 . x, w2 . x, w3 . x]
@@ -90,12 +95,12 @@ void panel(const float* w, const float* x, int64_t M, int64_t K, int64_t N, floa
     const float* xs = x + m * K;
     float* ys = y + m * N;
     switch (width) {
-      case 6: tile<R, 6>(w, K, xs, K, K, ys, N, bias, next, lines); break;
-      case 5: tile<R, 5>(w, K, xs, K, K, ys, N, bias, next, lines); break;
-      case 4: tile<R, 4>(w, K, xs, K, K, ys, N, bias, next, lines); break;
-      case 3: tile<R, 3>(w, K, xs, K, K, ys, N, bias, next, lines); break;
-      case 2: tile<R, 2>(w, K, xs, K, K, ys, N, bias, next, lines); break;
-      default: tile<R, 1>(w, K, xs, K, K, ys, N, bias, next, lines); break;
+      case 6: tile<R, 6>(w, xs, K, ys, N, bias, next, lines); break;
+      case 5: tile<R, 5>(w, xs, K, ys, N, bias, next, lines); break;
+      case 4: tile<R, 4>(w, xs, K, ys, N, bias, next, lines); break;
+      case 3: tile<R, 3>(w, xs, K, ys, N, bias, next, lines); break;
+      case 2: tile<R, 2>(w, xs, K, ys, N, bias, next, lines); break;
+      default: tile<R, 1>(w, xs, K, ys, N, bias, next, lines); break;
     }
     lines = 0;  // prefetched by the first pass
     m += width;
