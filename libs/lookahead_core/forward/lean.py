@@ -35,6 +35,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
 
 from ..kv.kvstore import KVShape, RequestKV
+from .attend import multi_row
 from .fused import FusedGroup, FusedMember
 from .lean_ops import Ops, Rotary, candidates
 from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
@@ -191,12 +192,19 @@ class LeanTwin(nn.Module):
         qkv = layer.qkv.multiply(h)  # [1, T, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
         whole = len(plan.segments) == 1
+        fast = multi_row(self.head_dim)
         out = None if whole else h.new_empty(1, h.shape[1], layer.heads * self.head_dim)  # [1, T, heads * head_dim]
-        for seg, mask in zip(plan.segments, plan.masks, strict=True):
+        for seg, mask, visible in zip(plan.segments, plan.masks, plan.visible, strict=True):
             end = seg.start + seg.q
             rows = slice(None) if whole else slice(seg.start, end)
             q = self.ops.rotate_and_cache(qkv[:, rows], cos[:, rows], sin[:, rows], seg.kv, layer.index, seg.past,
                                           layer.heads, self.head_dim, layer.rotary)  # [1, heads, q, head_dim]
+            if fast is not None and visible is not None:  # several rows: the kernel, into the output's rows
+                if out is None:
+                    out = h.new_empty(1, seg.q, layer.heads * self.head_dim)  # [1, q, heads * head_dim]
+                fast.attend_rows(q.contiguous(), seg.kv.keys[layer.index], seg.kv.values[layer.index], seg.past,
+                                 visible, layer.scaling, out[0, rows])
+                continue
             keys, values = seg.kv.view(layer.index, seg.past + seg.q)  # [1, kv_heads, past + q, head_dim] each
             seen = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scaling,
                                                   enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, q, head_dim]

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from ..kv.kvstore import RequestKV
+from .attend import multi_row
 
 RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
 PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention
@@ -48,12 +49,16 @@ class RaggedPlan:
 
     segments: list[Segment] = field(default_factory=list)
     masks: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [1, 1, q, past+q] or None
+    visible: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [q, q] bool, None at q = 1
     timed: bool = False  # add every attention call's seconds to ``attention_s`` (a step profile reads it)
     attention_s: float = 0.0  # seconds spent in attention over this plan's forward (when ``timed``)
 
     def finalize(self, dtype: torch.dtype, device: torch.device) -> None:
-        """Additive float masks (0 attend / dtype min) for every segment that needs one."""
+        """Additive float masks (0 attend / dtype min) for every segment that needs one (sdpa's), and each
+        multi-row segment's visibility as a tensor (``attend.multi_row``'s)."""
         self.masks = [segment_mask(s, dtype, device) for s in self.segments]
+        self.visible = [None if s.q == 1 else torch.from_numpy(np.ascontiguousarray(s.visible)).to(device)
+                        for s in self.segments]
 
 
 def segment_mask(seg: Segment, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -84,24 +89,32 @@ def ragged_attention(
     scaling: float | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """Attention of a packed row, request by request; output [1, T, heads, head_dim]."""
+    """Attention of a packed row, request by request (several rows by ``attend.multi_row`` where it is kept);
+    output [1, T, heads, head_dim]."""
     plan = kwargs.get(PLAN_KWARG)
     if not isinstance(plan, RaggedPlan):
         raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
     started = time.perf_counter() if plan.timed else 0.0
     layer = int(module.layer_idx)  # type: ignore[arg-type]
-    gqa = query.shape[1] != key.shape[1]
-    out = torch.empty_like(query)  # [1, heads, T, head_dim]
-    for seg, mask in zip(plan.segments, plan.masks, strict=True):
+    heads, head_dim = query.shape[1], query.shape[-1]
+    scale = scaling if scaling is not None else head_dim**-0.5
+    fast = multi_row(head_dim)
+    gqa = heads != key.shape[1]
+    out = query.new_empty(1, query.shape[2], heads, head_dim)  # [1, T, heads, head_dim]
+    for seg, mask, visible in zip(plan.segments, plan.masks, plan.visible, strict=True):
         end = seg.start + seg.q
         seg.kv.write(layer, seg.past, key[:, :, seg.start : end], value[:, :, seg.start : end])
+        if fast is not None and visible is not None:  # several rows: the kernel
+            fast.attend_rows(query[:, :, seg.start : end].contiguous(), seg.kv.keys[layer], seg.kv.values[layer],
+                             seg.past, visible, scale, out[0, seg.start : end].view(seg.q, heads * head_dim))
+            continue
         k, v = seg.kv.view(layer, seg.past + seg.q)  # [1, kv_heads, past+q, head_dim]
-        out[:, :, seg.start : end] = F.scaled_dot_product_attention(
+        out[:, seg.start : end] = F.scaled_dot_product_attention(
             query[:, :, seg.start : end], k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa
-        )  # [1, heads, q, head_dim]
+        ).transpose(1, 2)  # [1, q, heads, head_dim]
     if plan.timed:
         plan.attention_s += time.perf_counter() - started
-    return out.transpose(1, 2).contiguous(), None
+    return out, None
 
 
 AttentionInterface.register(RAGGED_ATTENTION, ragged_attention)

@@ -1,0 +1,200 @@
+// Attention of one request's segment of several rows (a prefill chunk or a draft tree) over its cache, for the
+// lean loop (attend.py). Written for the shapes a step makes on CPU, where sdpa's flash kernel and MKL's GEMMs
+// run at ~140 GFLOP/s: head_dim 64, a few hundred keys, q/k/v of a kv head shared by `group` query heads.
+//
+// The rows of one kv head (every query head of its group, every token of the segment) are taken LANES at a time,
+// one vector lane per row (queries transposed, scaled), so that:
+// - scores: for each key, its head_dim values broadcast from the cache as it is (no transposed copy of the keys)
+//   times the rows' transposed queries, one FMA chain over head_dim per lane;
+// - softmax: max, exp and sum run along the keys lane by lane, in key order;
+// - output: each row's probabilities broadcast times the value rows, summed in key order.
+// So every row is computed by the same sequence of operations whatever rows share its call: its result does
+// not depend on the tree or chunk around it, nor on the number of threads (a plain omp parallel for over
+// (kv head, block of rows), in torch's own OpenMP pool). The sums run in another order than sdpa's (~1e-7
+// relative), as every tree kernel's do; one-token forwards keep sdpa (attend.py).
+#include <torch/extension.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;  // floats per vector register (zmm)
+#else
+constexpr int kLanes = 8;   // floats per vector register (ymm)
+#endif
+constexpr int kKeys = 4;    // keys per score tile (broadcast each), times kBlocks row vectors
+constexpr int kBlocks = 2;  // row vectors per score tile: kKeys * kBlocks accumulators
+constexpr int kRows = kLanes * kBlocks;  // rows per task: one block of the score tile
+constexpr int kPvVecs = 4;  // vectors of head_dim per output tile (head_dim: a multiple of kPvVecs * kLanes)
+#if defined(__AVX512F__)
+constexpr int kPvRows = 4;  // rows per output tile: kPvRows * kPvVecs accumulators (of 32 registers)
+#else
+constexpr int kPvRows = 2;  // rows per output tile: kPvRows * kPvVecs accumulators (of 16 registers)
+#endif
+
+typedef float vf __attribute__((vector_size(kLanes * 4)));
+typedef int vi __attribute__((vector_size(kLanes * 4)));
+typedef float vfu __attribute__((vector_size(kLanes * 4), aligned(4)));
+
+inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
+inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
+inline vf splat(float x) { return vf{} + x; }
+
+// e^x lane by lane for x <= 0 (Cephes' expf: x = n ln2 + r, a degree-6 polynomial in r, times 2^n); lanes
+// below -87 give ~1e-38 rather than underflowing, and -inf lanes are zeroed by the caller
+inline vf exp_nonpositive(vf x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const vf t = x * 1.44269504088896341f;
+  const vi n = -__builtin_convertvector(0.5f - t, vi);  // round(t): 0.5 - t > 0 truncates down
+  const vf nf = __builtin_convertvector(n, vf);
+  vf r = x - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  vf y = splat(1.9875691500e-4f);
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * (r * r) + r + 1.0f;
+  const vi bits = (n + 127) << 23;  // 2^n as a float's exponent
+  return y * reinterpret_cast<const vf&>(bits);
+}
+
+struct Segment {
+  const float* q;       // [heads, T, D] rotated queries
+  const float* keys;    // [kv_heads, cap, D] the request's cache
+  const float* values;  // [kv_heads, cap, D]
+  const uint8_t* visible;  // [T, T]: token t sees segment token u (the keys from `past` on)
+  float* out;           // [T, heads * D]: row t's head h at t * heads * D + h * D
+  int64_t T, D, heads, kv_heads, cap, past;
+  float scale;
+};
+
+// rows [first, first + kRows) of kv head h: row r is query head h * group + r / T, token r % T (rows past
+// group * T repeat the last one and are not written out)
+void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>& qt, std::vector<float>& sc,
+                  std::vector<float>& bias) {
+  const int64_t group = s.heads / s.kv_heads, R = group * s.T, n = s.past + s.T, D = s.D;
+  int64_t head[kRows], tok[kRows];
+  for (int i = 0; i < kRows; ++i) {
+    const int64_t r = std::min(first + i, R - 1);
+    head[i] = h * group + r / s.T;
+    tok[i] = r % s.T;
+  }
+  qt.resize(D * kRows);  // [D, kRows]: the rows' queries, transposed and scaled
+  for (int i = 0; i < kRows; ++i) {
+    const float* src = s.q + (head[i] * s.T + tok[i]) * D;
+    for (int64_t d = 0; d < D; ++d) qt[d * kRows + i] = src[d] * s.scale;
+  }
+  bias.resize(s.T * kRows);  // [T, kRows]: 0 where the row sees the segment's key, -inf where not
+  const float hidden = -std::numeric_limits<float>::infinity();
+  for (int64_t u = 0; u < s.T; ++u)
+    for (int i = 0; i < kRows; ++i) bias[u * kRows + i] = s.visible[tok[i] * s.T + u] ? 0.0f : hidden;
+  sc.resize(((n + kKeys - 1) / kKeys * kKeys) * kRows);  // [keys, kRows] scores, then probabilities
+  const float* kh = s.keys + h * s.cap * D;
+  const float* vh = s.values + h * s.cap * D;
+  // scores: kKeys keys at a time (a tail tile re-reads key n - 1), each key's values broadcast
+  for (int64_t j = 0; j < n; j += kKeys) {
+    const float* kr[kKeys];
+    for (int k = 0; k < kKeys; ++k) kr[k] = kh + std::min(j + k, n - 1) * D;
+    vf acc[kKeys][kBlocks] = {};
+    for (int64_t d = 0; d < D; ++d) {
+      vf qv[kBlocks];
+      for (int b = 0; b < kBlocks; ++b) qv[b] = load(&qt[d * kRows + b * kLanes]);
+      for (int k = 0; k < kKeys; ++k) {
+        const vf kv = splat(kr[k][d]);
+        for (int b = 0; b < kBlocks; ++b) acc[k][b] = kv * qv[b] + acc[k][b];
+      }
+    }
+    for (int k = 0; k < kKeys; ++k)
+      for (int b = 0; b < kBlocks; ++b) store(&sc[(j + k) * kRows + b * kLanes], acc[k][b]);
+  }
+  // softmax along the keys, lane by lane
+  for (int64_t u = 0; u < s.T; ++u)
+    for (int b = 0; b < kBlocks; ++b) {
+      float* p = &sc[(s.past + u) * kRows + b * kLanes];
+      store(p, load(p) + load(&bias[u * kRows + b * kLanes]));
+    }
+  vf total[kBlocks];
+  for (int b = 0; b < kBlocks; ++b) {
+    vf top = splat(hidden);
+    for (int64_t j = 0; j < n; ++j) {
+      const vf x = load(&sc[j * kRows + b * kLanes]);
+      top = x > top ? x : top;
+    }
+    vf sum = {};
+    for (int64_t j = 0; j < n; ++j) {
+      float* p = &sc[j * kRows + b * kLanes];
+      const vf x = load(p);
+      const vf e = x == splat(hidden) ? vf{} : exp_nonpositive(x - top);
+      store(p, e);
+      sum = sum + e;
+    }
+    total[b] = sum;
+  }
+  // output: kPvRows rows' probabilities broadcast times kPvVecs vectors of each value row, summed in key order
+  float inv[kRows];
+  for (int b = 0; b < kBlocks; ++b)
+    for (int l = 0; l < kLanes; ++l) inv[b * kLanes + l] = 1.0f / total[b][l];
+  const int64_t rows = std::min<int64_t>(kRows, R - first);
+  for (int64_t i0 = 0; i0 < rows; i0 += kPvRows)
+    for (int64_t d0 = 0; d0 < D; d0 += kPvVecs * kLanes) {
+      vf acc[kPvRows][kPvVecs] = {};
+      for (int64_t j = 0; j < n; ++j) {
+        const float* v = vh + j * D + d0;
+        vf vv[kPvVecs];
+        for (int c = 0; c < kPvVecs; ++c) vv[c] = load(v + c * kLanes);
+        for (int i = 0; i < kPvRows; ++i) {
+          const vf p = splat(sc[j * kRows + i0 + i]);
+          for (int c = 0; c < kPvVecs; ++c) acc[i][c] = p * vv[c] + acc[i][c];
+        }
+      }
+      for (int i = 0; i < kPvRows && i0 + i < rows; ++i)
+        for (int c = 0; c < kPvVecs; ++c)
+          store(s.out + tok[i0 + i] * s.heads * D + head[i0 + i] * D + d0 + c * kLanes, acc[i][c] * inv[i0 + i]);
+    }
+}
+
+}  // namespace
+
+// out[t, h * D + d] = softmax over the segment's n = past + T keys (those from `past` on where visible) of
+// q[h, t] . keys[h / group] * scale, times the values: every query head of one request's T new rows
+void attend_rows(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past, torch::Tensor visible,
+                 double scale, torch::Tensor out) {
+  TORCH_CHECK(q.scalar_type() == torch::kFloat && keys.scalar_type() == torch::kFloat, "fp32 only");
+  TORCH_CHECK(q.dim() == 4 && q.size(0) == 1 && q.is_contiguous(), "q: contiguous [1, heads, T, head_dim]");
+  TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
+              "keys/values: contiguous [1, kv_heads, capacity, head_dim]");
+  const int64_t heads = q.size(1), T = q.size(2), D = q.size(3), kv_heads = keys.size(1), cap = keys.size(2);
+  TORCH_CHECK(keys.size(3) == D && D % (kPvVecs * kLanes) == 0, "head_dim: the cache's, a multiple of the output tile");
+  TORCH_CHECK(heads % kv_heads == 0, "query heads: a multiple of the kv heads");
+  TORCH_CHECK(past >= 0 && past + T <= cap, "the segment's entries must be in the cache");
+  TORCH_CHECK(visible.scalar_type() == torch::kBool && visible.is_contiguous() && visible.numel() == T * T,
+              "visible: contiguous bool [T, T]");
+  TORCH_CHECK(out.scalar_type() == torch::kFloat && out.dim() == 2 && out.size(0) == T &&
+                  out.size(1) == heads * D && out.stride(1) == 1 && out.stride(0) == heads * D,
+              "out: [T, heads * head_dim] with contiguous rows");
+  const Segment s{q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+                  reinterpret_cast<const uint8_t*>(visible.data_ptr<bool>()), out.data_ptr<float>(),
+                  T, D, heads, kv_heads, cap, past, static_cast<float>(scale)};
+  const int64_t blocks = (heads / kv_heads * T + kRows - 1) / kRows, tasks = kv_heads * blocks;
+#pragma omp parallel if (tasks > 1)
+  {
+    std::vector<float> qt, sc, bias;  // each thread's scratch
+#pragma omp for schedule(static)
+    for (int64_t task = 0; task < tasks; ++task) attend_block(s, task / blocks, (task % blocks) * kRows, qt, sc, bias);
+  }
+}
+
+int64_t tile() { return kPvVecs * kLanes; }
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("attend_rows", &attend_rows, "several rows of one request attending to its cache (fp32)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("tile", &tile, "head_dim must be a multiple of this (the output tile's floats)");
+}

@@ -1,0 +1,101 @@
+"""Attention of a segment of several rows (a prefill chunk, a draft tree) at the cores' FMA rate.
+
+A step's profile on a 2-core AMD EPYC (SmolLM2-135M, 1 client) put attention at 49 of 165 ms a prefill step
+and 7 of 27 ms a tree step: sdpa's flash kernel, like MKL's GEMMs at these shapes (head_dim 64 inner or
+out), runs at ~140 GFLOP/s there. ``attend.cpp`` computes a kv head's rows a vector at a time, one lane a
+row (scores from the cache's keys as they lie, softmax along the keys, then the values), ~300 GFLOP/s with
+AVX-512: a 183-row chunk over 400 cached entries (9 query heads, 3 kv heads) 1.6 -> 0.8 ms a layer.
+
+Every row goes through the same operations whatever rows share its call, so a tree row's result does not
+depend on its tree. Its sums run in another order than sdpa's (~1e-7 relative), as every tree kernel's do:
+one-row segments (one-token forwards, plain greedy's arithmetic bit for bit) keep sdpa. Both builds the CPU
+has (AVX2; AVX-512 where torch reports it) are timed once per process against sdpa on a probe chunk, and the
+fastest is kept (``kernel``): where sdpa wins, or nothing builds, every segment keeps sdpa.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+from .cext import CAPABLE_512, FLAGS_512, build
+
+SOURCE = "attend.cpp"  # the kernel (C++, GCC vector extensions, OpenMP), beside this module
+EXTENSION = "lookahead_attend"  # the AVX2 build's module name in torch's extension cache
+EXTENSION_512 = "lookahead_attend512"  # the AVX-512 build's
+PROBE = (64, 256, 8, 2, 64)  # the probe segment: rows, cached entries before it, heads, kv heads, head_dim
+PROBE_REPEATS = 5  # timed calls per way; the fastest is kept
+
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, float, torch.Tensor], None]
+
+
+def builds() -> list[ModuleType]:
+    """The kernel's builds for this CPU (``cext.build``, once per process): AVX-512 where torch reports it,
+    and AVX2."""
+    found = [build(EXTENSION_512, SOURCE, FLAGS_512, CAPABLE_512), build(EXTENSION, SOURCE)]
+    return [b for b in found if b is not None]
+
+
+def sdpa_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, visible: torch.Tensor,
+              scale: float, out: torch.Tensor) -> None:
+    """The same contract as the kernel's ``attend_rows``, by sdpa: ``q`` [1, heads, T, head_dim], ``keys`` and
+    ``values`` a request's cache [1, kv_heads, capacity, head_dim], ``visible`` [T, T] bool, ``out``
+    [T, heads * head_dim]."""
+    n = past + q.shape[2]
+    mask = torch.zeros(q.shape[2], n, dtype=q.dtype)  # [T, n]
+    mask[:, past:].masked_fill_(~visible, torch.finfo(q.dtype).min)
+    seen = F.scaled_dot_product_attention(q, keys[:, :, :n], values[:, :, :n], attn_mask=mask[None, None],
+                                          scale=scale, enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, T, hd]
+    out.copy_(seen[0].transpose(0, 1).reshape(q.shape[2], -1))
+
+
+def fastest(ways: Sequence[Attend], repeats: int = PROBE_REPEATS) -> int:
+    """Index of the way that attends the ``PROBE`` segment fastest (best of ``repeats`` after one untimed call)."""
+    rows, past, heads, kv_heads, head_dim = PROBE
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, heads, rows, head_dim, generator=gen)  # [1, heads, T, head_dim]
+    keys, values = (torch.randn(1, kv_heads, past + rows, head_dim, generator=gen) for _ in range(2))
+    visible = torch.ones(rows, rows, dtype=torch.bool).tril()  # [T, T]: a prefill chunk
+    out = torch.empty(rows, heads * head_dim)  # [T, heads * head_dim]
+    scale = 1.0 / math.sqrt(head_dim)
+
+    def seconds(way: Attend) -> float:
+        way(q, keys, values, past, visible, scale, out)
+        best = math.inf
+        for _ in range(repeats):
+            started = time.perf_counter()
+            way(q, keys, values, past, visible, scale, out)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    times = [seconds(way) for way in ways]
+    return times.index(min(times))
+
+
+@functools.cache
+def kernel() -> ModuleType | None:
+    """The build that attends multi-row segments: the fastest of this CPU's builds, where it beats sdpa on
+    the probe (timed once per process, in the first caller's threads); None where sdpa stays."""
+    found = builds()
+    if not found:
+        return None
+    best = fastest([sdpa_rows, *(b.attend_rows for b in found)])
+    return None if best == 0 else found[best - 1]
+
+
+def multi_row(head_dim: int) -> ModuleType | None:
+    """The build whose ``attend_rows`` attends segments of several rows with heads ``head_dim`` wide, or None
+    where they keep sdpa (``kernel`` is None, or its output tile does not divide ``head_dim``).
+
+    ``attend_rows(q, keys, values, past, visible, scale, out)``: ``out`` [T, heads * head_dim] = the T rows of
+    ``q`` [1, heads, T, head_dim] (contiguous) attending to a request's cache ``keys``/``values``
+    [1, kv_heads, capacity, head_dim]: its first ``past`` entries, and the segment's own T where ``visible``
+    [T, T] bool says."""
+    ext = kernel()
+    return ext if ext is not None and head_dim % ext.tile() == 0 else None

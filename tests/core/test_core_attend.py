@@ -1,0 +1,177 @@
+"""The multi-row attention kernel (forward/attend.cpp) against sdpa, and what its rows do not depend on."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+import pytest
+import torch
+from lookahead_core.forward import attend, ragged
+from lookahead_core.forward.attend import builds, fastest, multi_row, sdpa_rows
+from lookahead_core.forward.kernels import make_twin
+from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from lookahead_core.kv.kvstore import KVShape, RequestKV
+from transformers import LlamaConfig, LlamaForCausalLM
+
+BUILDS = builds()
+pytestmark = pytest.mark.skipif(not BUILDS, reason="the attention kernel is not built on this machine")
+
+
+def segment(rows: int, past: int, heads: int, kv_heads: int, head_dim: int, seed: int = 0, spare: int = 5
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries [1, heads, rows, head_dim] and a cache [1, kv_heads, past + rows + spare, head_dim] whose entries
+    past the segment are NaN (garbage no row may see)."""
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, heads, rows, head_dim, generator=gen)
+    keys, values = (torch.randn(1, kv_heads, past + rows + spare, head_dim, generator=gen) for _ in range(2))
+    for t in (keys, values):
+        t[:, :, past + rows :] = float("nan")
+    return q, keys, values
+
+
+def tree_visible(parents: list[int]) -> torch.Tensor:
+    """[T, T] bool: node i sees itself and its ancestors (parents[i] < i, -1 for the root)."""
+    n = len(parents)
+    seen = np.eye(n, dtype=bool)
+    for i, p in enumerate(parents):
+        if p >= 0:
+            seen[i] |= seen[p]
+    return torch.from_numpy(seen)
+
+
+def run(ext: ModuleType, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int,
+        visible: torch.Tensor, scale: float = 0.125) -> torch.Tensor:
+    out = torch.full((q.shape[2], q.shape[1] * q.shape[3]), float("nan"))  # [T, heads * head_dim]
+    ext.attend_rows(q, keys, values, past, visible, scale, out)
+    return out
+
+
+def reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, visible: torch.Tensor,
+              scale: float = 0.125) -> torch.Tensor:
+    out = torch.empty(q.shape[2], q.shape[1] * q.shape[3])
+    sdpa_rows(q, keys, values, past, visible, scale, out)
+    return out
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+@pytest.mark.parametrize(("rows", "past", "heads", "kv_heads", "head_dim"), [
+    (7, 40, 9, 3, 64),  # a small chunk, three query heads per kv head (SmolLM2's 9 / 3)
+    (45, 0, 14, 2, 64),  # a chunk with nothing cached before it, seven heads a group (Qwen2.5-0.5B's 14 / 2)
+    (33, 19, 4, 4, 128),  # one query head per kv head, wider heads, a row count past a block
+    (2, 1, 2, 1, 64),  # two rows over one cached entry
+])
+def test_a_causal_chunk_attends_as_sdpa_does(ext: ModuleType, rows: int, past: int, heads: int, kv_heads: int,
+                                             head_dim: int) -> None:
+    q, keys, values = segment(rows, past, heads, kv_heads, head_dim)
+    visible = torch.ones(rows, rows, dtype=torch.bool).tril()
+    got = run(ext, q, keys, values, past, visible)
+    torch.testing.assert_close(got, reference(q, keys, values, past, visible), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_a_tree_row_sees_only_its_ancestors_and_the_cache(ext: ModuleType) -> None:
+    parents = [-1, 0, 0, 1, 1, 2, 3, 6, 5]  # a root, two branches, a chain of three under the first
+    q, keys, values = segment(len(parents), 23, 9, 3, 64)
+    visible = tree_visible(parents)
+    torch.testing.assert_close(run(ext, q, keys, values, 23, visible), reference(q, keys, values, 23, visible),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_a_row_gives_the_same_bits_whatever_rows_share_its_call(ext: ModuleType) -> None:
+    # the first 5 rows of a 40-row chunk see exactly what a 5-row chunk sees: their results must be equal bit for
+    # bit although they sit elsewhere in the vector lanes and the 40-row call runs more blocks and keys
+    q, keys, values = segment(40, 30, 9, 3, 64)
+    visible = torch.ones(40, 40, dtype=torch.bool).tril()
+    whole = run(ext, q, keys, values, 30, visible)
+    head = run(ext, q[:, :, :5].contiguous(), keys, values, 30, visible[:5, :5].contiguous())
+    assert torch.equal(whole[:5], head)
+    # a tree root alone (one row over the cache) equals the root of a tree
+    tree = tree_visible([-1, 0, 0, 1])
+    assert torch.equal(run(ext, q[:, :, :4].contiguous(), keys, values, 30, tree)[0],
+                       run(ext, q[:, :, :2].contiguous(), keys, values, 30, tree[:2, :2].contiguous())[0])
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_the_bits_do_not_depend_on_the_threads(ext: ModuleType) -> None:
+    q, keys, values = segment(50, 60, 9, 3, 64)
+    visible = torch.ones(50, 50, dtype=torch.bool).tril()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run(ext, q, keys, values, 60, visible)
+        torch.set_num_threads(max(2, threads))
+        many = run(ext, q, keys, values, 60, visible)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many)
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_bad_shapes_are_refused(ext: ModuleType) -> None:
+    q, keys, values = segment(4, 10, 9, 3, 64)
+    visible = torch.ones(4, 4, dtype=torch.bool).tril()
+    with pytest.raises(RuntimeError, match="must be in the cache"):
+        run(ext, q, keys, values, keys.shape[2] - 2, visible)  # entries past the capacity
+    with pytest.raises(RuntimeError, match="visible"):
+        run(ext, q, keys, values, 10, visible[:3, :3].contiguous())  # a mask of another segment
+    with pytest.raises(RuntimeError, match="head_dim"):
+        wide = segment(4, 10, 9, 3, 72)
+        run(ext, *wide, 10, visible)  # heads not a multiple of the output tile
+
+
+def test_the_fastest_way_is_chosen_by_timing_it() -> None:
+    calls: list[str] = []
+
+    def slow(*args: object) -> None:
+        calls.append("slow")
+        torch.randn(400, 400) @ torch.randn(400, 400)
+
+    def quick(*args: object) -> None:
+        calls.append("quick")
+
+    assert fastest([slow, quick], repeats=2) == 1
+    assert fastest([quick, slow], repeats=2) == 0
+    assert calls.count("quick") == calls.count("slow") == 6  # one untimed call and the repeats, each way
+
+
+def test_multi_row_heads_must_fill_whole_output_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(attend, "kernel", lambda: BUILDS[0])
+    tile = BUILDS[0].tile()
+    assert multi_row(2 * tile) is BUILDS[0]
+    assert multi_row(tile + 8) is None  # its heads keep sdpa
+    monkeypatch.setattr(attend, "kernel", lambda: None)
+    assert multi_row(2 * tile) is None  # sdpa won the timing: every segment keeps it
+
+
+def test_the_ragged_attention_runs_several_rows_by_the_kernel_and_one_row_by_sdpa(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=300, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=BUILDS[0].tile())
+    model = LlamaForCausalLM(config).eval()
+    twin = make_twin(model, "stock", RAGGED_ATTENTION)
+    rows: list[int] = []  # rows of every kernel call
+
+    class Spy:
+        def attend_rows(self, q: torch.Tensor, *args: object) -> None:
+            rows.append(q.shape[2])
+            BUILDS[0].attend_rows(q, *args)
+
+    monkeypatch.setattr(ragged, "multi_row", lambda head_dim: Spy())
+    ids = torch.randint(300, (13,), generator=torch.Generator().manual_seed(1)).tolist()
+    kv = RequestKV(KVShape.of(model), len(ids))
+    logits = []
+    for first, end in ((0, 12), (12, 13)):  # a 12-row chunk, then one token
+        plan = RaggedPlan([Segment(kv, 0, first, causal_visible(end - first))])
+        plan.finalize(torch.float32, torch.device("cpu"))
+        with torch.inference_mode():
+            out = twin(input_ids=torch.tensor([ids[first:end]]), position_ids=torch.arange(first, end)[None],
+                       use_cache=False, logits_to_keep=torch.arange(end - first), **{PLAN_KWARG: plan}).logits
+        kv.length = end
+        logits.append(out[0])
+    assert rows == [12, 12]  # the chunk, once a layer; the one-token step kept sdpa
+    with torch.inference_mode():
+        want = model(torch.tensor([ids])).logits[0]  # [13, vocab]: the stock causal forward
+    torch.testing.assert_close(torch.cat(logits), want, rtol=1e-4, atol=1e-4)
