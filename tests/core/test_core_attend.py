@@ -94,6 +94,21 @@ def test_a_row_gives_the_same_bits_whatever_rows_share_its_call(ext: ModuleType)
 
 
 @pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_segments_in_one_call_give_each_segment_s_own_bits(ext: ModuleType) -> None:
+    # a 40-row chunk (blocks of two vectors), a one-row step and a 5-row tree (blocks of one) of three requests
+    parts = [(40, 30, torch.ones(40, 40, dtype=torch.bool).tril()), (1, 70, torch.ones(1, 1, dtype=torch.bool)),
+             (5, 12, tree_visible([-1, 0, 0, 1, 2]))]
+    segs = [(*segment(rows, past, 9, 3, 64, seed=i), past, visible) for i, (rows, past, visible) in enumerate(parts)]
+    outs = [torch.full((rows * 1, 9 * 64), float("nan")) for rows, _, _ in parts]
+    ext.attend_segments([s[0] for s in segs], [s[1] for s in segs], [s[2] for s in segs], [s[3] for s in segs],
+                        [s[4] for s in segs], 0.125, outs)
+    for (q, keys, values, past, visible), out in zip(segs, outs, strict=True):
+        assert torch.equal(out, run(ext, q, keys, values, past, visible))
+    with pytest.raises(RuntimeError, match="one key, value, past, visible and out per segment"):
+        ext.attend_segments([segs[0][0]], [], [], [], [], 0.125, [])
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
 def test_the_bits_do_not_depend_on_the_threads(ext: ModuleType) -> None:
     q, keys, values = segment(50, 60, 9, 3, 64)
     visible = torch.ones(50, 50, dtype=torch.bool).tril()
@@ -145,33 +160,52 @@ def test_multi_row_heads_must_fill_whole_output_tiles(monkeypatch: pytest.Monkey
     assert multi_row(2 * tile) is None  # sdpa won the timing: every segment keeps it
 
 
-def test_the_ragged_attention_runs_several_rows_by_the_kernel_and_one_row_by_sdpa(
+def test_a_forward_of_several_rows_runs_every_segment_by_the_kernel_and_one_token_by_sdpa(
         monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=300, hidden_size=256, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=BUILDS[0].tile())
     model = LlamaForCausalLM(config).eval()
     twin = make_twin(model, "stock", RAGGED_ATTENTION)
-    rows: list[int] = []  # rows of every kernel call
+    calls: list[list[int]] = []  # rows of each segment, per kernel call
 
     class Spy:
-        def attend_rows(self, q: torch.Tensor, *args: object) -> None:
-            rows.append(q.shape[2])
-            BUILDS[0].attend_rows(q, *args)
+        def attend_segments(self, qs: list[torch.Tensor], *args: object) -> None:
+            calls.append([q.shape[2] for q in qs])
+            BUILDS[0].attend_segments(qs, *args)
 
     monkeypatch.setattr(ragged, "multi_row", lambda head_dim: Spy())
-    ids = torch.randint(300, (13,), generator=torch.Generator().manual_seed(1)).tolist()
-    kv = RequestKV(KVShape.of(model), len(ids))
-    logits = []
-    for first, end in ((0, 12), (12, 13)):  # a 12-row chunk, then one token
-        plan = RaggedPlan([Segment(kv, 0, first, causal_visible(end - first))])
+    gen = torch.Generator().manual_seed(1)
+    a, b = (torch.randint(300, (n,), generator=gen).tolist() for n in (13, 6))
+    shape = KVShape.of(model)
+    kv_a, kv_b = RequestKV(shape, len(a)), RequestKV(shape, len(b))
+
+    def forward(parts: list[tuple[RequestKV, list[int], int, int]]) -> list[torch.Tensor]:
+        """One ragged forward of each (cache, ids, first, end): the logits of every row, per part."""
+        segs, start = [], 0
+        for kv, _, first, end in parts:
+            segs.append(Segment(kv, start, first, causal_visible(end - first)))
+            start += end - first
+        plan = RaggedPlan(segs)
         plan.finalize(torch.float32, torch.device("cpu"))
+        ids = [t for _, toks, first, end in parts for t in toks[first:end]]
+        pos = [p for _, _, first, end in parts for p in range(first, end)]
         with torch.inference_mode():
-            out = twin(input_ids=torch.tensor([ids[first:end]]), position_ids=torch.arange(first, end)[None],
-                       use_cache=False, logits_to_keep=torch.arange(end - first), **{PLAN_KWARG: plan}).logits
-        kv.length = end
-        logits.append(out[0])
-    assert rows == [12, 12]  # the chunk, once a layer; the one-token step kept sdpa
+            logits = twin(input_ids=torch.tensor([ids]), position_ids=torch.tensor([pos]), use_cache=False,
+                          logits_to_keep=torch.arange(len(ids)), **{PLAN_KWARG: plan}).logits[0]
+        for kv, _, _, end in parts:
+            kv.length = end
+        return list(logits.split([end - first for _, _, first, end in parts]))
+
+    got_a, got_b = forward([(kv_a, a, 0, 12), (kv_b, b, 0, 5)])  # two prompt chunks
+    assert calls == [[12, 5], [12, 5]]  # both segments in one call, once a layer
+    one_a, one_b = forward([(kv_a, a, 12, 13), (kv_b, b, 5, 6)])  # two one-row segments: still several rows
+    assert calls[2:] == [[1, 1], [1, 1]]
+    kv_a.length = 12
+    alone = forward([(kv_a, a, 12, 13)])[0]  # a one-token forward keeps sdpa
+    assert len(calls) == 4
     with torch.inference_mode():
-        want = model(torch.tensor([ids])).logits[0]  # [13, vocab]: the stock causal forward
-    torch.testing.assert_close(torch.cat(logits), want, rtol=1e-4, atol=1e-4)
+        for ids, rows in ((a, [got_a, one_a]), (b, [got_b, one_b])):
+            want = model(torch.tensor([ids])).logits[0]  # the stock causal forward
+            torch.testing.assert_close(torch.cat(rows), want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(alone, one_a, rtol=1e-4, atol=1e-4)

@@ -27,9 +27,8 @@ constexpr int kLanes = 16;  // floats per vector register (zmm)
 #else
 constexpr int kLanes = 8;   // floats per vector register (ymm)
 #endif
-constexpr int kKeys = 4;    // keys per score tile (broadcast each), times kBlocks row vectors
-constexpr int kBlocks = 2;  // row vectors per score tile: kKeys * kBlocks accumulators
-constexpr int kRows = kLanes * kBlocks;  // rows per task: one block of the score tile
+constexpr int kKeys = 4;    // keys per score tile (broadcast each), times 1 or kBlocks row vectors
+constexpr int kBlocks = 2;  // row vectors per score tile of a segment with more rows than lanes: kKeys * kBlocks accumulators
 constexpr int kPvVecs = 4;  // vectors of head_dim per output tile (head_dim: a multiple of kPvVecs * kLanes)
 #if defined(__AVX512F__)
 constexpr int kPvRows = 4;  // rows per output tile: kPvRows * kPvVecs accumulators (of 32 registers)
@@ -75,10 +74,13 @@ struct Segment {
   float scale;
 };
 
-// rows [first, first + kRows) of kv head h: row r is query head h * group + r / T, token r % T (rows past
-// group * T repeat the last one and are not written out)
+// rows [first, first + kLanes * Blocks) of kv head h: row r is query head h * group + r / T, token r % T (rows
+// past group * T repeat the last one and are not written out). Every lane runs the same operations whatever
+// Blocks is: one score FMA chain over head_dim, the softmax along the keys, one output FMA chain over the keys.
+template <int Blocks>
 void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>& qt, std::vector<float>& sc,
                   std::vector<float>& bias) {
+  constexpr int kRows = kLanes * Blocks;  // rows of this block
   const int64_t group = s.heads / s.kv_heads, R = group * s.T, n = s.past + s.T, D = s.D;
   int64_t head[kRows], tok[kRows];
   for (int i = 0; i < kRows; ++i) {
@@ -102,26 +104,26 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
   for (int64_t j = 0; j < n; j += kKeys) {
     const float* kr[kKeys];
     for (int k = 0; k < kKeys; ++k) kr[k] = kh + std::min(j + k, n - 1) * D;
-    vf acc[kKeys][kBlocks] = {};
+    vf acc[kKeys][Blocks] = {};
     for (int64_t d = 0; d < D; ++d) {
-      vf qv[kBlocks];
-      for (int b = 0; b < kBlocks; ++b) qv[b] = load(&qt[d * kRows + b * kLanes]);
+      vf qv[Blocks];
+      for (int b = 0; b < Blocks; ++b) qv[b] = load(&qt[d * kRows + b * kLanes]);
       for (int k = 0; k < kKeys; ++k) {
         const vf kv = splat(kr[k][d]);
-        for (int b = 0; b < kBlocks; ++b) acc[k][b] = kv * qv[b] + acc[k][b];
+        for (int b = 0; b < Blocks; ++b) acc[k][b] = kv * qv[b] + acc[k][b];
       }
     }
     for (int k = 0; k < kKeys; ++k)
-      for (int b = 0; b < kBlocks; ++b) store(&sc[(j + k) * kRows + b * kLanes], acc[k][b]);
+      for (int b = 0; b < Blocks; ++b) store(&sc[(j + k) * kRows + b * kLanes], acc[k][b]);
   }
   // softmax along the keys, lane by lane
   for (int64_t u = 0; u < s.T; ++u)
-    for (int b = 0; b < kBlocks; ++b) {
+    for (int b = 0; b < Blocks; ++b) {
       float* p = &sc[(s.past + u) * kRows + b * kLanes];
       store(p, load(p) + load(&bias[u * kRows + b * kLanes]));
     }
-  vf total[kBlocks];
-  for (int b = 0; b < kBlocks; ++b) {
+  vf total[Blocks];
+  for (int b = 0; b < Blocks; ++b) {
     vf top = splat(hidden);
     for (int64_t j = 0; j < n; ++j) {
       const vf x = load(&sc[j * kRows + b * kLanes]);
@@ -139,7 +141,7 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
   }
   // output: kPvRows rows' probabilities broadcast times kPvVecs vectors of each value row, summed in key order
   float inv[kRows];
-  for (int b = 0; b < kBlocks; ++b)
+  for (int b = 0; b < Blocks; ++b)
     for (int l = 0; l < kLanes; ++l) inv[b * kLanes + l] = 1.0f / total[b][l];
   const int64_t rows = std::min<int64_t>(kRows, R - first);
   for (int64_t i0 = 0; i0 < rows; i0 += kPvRows)
@@ -160,12 +162,9 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
     }
 }
 
-}  // namespace
-
-// out[t, h * D + d] = softmax over the segment's n = past + T keys (those from `past` on where visible) of
-// q[h, t] . keys[h / group] * scale, times the values: every query head of one request's T new rows
-void attend_rows(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past, torch::Tensor visible,
-                 double scale, torch::Tensor out) {
+// One segment's tensors checked and read into a Segment
+Segment segment(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t past,
+                const torch::Tensor& visible, double scale, const torch::Tensor& out) {
   TORCH_CHECK(q.scalar_type() == torch::kFloat && keys.scalar_type() == torch::kFloat, "fp32 only");
   TORCH_CHECK(q.dim() == 4 && q.size(0) == 1 && q.is_contiguous(), "q: contiguous [1, heads, T, head_dim]");
   TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
@@ -179,22 +178,63 @@ void attend_rows(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int6
   TORCH_CHECK(out.scalar_type() == torch::kFloat && out.dim() == 2 && out.size(0) == T &&
                   out.size(1) == heads * D && out.stride(1) == 1 && out.stride(0) == heads * D,
               "out: [T, heads * head_dim] with contiguous rows");
-  const Segment s{q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
-                  reinterpret_cast<const uint8_t*>(visible.data_ptr<bool>()), out.data_ptr<float>(),
-                  T, D, heads, kv_heads, cap, past, static_cast<float>(scale)};
-  const int64_t blocks = (heads / kv_heads * T + kRows - 1) / kRows, tasks = kv_heads * blocks;
+  return Segment{q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+                 reinterpret_cast<const uint8_t*>(visible.data_ptr<bool>()), out.data_ptr<float>(),
+                 T, D, heads, kv_heads, cap, past, static_cast<float>(scale)};
+}
+
+}  // namespace
+
+// For each segment i: outs[i][t, h * D + d] = softmax over its n = past + T keys (those from `past` on where
+// visible) of qs[i][h, t] . keys[h / group] * scale, times the values: every query head of one request's T new
+// rows. All segments' (kv head, block of rows) tasks share one parallel loop.
+void attend_segments(const std::vector<torch::Tensor>& qs, const std::vector<torch::Tensor>& keys,
+                     const std::vector<torch::Tensor>& values, const std::vector<int64_t>& pasts,
+                     const std::vector<torch::Tensor>& visibles, double scale, const std::vector<torch::Tensor>& outs) {
+  const size_t count = qs.size();
+  TORCH_CHECK(keys.size() == count && values.size() == count && pasts.size() == count && visibles.size() == count &&
+                  outs.size() == count, "one key, value, past, visible and out per segment");
+  std::vector<Segment> segs;
+  std::vector<int64_t> first_task{0};  // segment i's tasks are [first_task[i], first_task[i + 1])
+  std::vector<int> wide;  // whether segment i's blocks are kBlocks vectors (more rows than lanes) or one
+  for (size_t i = 0; i < count; ++i) {
+    segs.push_back(segment(qs[i], keys[i], values[i], pasts[i], visibles[i], scale, outs[i]));
+    const Segment& s = segs.back();
+    const int64_t rows = s.heads / s.kv_heads * s.T, block = rows > kLanes ? kLanes * kBlocks : kLanes;
+    wide.push_back(rows > kLanes);
+    first_task.push_back(first_task.back() + s.kv_heads * ((rows + block - 1) / block));
+  }
+  const int64_t tasks = first_task.back();
 #pragma omp parallel if (tasks > 1)
   {
     std::vector<float> qt, sc, bias;  // each thread's scratch
-#pragma omp for schedule(static)
-    for (int64_t task = 0; task < tasks; ++task) attend_block(s, task / blocks, (task % blocks) * kRows, qt, sc, bias);
+#pragma omp for schedule(dynamic)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const size_t i = std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
+      const Segment& s = segs[i];
+      const int64_t block = wide[i] ? kLanes * kBlocks : kLanes, local = task - first_task[i];
+      const int64_t blocks = (s.heads / s.kv_heads * s.T + block - 1) / block;
+      if (wide[i]) {
+        attend_block<kBlocks>(s, local / blocks, (local % blocks) * block, qt, sc, bias);
+      } else {
+        attend_block<1>(s, local / blocks, (local % blocks) * block, qt, sc, bias);
+      }
+    }
   }
+}
+
+// attend_segments for one segment
+void attend_rows(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int64_t past, torch::Tensor visible,
+                 double scale, torch::Tensor out) {
+  attend_segments({q}, {keys}, {values}, {past}, {visible}, scale, {out});
 }
 
 int64_t tile() { return kPvVecs * kLanes; }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("attend_rows", &attend_rows, "several rows of one request attending to its cache (fp32)",
+        py::call_guard<py::gil_scoped_release>());
+  m.def("attend_segments", &attend_segments, "several requests' segments, each attending to its own cache (fp32)",
         py::call_guard<py::gil_scoped_release>());
   m.def("tile", &tile, "head_dim must be a multiple of this (the output tile's floats)");
 }

@@ -8,9 +8,11 @@ AVX-512: a 183-row chunk over 400 cached entries (9 query heads, 3 kv heads) 1.6
 
 Every row goes through the same operations whatever rows share its call, so a tree row's result does not
 depend on its tree. Its sums run in another order than sdpa's (~1e-7 relative), as every tree kernel's do:
-one-row segments (one-token forwards, plain greedy's arithmetic bit for bit) keep sdpa. Both builds the CPU
-has (AVX2; AVX-512 where torch reports it) are timed once per process against sdpa on a probe chunk, and the
-fastest is kept (``kernel``): where sdpa wins, or nothing builds, every segment keeps sdpa.
+a forward of several rows (a prefill chunk, trees, several requests' one-token steps) runs all its segments
+through the kernel in one call (``attend_segments``: their tasks share one parallel loop, ~2x sdpa's time
+for 16 one-row segments), and a one-token forward (plain greedy's arithmetic bit for bit) keeps sdpa. Both
+builds the CPU has (AVX2; AVX-512 where torch reports it) are timed once per process against sdpa on a probe
+chunk, and the fastest is kept (``kernel``): where sdpa wins, or nothing builds, every segment keeps sdpa.
 """
 
 from __future__ import annotations
@@ -90,12 +92,13 @@ def kernel() -> ModuleType | None:
 
 
 def multi_row(head_dim: int) -> ModuleType | None:
-    """The build whose ``attend_rows`` attends segments of several rows with heads ``head_dim`` wide, or None
+    """The build that attends the segments of a forward of several rows with heads ``head_dim`` wide, or None
     where they keep sdpa (``kernel`` is None, or its output tile does not divide ``head_dim``).
 
     ``attend_rows(q, keys, values, past, visible, scale, out)``: ``out`` [T, heads * head_dim] = the T rows of
     ``q`` [1, heads, T, head_dim] (contiguous) attending to a request's cache ``keys``/``values``
     [1, kv_heads, capacity, head_dim]: its first ``past`` entries, and the segment's own T where ``visible``
-    [T, T] bool says."""
+    [T, T] bool says. ``attend_segments(qs, keys, values, pasts, visibles, scale, outs)``: the same for
+    several segments (lists, one item each), in one call."""
     ext = kernel()
     return ext if ext is not None and head_dim % ext.tile() == 0 else None

@@ -188,23 +188,38 @@ class LeanTwin(nn.Module):
     def _attend(self, layer: Layer, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 plan: RaggedPlan) -> torch.Tensor:
         """One layer's attention output for the normed rows ``h`` ([1, T, hidden] -> [1, T, heads * head_dim]):
-        each request's rows attend to its own cache with its segment's mask, as ``ragged_attention`` does."""
+        each request's rows attend to its own cache with its segment's mask, as ``ragged_attention`` does. A
+        forward of several rows runs every segment by the attention kernel in one call (``attend.multi_row``),
+        a one-token forward by sdpa (plain greedy's bits)."""
         qkv = layer.qkv.multiply(h)  # [1, T, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
+        fast = multi_row(self.head_dim) if h.shape[1] > 1 else None
+        if fast is None:
+            out = self._sdpa(layer, h, qkv, cos, sin, plan)
+        else:
+            out = h.new_empty(1, h.shape[1], layer.heads * self.head_dim)  # [1, T, heads * head_dim]
+            spans = [slice(seg.start, seg.start + seg.q) for seg in plan.segments]
+            qs = [self.ops.rotate_and_cache(qkv[:, rows], cos[:, rows], sin[:, rows], seg.kv, layer.index, seg.past,
+                                            layer.heads, self.head_dim, layer.rotary).contiguous()
+                  for seg, rows in zip(plan.segments, spans, strict=True)]  # each [1, heads, q, head_dim]
+            kvs = [seg.kv for seg in plan.segments]
+            fast.attend_segments(qs, [kv.keys[layer.index] for kv in kvs], [kv.values[layer.index] for kv in kvs],
+                                 [seg.past for seg in plan.segments], plan.visible, layer.scaling,
+                                 [out[0, rows] for rows in spans])  # each [q, heads * head_dim]
+        if plan.timed:
+            plan.attention_s += time.perf_counter() - started
+        return out
+
+    def _sdpa(self, layer: Layer, h: torch.Tensor, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+              plan: RaggedPlan) -> torch.Tensor:
+        """``_attend``'s output by sdpa, segment by segment (a one-token forward: plain greedy's bits)."""
         whole = len(plan.segments) == 1
-        fast = multi_row(self.head_dim)
         out = None if whole else h.new_empty(1, h.shape[1], layer.heads * self.head_dim)  # [1, T, heads * head_dim]
-        for seg, mask, visible in zip(plan.segments, plan.masks, plan.visible, strict=True):
+        for seg, mask in zip(plan.segments, plan.masks, strict=True):
             end = seg.start + seg.q
             rows = slice(None) if whole else slice(seg.start, end)
             q = self.ops.rotate_and_cache(qkv[:, rows], cos[:, rows], sin[:, rows], seg.kv, layer.index, seg.past,
                                           layer.heads, self.head_dim, layer.rotary)  # [1, heads, q, head_dim]
-            if fast is not None and visible is not None:  # several rows: the kernel, into the output's rows
-                if out is None:
-                    out = h.new_empty(1, seg.q, layer.heads * self.head_dim)  # [1, q, heads * head_dim]
-                fast.attend_rows(q.contiguous(), seg.kv.keys[layer.index], seg.kv.values[layer.index], seg.past,
-                                 visible, layer.scaling, out[0, rows])
-                continue
             keys, values = seg.kv.view(layer.index, seg.past + seg.q)  # [1, kv_heads, past + q, head_dim] each
             seen = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=layer.scaling,
                                                   enable_gqa=q.shape[1] != keys.shape[1])  # [1, heads, q, head_dim]
@@ -213,8 +228,6 @@ class LeanTwin(nn.Module):
                 out = seen
             else:
                 out[:, seg.start : end] = seen
-        if plan.timed:
-            plan.attention_s += time.perf_counter() - started
         return out  # type: ignore[return-value]
 
 

@@ -49,16 +49,15 @@ class RaggedPlan:
 
     segments: list[Segment] = field(default_factory=list)
     masks: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [1, 1, q, past+q] or None
-    visible: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [q, q] bool, None at q = 1
+    visible: list[torch.Tensor] = field(default_factory=list)  # per segment: [q, q] bool (the kernel's mask)
     timed: bool = False  # add every attention call's seconds to ``attention_s`` (a step profile reads it)
     attention_s: float = 0.0  # seconds spent in attention over this plan's forward (when ``timed``)
 
     def finalize(self, dtype: torch.dtype, device: torch.device) -> None:
-        """Additive float masks (0 attend / dtype min) for every segment that needs one (sdpa's), and each
-        multi-row segment's visibility as a tensor (``attend.multi_row``'s)."""
+        """Additive float masks (0 attend / dtype min) for every segment that needs one (sdpa's), and every
+        segment's visibility as a tensor (``attend.multi_row``'s)."""
         self.masks = [segment_mask(s, dtype, device) for s in self.segments]
-        self.visible = [None if s.q == 1 else torch.from_numpy(np.ascontiguousarray(s.visible)).to(device)
-                        for s in self.segments]
+        self.visible = [torch.from_numpy(np.ascontiguousarray(s.visible)).to(device) for s in self.segments]
 
 
 def segment_mask(seg: Segment, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
@@ -89,29 +88,33 @@ def ragged_attention(
     scaling: float | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """Attention of a packed row, request by request (several rows by ``attend.multi_row`` where it is kept);
-    output [1, T, heads, head_dim]."""
+    """Attention of a packed row, each request over its own cache; output [1, T, heads, head_dim]. A forward of
+    several rows runs every segment by ``attend.multi_row``'s kernel where it is kept, a one-token forward
+    by sdpa (plain greedy's bits)."""
     plan = kwargs.get(PLAN_KWARG)
     if not isinstance(plan, RaggedPlan):
         raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
     started = time.perf_counter() if plan.timed else 0.0
     layer = int(module.layer_idx)  # type: ignore[arg-type]
     heads, head_dim = query.shape[1], query.shape[-1]
-    scale = scaling if scaling is not None else head_dim**-0.5
-    fast = multi_row(head_dim)
-    gqa = heads != key.shape[1]
+    fast = multi_row(head_dim) if query.shape[2] > 1 else None
     out = query.new_empty(1, query.shape[2], heads, head_dim)  # [1, T, heads, head_dim]
-    for seg, mask, visible in zip(plan.segments, plan.masks, plan.visible, strict=True):
+    for seg in plan.segments:
         end = seg.start + seg.q
         seg.kv.write(layer, seg.past, key[:, :, seg.start : end], value[:, :, seg.start : end])
-        if fast is not None and visible is not None:  # several rows: the kernel
-            fast.attend_rows(query[:, :, seg.start : end].contiguous(), seg.kv.keys[layer], seg.kv.values[layer],
-                             seg.past, visible, scale, out[0, seg.start : end].view(seg.q, heads * head_dim))
-            continue
-        k, v = seg.kv.view(layer, seg.past + seg.q)  # [1, kv_heads, past+q, head_dim]
-        out[:, seg.start : end] = F.scaled_dot_product_attention(
-            query[:, :, seg.start : end], k, v, attn_mask=mask, scale=scaling, enable_gqa=gqa
-        ).transpose(1, 2)  # [1, q, heads, head_dim]
+    if fast is not None:  # a forward of several rows: every segment by the kernel, in one call
+        spans = [slice(seg.start, seg.start + seg.q) for seg in plan.segments]
+        fast.attend_segments([query[:, :, rows].contiguous() for rows in spans],
+                             [seg.kv.keys[layer] for seg in plan.segments],
+                             [seg.kv.values[layer] for seg in plan.segments], [seg.past for seg in plan.segments],
+                             plan.visible, scaling if scaling is not None else head_dim**-0.5,
+                             [out[0, rows].view(-1, heads * head_dim) for rows in spans])
+    else:
+        for seg, mask in zip(plan.segments, plan.masks, strict=True):
+            k, v = seg.kv.view(layer, seg.past + seg.q)  # [1, kv_heads, past+q, head_dim]
+            out[:, seg.start : seg.start + seg.q] = F.scaled_dot_product_attention(
+                query[:, :, seg.start : seg.start + seg.q], k, v, attn_mask=mask, scale=scaling,
+                enable_gqa=heads != key.shape[1]).transpose(1, 2)  # [1, q, heads, head_dim]
     if plan.timed:
         plan.attention_s += time.perf_counter() - started
     return out, None
