@@ -9,10 +9,11 @@ AVX-512: a 183-row chunk over 400 cached entries (9 query heads, 3 kv heads) 1.6
 Every row goes through the same operations whatever rows share its call, so a tree row's result does not
 depend on its tree. Its sums run in another order than sdpa's (~1e-7 relative), as every tree kernel's do:
 a forward of several rows (a prefill chunk, trees, several requests' one-token steps) runs all its segments
-through the kernel in one call (``attend_segments``: their tasks share one parallel loop, ~2x sdpa's time
-for 16 one-row segments), and a one-token forward (plain greedy's arithmetic bit for bit) keeps sdpa. Both
-builds the CPU has (AVX2; AVX-512 where torch reports it) are timed once per process against sdpa on a probe
-chunk, and the fastest is kept (``kernel``): where sdpa wins, or nothing builds, every segment keeps sdpa.
+through the kernel in one call (``attend_segments``: their tasks share one parallel loop; 16 one-row
+segments over 600 entries take 0.6x sdpa's time), and a one-token forward (plain greedy's arithmetic bit for
+bit) keeps sdpa. Both builds the CPU has (AVX2; AVX-512 where torch reports it) are timed once per process
+against sdpa on a probe forward (a prompt chunk and four requests' trees), and the fastest is kept
+(``kernel``): where sdpa wins, or nothing builds, every segment keeps sdpa.
 """
 
 from __future__ import annotations
@@ -31,10 +32,14 @@ from .cext import CAPABLE_512, FLAGS_512, build
 SOURCE = "attend.cpp"  # the kernel (C++, GCC vector extensions, OpenMP), beside this module
 EXTENSION = "lookahead_attend"  # the AVX2 build's module name in torch's extension cache
 EXTENSION_512 = "lookahead_attend512"  # the AVX-512 build's
-PROBE = (64, 256, 8, 2, 64)  # the probe segment: rows, cached entries before it, heads, kv heads, head_dim
+PROBE = ((64, 256), (8, 512), (8, 512), (8, 512), (8, 512))  # the probe forward: each segment's (rows, cached
+# entries before them): a prompt chunk and four requests' trees
+PROBE_HEADS = (8, 2, 64)  # the probe's query heads, kv heads and head_dim
 PROBE_REPEATS = 5  # timed calls per way; the fastest is kept
 
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tensor, float, torch.Tensor], None]
+# a way to attend a forward's segments: (qs, keys, values, pasts, visibles, scale, outs), as attend_segments
+Attend = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[int], list[torch.Tensor], float,
+                   list[torch.Tensor]], None]
 
 
 def builds() -> list[ModuleType]:
@@ -57,22 +62,30 @@ def sdpa_rows(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: i
     out.copy_(seen[0].transpose(0, 1).reshape(q.shape[2], -1))
 
 
+def sdpa_segments(qs: list[torch.Tensor], keys: list[torch.Tensor], values: list[torch.Tensor], pasts: list[int],
+                  visibles: list[torch.Tensor], scale: float, outs: list[torch.Tensor]) -> None:
+    """``attend_segments``' contract by sdpa, one call a segment (``sdpa_rows``)."""
+    for q, k, v, past, visible, out in zip(qs, keys, values, pasts, visibles, outs, strict=True):
+        sdpa_rows(q, k, v, past, visible, scale, out)
+
+
 def fastest(ways: Sequence[Attend], repeats: int = PROBE_REPEATS) -> int:
-    """Index of the way that attends the ``PROBE`` segment fastest (best of ``repeats`` after one untimed call)."""
-    rows, past, heads, kv_heads, head_dim = PROBE
+    """Index of the way that attends the ``PROBE`` forward fastest (best of ``repeats`` after one untimed call)."""
+    heads, kv_heads, head_dim = PROBE_HEADS
     gen = torch.Generator().manual_seed(0)
-    q = torch.randn(1, heads, rows, head_dim, generator=gen)  # [1, heads, T, head_dim]
-    keys, values = (torch.randn(1, kv_heads, past + rows, head_dim, generator=gen) for _ in range(2))
-    visible = torch.ones(rows, rows, dtype=torch.bool).tril()  # [T, T]: a prefill chunk
-    out = torch.empty(rows, heads * head_dim)  # [T, heads * head_dim]
-    scale = 1.0 / math.sqrt(head_dim)
+    qs = [torch.randn(1, heads, rows, head_dim, generator=gen) for rows, _ in PROBE]  # each [1, heads, T, head_dim]
+    keys, values = ([torch.randn(1, kv_heads, past + rows, head_dim, generator=gen) for rows, past in PROBE]
+                    for _ in range(2))  # each [1, kv_heads, past + T, head_dim]
+    visibles = [torch.ones(rows, rows, dtype=torch.bool).tril() for rows, _ in PROBE]  # each [T, T]
+    outs = [torch.empty(rows, heads * head_dim) for rows, _ in PROBE]  # each [T, heads * head_dim]
+    args = (qs, keys, values, [past for _, past in PROBE], visibles, 1.0 / math.sqrt(head_dim), outs)
 
     def seconds(way: Attend) -> float:
-        way(q, keys, values, past, visible, scale, out)
+        way(*args)
         best = math.inf
         for _ in range(repeats):
             started = time.perf_counter()
-            way(q, keys, values, past, visible, scale, out)
+            way(*args)
             best = min(best, time.perf_counter() - started)
         return best
 
@@ -82,12 +95,13 @@ def fastest(ways: Sequence[Attend], repeats: int = PROBE_REPEATS) -> int:
 
 @functools.cache
 def kernel() -> ModuleType | None:
-    """The build that attends multi-row segments: the fastest of this CPU's builds, where it beats sdpa on
-    the probe (timed once per process, in the first caller's threads); None where sdpa stays."""
+    """The build that attends the segments of forwards of several rows: the fastest of this CPU's builds,
+    where it beats sdpa on the probe forward (timed once per process, in the first caller's threads); None
+    where sdpa stays."""
     found = builds()
     if not found:
         return None
-    best = fastest([sdpa_rows, *(b.attend_rows for b in found)])
+    best = fastest([sdpa_segments, *(b.attend_segments for b in found)])
     return None if best == 0 else found[best - 1]
 
 
