@@ -37,6 +37,7 @@ PLOTTERS = {
     "exactness": "lookahead_rag.bench.exactness_plot",
     "logprobs": "lookahead_rag.bench.logprobs_plot",
     "rows_kernels": "lookahead_rag.bench.rows_kernels_plot",
+    "attention_kernels": "lookahead_rag.bench.attention_kernels_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

@@ -148,12 +148,17 @@ RESULTS = {
     "rows kernels": lambda: {"kind": "rows_kernels", "model": "tiny", "threads": 2, "cpu": "Test CPU",
                              "machine": "Linux, 2 cores", "sizes": [1, 8],
                              "ms": {"stock": {"1": 3.0, "8": 9.0}, "avx2": {"1": 1.0, "8": 4.0}}},
+    "attention kernels": lambda: {"kind": "attention_kernels", "model": "tiny", "threads": 2, "cpu": "Test CPU",
+                                  "machine": "Linux, 2 cores", "cases": ["tree 4", "chunk 64"],
+                                  "ms": {"sdpa": {"tree 4": 3.0, "chunk 64": 9.0},
+                                         "avx2": {"tree 4": 1.0, "chunk 64": 4.0}}},
 }
 KINDS = {"logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
          "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",
-         "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels"}
+         "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels",
+         "attention kernels": "attention_kernels"}
 
 
 @pytest.mark.parametrize("name", list(RESULTS))
