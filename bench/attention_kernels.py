@@ -14,7 +14,6 @@ baseline: sdpa).
 
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +26,7 @@ from lookahead_core.models import resolve_model_path
 from transformers import AutoConfig
 
 from lookahead_rag.bench.attention_kernels_plot import BASELINE
-from lookahead_rag.bench.common import MODEL_HELP, cpu_name, machine, print_table
+from lookahead_rag.bench.common import cpu_name, kernel_parser, machine, parse_kernel_args, print_table
 from lookahead_rag.bench.plot import write_outputs
 
 REPEATS = 5  # timed rounds per case; the fastest is kept (one untimed round first)
@@ -119,16 +118,7 @@ def time_cases(timed: dict[str, Way], cases: Sequence[Case], heads: int, kv_head
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="attention_kernels", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
-    p.add_argument("--repeats", type=int, default=REPEATS, help="timed rounds (the fastest is kept)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse_kernel_args(kernel_parser("attention_kernels", __doc__, REPEATS), argv)
     cfg = AutoConfig.from_pretrained(resolve_model_path(args.model))
     heads, layers = cfg.num_attention_heads, cfg.num_hidden_layers
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads

@@ -55,6 +55,28 @@ def parse_workload(p: argparse.ArgumentParser, argv: Sequence[str], seed_help: s
     return args
 
 
+def kernel_parser(prog: str, doc: str | None, repeats: int) -> argparse.ArgumentParser:
+    """A kernel benchmark's parser (rows_kernels, attention_kernels): --model, --repeats (default
+    ``repeats``), --threads and the outputs; read it with ``parse_kernel_args``."""
+    p = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
+    p.add_argument("--repeats", type=int, default=repeats, help="timed rounds (the fastest is kept)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--json", default=None, help="write results here")
+    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
+    return p
+
+
+def parse_kernel_args(p: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse a kernel benchmark's ``argv`` and give torch the threads asked for (0: its default)."""
+    args = p.parse_args(argv)
+    if args.threads:
+        import torch  # only once a benchmark runs: --help stays fast
+
+        torch.set_num_threads(args.threads)
+    return args
+
+
 def cpu_name() -> str:
     """The CPU model (from /proc/cpuinfo), else what platform knows."""
     try:

@@ -13,7 +13,6 @@ and a PNG (bars with value labels; baseline: the AVX2 kernel).
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable, Sequence
 
@@ -23,7 +22,7 @@ from lookahead_core.forward.rows import avx2_extension, avx512_extension
 from lookahead_core.models import load_model
 from torch import nn
 
-from lookahead_rag.bench.common import MODEL_HELP, cpu_name, machine, print_table
+from lookahead_rag.bench.common import cpu_name, kernel_parser, machine, parse_kernel_args, print_table
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.rows_kernels_plot import BASELINE
 
@@ -68,17 +67,9 @@ def time_sizes(products: dict[str, Product], layers: list[tuple[torch.Tensor, to
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="rows_kernels", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
+    p = kernel_parser("rows_kernels", __doc__, REPEATS)
     p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="rows per product, comma-separated")
-    p.add_argument("--repeats", type=int, default=REPEATS, help="timed rounds (the fastest is kept)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    p.add_argument("--json", default=None, help="write results here")
-    p.add_argument("--png", default=None, help="plot here (default: next to --json)")
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = parse_kernel_args(p, argv)
     model, _ = load_model(args.model)
     sizes = [int(n) for n in args.sizes.split(",")]
     ms = time_sizes(kernels(), weights(model), sizes, args.repeats)
