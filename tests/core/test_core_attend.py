@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from types import ModuleType
 
 import numpy as np
@@ -209,3 +210,19 @@ def test_a_forward_of_several_rows_runs_every_segment_by_the_kernel_and_one_toke
             want = model(torch.tensor([ids])).logits[0]  # the stock causal forward
             torch.testing.assert_close(torch.cat(rows), want, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(alone, one_a, rtol=1e-4, atol=1e-4)
+
+
+def test_the_kernel_is_kept_only_where_it_times_faster_than_sdpa(monkeypatch: pytest.MonkeyPatch,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(attend, "builds", lambda: BUILDS)
+    attend.kernel.cache_clear()
+    try:
+        monkeypatch.setattr(attend, "fastest", lambda ways: 0)  # sdpa timed fastest: every segment keeps it
+        assert attend.kernel() is None
+        attend.kernel.cache_clear()
+        monkeypatch.setattr(attend, "fastest", lambda ways: len(ways) - 1)  # the last build timed fastest
+        with caplog.at_level(logging.INFO, logger=attend.__name__):
+            assert attend.kernel() is BUILDS[-1]
+        assert f"attend by {BUILDS[-1].__name__}" in caplog.text  # the choice is logged once, with its rivals
+    finally:
+        attend.kernel.cache_clear()  # the next caller times the real builds again

@@ -19,6 +19,7 @@ against sdpa on a probe forward (a prompt chunk and four requests' trees), and t
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +29,8 @@ import torch
 import torch.nn.functional as F
 
 from .cext import CAPABLE_512, FLAGS_512, build
+
+log = logging.getLogger(__name__)
 
 SOURCE = "attend.cpp"  # the kernel (C++, GCC vector extensions, OpenMP), beside this module
 EXTENSION = "lookahead_attend"  # the AVX2 build's module name in torch's extension cache
@@ -102,7 +105,10 @@ def kernel() -> ModuleType | None:
     if not found:
         return None
     best = fastest([sdpa_segments, *(b.attend_segments for b in found)])
-    return None if best == 0 else found[best - 1]
+    chosen = None if best == 0 else found[best - 1]
+    log.info("forwards of several rows attend by %s (timed against %s)", "sdpa" if chosen is None else chosen.__name__,
+             ", ".join(["sdpa", *(b.__name__ for b in found)]))
+    return chosen
 
 
 def multi_row(head_dim: int) -> ModuleType | None:
