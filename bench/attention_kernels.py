@@ -18,10 +18,9 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 
 import torch
-from lookahead_core.forward.attend import EXTENSION, EXTENSION_512, builds, sdpa_rows
+from lookahead_core.forward.attend import EXTENSION, EXTENSION_512, Attend, builds, sdpa_segments
 from lookahead_core.models import resolve_model_path
 from transformers import AutoConfig
 
@@ -56,25 +55,20 @@ Segments = list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int, torch.Tenso
 Way = Callable[[Segments, float], None]
 
 
-def by_sdpa(segs: Segments, scale: float) -> None:
-    """Every segment by sdpa, one call each."""
-    for q, keys, values, past, seen, out in segs:
-        sdpa_rows(q, keys, values, past, seen, scale, out)
-
-
-def by_kernel(ext: ModuleType) -> Way:
-    """Every segment by ``ext``'s ``attend_segments``, in one call."""
+def in_one_call(attend: Attend) -> Way:
+    """A layer's segments by ``attend`` (``attend_segments``' contract: sdpa's loops over them, a build's kernel
+    takes them in one call)."""
     def run(segs: Segments, scale: float) -> None:
         qs, keys, values, pasts, seen, outs = map(list, zip(*segs, strict=True))
-        ext.attend_segments(qs, keys, values, pasts, seen, scale, outs)
+        attend(qs, keys, values, pasts, seen, scale, outs)
     return run
 
 
 def ways() -> dict[str, Way]:
     """The ways to time, by name: sdpa segment by segment, and each build of the kernel this CPU makes."""
-    found: dict[str, Way] = {BASELINE: by_sdpa}
+    found: dict[str, Way] = {BASELINE: in_one_call(sdpa_segments)}
     for ext in builds():
-        found[BUILD_NAMES[ext.__name__]] = by_kernel(ext)
+        found[BUILD_NAMES[ext.__name__]] = in_one_call(ext.attend_segments)
     return found
 
 

@@ -16,7 +16,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <vector>
 
