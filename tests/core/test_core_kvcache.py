@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from lookahead_core.kv.draft_kv import repeat_cache, rollback_cache, select_rows
-from lookahead_core.kv.kvstore import KVShape, RequestKV, compact
+from lookahead_core.kv.kvstore import KVShape, RequestKV, compact, load_prefix
 from transformers import DynamicCache
 
 from tests.core.helpers import tiny_model
@@ -90,6 +90,45 @@ def test_a_write_past_capacity_is_refused() -> None:
     kv = make_kv(1, 4, capacity=4)
     with pytest.raises(ValueError, match="overflow"):
         kv.write(0, 4, entry(0, 9), entry(0, 9))
+
+
+def pieces(layers: int, bounds: list[tuple[int, int]]) -> list[tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]]:
+    """Prefix-cache pieces holding positions [start, end) of every layer (values are minus the keys)."""
+    out = []
+    for start, end in bounds:
+        part = [(expected(layer, list(range(start, end))), -expected(layer, list(range(start, end))))
+                for layer in range(layers)]  # each [1, HEADS, end - start, DIM]
+        out.append((start, part))
+    return out
+
+
+def test_load_prefix_copies_pieces_in_place() -> None:
+    kv = RequestKV(KVShape(2, HEADS, DIM, torch.float32, torch.device("cpu")), 8)
+    load_prefix(kv, pieces(2, [(0, 3), (3, 4), (4, 6)]), 6)  # a root's 3 tokens, then two attached entries'
+    assert kv.length == 6
+    for layer in range(2):
+        keys, values = kv.view(layer, 6)
+        assert torch.equal(keys, expected(layer, list(range(6))))
+        assert torch.equal(values, -keys)
+
+
+# (piece bounds, n, error): pieces must tile [0, n) exactly
+BAD_PIECES: list[tuple[list[tuple[int, int]], int, str]] = [
+    # a gap between two pieces
+    ([(0, 3), (4, 6)], 6, "gap"),
+    # pieces that stop short of n
+    ([(0, 3)], 5, "hold 3"),
+    # more than the cache's room
+    ([(0, 9)], 9, "capacity"),
+]
+
+
+@pytest.mark.parametrize(("bounds", "n", "error"), BAD_PIECES)
+def test_load_prefix_refuses_pieces_that_do_not_tile_the_prefix(bounds: list[tuple[int, int]], n: int,
+                                                                 error: str) -> None:
+    kv = RequestKV(KVShape(1, HEADS, DIM, torch.float32, torch.device("cpu")), 8)
+    with pytest.raises(ValueError, match=error):
+        load_prefix(kv, pieces(1, bounds), n)
 
 
 # layer lengths left by a forward over q new tokens that raised part-way, and the prefix to restore

@@ -1,5 +1,5 @@
 """PrefixKVCache: longest-prefix hits, tenant isolation, LRU by bytes, per-tenant budgets, covered entries,
-counters."""
+shared parts held once, counters."""
 
 from __future__ import annotations
 
@@ -10,14 +10,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lookahead_core.kv.prefix_cache import (
-    KV,
-    PrefixCacheConfig,
-    PrefixKVCache,
-    common_prefix_lengths,
-    eviction_victims,
-    pad_rows,
-)
+from lookahead_core.kv.prefix_cache import KV, Pieces, PrefixCacheConfig, PrefixKVCache
+from lookahead_core.kv.prefix_tree import attach_point, common_prefix_lengths, eviction_victims, pad_rows, pieces_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -38,11 +32,21 @@ def make_kv(ids: Sequence[int], mark: int = 0) -> KV:
     return kv
 
 
-def check_view(kv: KV | None, ids: Sequence[int], mark: int = 0) -> None:
-    """``kv`` is exactly the KV of ``ids`` (positions 0..n-1, those tokens, that tenant mark)."""
-    assert kv is not None
+def joined(pieces: Pieces) -> KV:
+    """The pieces of a hit as one KV, after checking they tile [0, n) in order."""
+    at = 0
+    for start, part in pieces:
+        assert start == at
+        at += part[0][0].shape[-2]
+    return [(torch.cat([part[layer][0] for _, part in pieces], dim=-2),  # [1, HEADS, n, DIM]
+             torch.cat([part[layer][1] for _, part in pieces], dim=-2)) for layer in range(LAYERS)]
+
+
+def check_view(pieces: Pieces | None, ids: Sequence[int], mark: int = 0) -> None:
+    """``pieces`` hold exactly the KV of ``ids`` (positions 0..n-1, those tokens, that tenant mark)."""
+    assert pieces is not None
+    kv = joined(pieces)
     want = make_kv(ids, mark)
-    assert len(kv) == LAYERS
     for (keys, values), (want_k, want_v) in zip(kv, want, strict=True):
         assert torch.equal(keys, want_k)
         assert torch.equal(values, want_v)
@@ -89,7 +93,7 @@ def test_lookup_returns_views_of_the_stored_tensors() -> None:
     c.put("t", [1, 2, 3], kv)
     _, got = c.lookup("t", [1, 2])
     assert got is not None
-    assert got[0][0].data_ptr() == kv[0][0].data_ptr()  # a view, not a copy
+    assert got[0][1][0][0].data_ptr() == kv[0][0].data_ptr()  # a view, not a copy
 
 
 def test_other_tenant_never_hits() -> None:
@@ -133,13 +137,13 @@ def test_short_match_reports_zero() -> None:
 
 
 # ---- put: covered entries, slicing, validation -----------------------------------------------------
-def test_stored_prefix_is_dropped_by_a_longer_put() -> None:
+def test_a_longer_put_continues_a_stored_prefix() -> None:
     c = cache()
     c.put("t", [1, 2], make_kv([1, 2]))
-    c.put("t", [1, 3], make_kv([1, 3]))
-    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # covers [1, 2], not [1, 3]
+    c.put("t", [1, 3], make_kv([1, 3]))  # keeps only [3]: token 1 is [1, 2]'s
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # keeps only [3] past [1, 2], which it covers; not [1, 3]
     assert sorted(c.sequences("t")) == [(1, 2, 3), (1, 3)]
-    assert c.stats().bytes == 5 * TOKEN_BYTES
+    assert c.stats().bytes == 4 * TOKEN_BYTES  # 1, 2 once, then 3 in each
 
 
 def test_prefix_of_a_stored_entry_is_not_stored_but_touches_it() -> None:
@@ -167,12 +171,122 @@ def test_put_copies_a_slice_that_would_pin_a_longer_storage() -> None:
     c.put("t", [1, 2], kv)
     _, got = c.lookup("t", [1, 2])
     assert got is not None
-    assert got[0][0].untyped_storage().nbytes() == 2 * HEADS * DIM * 4  # only the 2 kept tokens
+    assert got[0][1][0][0].untyped_storage().nbytes() == 2 * HEADS * DIM * 4  # only the 2 kept tokens
 
 
 def test_put_rejects_kv_shorter_than_ids() -> None:
     with pytest.raises(ValueError, match="layer 0"):
         cache().put("t", [1, 2, 3], make_kv([1, 2]))
+
+
+# ---- a shared part is held once -----------------------------------------------------------------------
+def test_prompts_sharing_a_prefix_hold_it_once() -> None:
+    c = cache(min_tokens=2)
+    first = make_kv([1, 2, 3, 4])
+    c.put("t", [1, 2, 3, 4], first)
+    c.put("t", [1, 2, 3, 7, 8], make_kv([1, 2, 3, 7, 8]))  # keeps only [7, 8]
+    assert c.stats().bytes == 6 * TOKEN_BYTES  # 1, 2, 3 once; 4; 7, 8
+    n, pieces = c.lookup("t", [1, 2, 3, 7, 8, 9])
+    assert n == 5
+    check_view(pieces, [1, 2, 3, 7, 8])
+    assert pieces is not None and [start for start, _ in pieces] == [0, 3]  # the first prompt's, then its own
+    assert pieces[0][1][0][0].data_ptr() == first[0][0].data_ptr()  # a view of the first prompt's tensors
+    check_view(c.lookup("t", [1, 2, 3, 4])[1], [1, 2, 3, 4])  # the first prompt is whole
+
+
+def test_a_share_below_min_tokens_is_held_twice() -> None:
+    c = cache(min_tokens=3)
+    c.put("t", [1, 2, 3, 4], make_kv([1, 2, 3, 4]))
+    c.put("t", [1, 2, 7, 8], make_kv([1, 2, 7, 8]))  # 2 shared tokens: not worth a parent
+    assert c.stats().bytes == 8 * TOKEN_BYTES
+    n, pieces = c.lookup("t", [1, 2, 7, 8])
+    assert n == 4 and pieces is not None and len(pieces) == 1
+    check_view(pieces, [1, 2, 7, 8])
+
+
+def test_three_levels_attach_to_the_entry_holding_the_last_shared_token() -> None:
+    c = cache(min_tokens=1)
+    c.put("t", [1, 2, 3, 4, 5], make_kv([1, 2, 3, 4, 5]))  # root: tokens 0-4
+    c.put("t", [1, 2, 3, 8, 9], make_kv([1, 2, 3, 8, 9]))  # attaches at 3 to the root
+    c.put("t", [1, 2, 3, 8, 6], make_kv([1, 2, 3, 8, 6]))  # attaches at 4 to the second (it holds token 3)
+    c.put("t", [1, 2, 7], make_kv([1, 2, 7]))  # attaches at 2 to the root, though the last match is deeper
+    assert c.stats().bytes == (5 + 2 + 1 + 1) * TOKEN_BYTES
+    for ids in ([1, 2, 3, 4, 5], [1, 2, 3, 8, 9], [1, 2, 3, 8, 6], [1, 2, 7]):
+        n, pieces = c.lookup("t", ids)
+        assert n == len(ids)
+        check_view(pieces, ids)
+
+
+def test_an_entry_others_attach_to_outlives_them() -> None:
+    c = cache(max_bytes=7 * TOKEN_BYTES, min_tokens=2)
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))  # the least recent of all, but [1, 2, 3, 4, 5] attaches to it
+    c.put("t", [1, 2, 3, 4, 5], make_kv([1, 2, 3, 4, 5]))  # keeps [4, 5]: covers [1, 2, 3]
+    c.put("t", [6, 6], make_kv([6, 6]))  # 7 tokens: all fits
+    c.lookup("t", [6, 6])  # now [1, 2, 3, 4, 5] is the least recent prompt
+    c.put("t", [7, 7], make_kv([7, 7]))  # 9 > 7: the leaf [4, 5] goes, not its parent
+    assert sorted(c.sequences("t")) == [(1, 2, 3), (6, 6), (7, 7)]
+    c.put("t", [8, 8], make_kv([8, 8]))  # 9 > 7: [1, 2, 3] is a leaf now, and the least recent
+    assert sorted(c.sequences("t")) == [(6, 6), (7, 7), (8, 8)]
+    assert c.lookup("t", [1, 2, 3]) == (0, None)
+    assert c.stats().evictions == 2
+
+
+def test_a_prompt_that_cannot_fit_beside_its_parent_is_not_kept() -> None:
+    c = cache(max_bytes=4 * TOKEN_BYTES, min_tokens=2)
+    c.put("t", [1, 2, 3], make_kv([1, 2, 3]))
+    c.put("t", [1, 2, 8, 9, 9], make_kv([1, 2, 8, 9, 9]))  # its own 3 tokens fit alone, not beside [1, 2, 3]
+    assert c.sequences("t") == [(1, 2, 3)]
+    s = c.stats()
+    assert (s.entries, s.bytes, s.evictions) == (1, 3 * TOKEN_BYTES, 0)
+
+
+def test_forget_drops_a_whole_tree() -> None:
+    c = cache(min_tokens=1)
+    for ids in ([1, 2, 3], [1, 2, 4], [1, 5]):
+        c.put("a", ids, make_kv(ids, mark=1))
+    c.put("b", [1, 2, 3], make_kv([1, 2, 3], mark=2))
+    assert c.forget_tenant("a") == 3
+    assert c.sequences("a") == [] and c.lookup("a", [1, 2, 3]) == (0, None)
+    assert c.stats().bytes == 3 * TOKEN_BYTES
+    check_view(c.lookup("b", [1, 2, 3])[1], [1, 2, 3], mark=2)
+
+
+# (chain as (key, start) from the matching entry up to its root, shared tokens, entry to attach to)
+ATTACH_CASES: list[tuple[list[tuple[int, int]], int, int | None]] = [
+    # one root: attach to it
+    ([(0, 0)], 3, 0),
+    # the match ends inside the deepest entry: attach there
+    ([(2, 5), (1, 3), (0, 0)], 6, 2),
+    # the match ends exactly where the deepest entry starts: its parent holds the last shared token
+    ([(2, 5), (1, 3), (0, 0)], 5, 1),
+    # the match ends inside the root's part
+    ([(2, 5), (1, 3), (0, 0)], 2, 0),
+    # nothing shared: no parent
+    ([(0, 0)], 0, None),
+]
+
+
+@pytest.mark.parametrize(("chain", "shared", "parent"), ATTACH_CASES)
+def test_attach_point(chain: list[tuple[int, int]], shared: int, parent: int | None) -> None:
+    assert attach_point(chain, shared) == parent
+
+
+# (chain, n, pieces as (key, start, length) in token order)
+PIECE_CASES: list[tuple[list[tuple[int, int]], int, list[tuple[int, int, int]]]] = [
+    # a root alone: its first n tokens
+    ([(0, 0)], 4, [(0, 0, 4)]),
+    # three levels, n inside the deepest: each parent up to where its child starts
+    ([(2, 5), (1, 3), (0, 0)], 7, [(0, 0, 3), (1, 3, 2), (2, 5, 2)]),
+    # n ends inside a parent: the deeper entries give nothing
+    ([(2, 5), (1, 3), (0, 0)], 4, [(0, 0, 3), (1, 3, 1)]),
+    # n ends where the deepest starts: it gives nothing
+    ([(2, 5), (1, 3), (0, 0)], 5, [(0, 0, 3), (1, 3, 2)]),
+]
+
+
+@pytest.mark.parametrize(("chain", "n", "pieces"), PIECE_CASES)
+def test_pieces_of(chain: list[tuple[int, int]], n: int, pieces: list[tuple[int, int, int]]) -> None:
+    assert pieces_of(chain, n) == pieces
 
 
 # ---- LRU by bytes ----------------------------------------------------------------------------------
@@ -201,27 +315,31 @@ def test_oversize_entry_is_not_stored() -> None:
 
 
 # ---- per-tenant budgets (issue 22): eviction_victims on (key, owner, bytes), then the cache ------------
-# (lru as (key, owner, bytes) least recent first, putting tenant, its budget, the total budget, new key, victims)
-VICTIM_CASES: list[tuple[list[tuple[int, str, int]], str, int, int, int | None, list[int]]] = [
+# (lru as (key, owner, bytes) least recent first, putting tenant, its budget, the total budget, pinned, victims)
+VICTIM_CASES: list[tuple[list[tuple[int, str, int]], str, int, int, set[int], list[int]]] = [
     # within both budgets: nothing goes
-    ([(0, "b", 3), (1, "a", 2)], "a", 4, 8, 1, []),
+    ([(0, "b", 3), (1, "a", 2)], "a", 4, 8, {1}, []),
     # a past its own budget loses its own least recent entry, though b's is older
-    ([(0, "b", 3), (1, "a", 2), (2, "a", 2), (3, "a", 2)], "a", 4, 100, 3, [1]),
+    ([(0, "b", 3), (1, "a", 2), (2, "a", 2), (3, "a", 2)], "a", 4, 100, {3}, [1]),
     # past the total: the heaviest owner's least recent entry (a: 6), not the oldest one (b's)
-    ([(0, "b", 2), (1, "a", 3), (2, "a", 3), (3, "b", 2)], "b", 10, 8, 3, [1]),
+    ([(0, "b", 2), (1, "a", 3), (2, "a", 3), (3, "b", 2)], "b", 10, 8, {3}, [1]),
     # the new entry is never chosen: a holds only it, so the next heaviest gives up its entry
-    ([(0, "b", 3), (1, "a", 6)], "a", 8, 8, 1, [0]),
+    ([(0, "b", 3), (1, "a", 6)], "a", 8, 8, {1}, [0]),
     # ties between the heaviest: the owner seen first in LRU order
-    ([(0, "a", 2), (1, "b", 2), (2, "c", 1)], "c", 5, 4, 2, [0]),
+    ([(0, "a", 2), (1, "b", 2), (2, "c", 1)], "c", 5, 4, {2}, [0]),
     # both rules: a back to its budget first, then the total from the heaviest (b)
-    ([(0, "b", 5), (1, "b", 1), (2, "a", 3), (3, "a", 3)], "a", 4, 7, 3, [2, 0]),
+    ([(0, "b", 5), (1, "b", 1), (2, "a", 3), (3, "a", 3)], "a", 4, 7, {3}, [2, 0]),
+    # an entry others attach to stays though least recent: the next one goes, and its bytes still count
+    ([(0, "a", 3), (1, "a", 2), (2, "a", 2)], "a", 5, 100, {0, 2}, [1]),
+    # nothing but pinned entries: none go, whatever the budgets say
+    ([(0, "a", 3), (1, "a", 2)], "a", 1, 1, {0, 1}, []),
 ]
 
 
-@pytest.mark.parametrize(("lru", "tenant", "tenant_bytes", "max_bytes", "keep", "victims"), VICTIM_CASES)
+@pytest.mark.parametrize(("lru", "tenant", "tenant_bytes", "max_bytes", "pinned", "victims"), VICTIM_CASES)
 def test_eviction_victims(lru: list[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
-                          keep: int | None, victims: list[int]) -> None:
-    assert eviction_victims(lru, tenant, tenant_bytes, max_bytes, keep=keep) == victims
+                          pinned: set[int], victims: list[int]) -> None:
+    assert eviction_victims(lru, tenant, tenant_bytes, max_bytes, pinned) == victims
 
 
 def test_a_tenant_past_its_share_evicts_only_its_own_entries() -> None:
@@ -323,13 +441,15 @@ def test_lookup_matches_brute_force_oracle(
             check_view(kv, ids[:n], mark)  # this tenant's KV of exactly these tokens
         else:
             assert kv is None
-    # invariants: no live entry covers another, and the byte count is exact and within both budgets
-    total = 0
+    # invariants: no live entry covers another; the bytes lie between every distinct prefix held once and
+    # every prompt held whole, and within both budgets
+    low = high = 0
     for tenant in TENANTS:
         live = c.sequences(tenant)
         for i, s in enumerate(live):
             assert all(lcp(s, t) < len(s) for j, t in enumerate(live) if j != i)
-        held = sum(len(s) for s in live) * TOKEN_BYTES
-        assert held <= c.config.tenant_bytes
-        total += held
-    assert c.stats().bytes == total <= budget * TOKEN_BYTES
+        distinct = len({s[:k] for s in live for k in range(1, len(s) + 1)}) * TOKEN_BYTES
+        assert distinct <= c.config.tenant_bytes
+        low += distinct
+        high += sum(len(s) for s in live) * TOKEN_BYTES
+    assert low <= c.stats().bytes <= min(high, budget * TOKEN_BYTES)

@@ -132,15 +132,17 @@ def test_each_kernel_gives_greedy(kernel: str, scheduler_of) -> None:
 
 
 def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
-    # the same prompt twice (exact repeat), then one sharing a long prefix: hits skip prefill, same tokens
+    # the same prompt twice (exact repeat), then one sharing a long prefix (the cache keeps only its own
+    # tokens past it), then one whose hit spans both entries: hits skip prefill, same tokens
     model = tiny_model("qwen2")
     rng = random.Random(9)
     base = random_prompt(rng) + random_prompt(rng)
     other = base[:-5] + random_prompt(rng)[:6]
+    spanning = other[:-2] + random_prompt(rng)[:3]
     sched = scheduler_of(model, SchedulerConfig(calibrate=False, prefix_min_tokens=4))
     with eos_as(model, None):
         outs = []
-        for prompt in (base, base, other):
+        for prompt in (base, base, other, spanning):
             client = Client()
             req = request(prompt, client)
             run_all(sched, [req], [client])
@@ -149,6 +151,8 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
     assert outs[0].stats.prefix_hit_tokens == 0  # cold
     assert outs[1].stats.prefix_hit_tokens == len(base) - 1  # all but the last token came from the cache
     assert outs[2].stats.prefix_hit_tokens == len(base) - 5  # the shared prefix
+    assert outs[3].stats.prefix_hit_tokens == len(other) - 2  # base's tokens, then other's own
+    assert sched.prefix_cache.stats().bytes == (len(base) + 6 + 3) * sched.shape.bytes_per_token  # shared once
     assert_idle(sched)
 
 

@@ -131,11 +131,11 @@ class Active:
         if self.prefilled != req.stats.prefix_hit_tokens or self.prefix_seen == cache.stores:
             return 0  # a chunk already ran, or nothing new was stored
         self.prefix_seen = cache.stores
-        hit, prefix = cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
-        if prefix is None or hit <= self.prefilled:
+        hit, pieces = cache.lookup(req.tenant, req.prompt_ids, max_tokens=len(req.prompt_ids) - 1)
+        if pieces is None or hit <= self.prefilled:
             return 0
         gained = hit - self.prefilled
-        load_prefix(self.kv, prefix, hit)
+        load_prefix(self.kv, pieces, hit)
         self.prefilled = req.stats.prefix_hit_tokens = hit
         return gained
 

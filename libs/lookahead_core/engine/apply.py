@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kv.kvstore import export_prefix
+from ..kv.kvstore import prefix_views
 from ..kv.prefix_cache import PrefixKVCache
 from .active import Active, Emitting
 from .gains import GainsModel
@@ -67,6 +67,6 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torc
     n = len(req.prompt_ids)
     if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
         # a prompt built before a forget of its tenant (stale epoch) is not kept
-        prefix_cache.put(req.tenant, req.prompt_ids, export_prefix(active.kv, n), epoch=req.prefix_epoch)
+        prefix_cache.put(req.tenant, req.prompt_ids, prefix_views(active.kv, n), epoch=req.prefix_epoch)
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
     active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None, out)

@@ -88,16 +88,25 @@ def compact(kv: RequestKV, past_len: int, keep: Sequence[int]) -> None:
     kv.length = past_len + n
 
 
-def load_prefix(kv: RequestKV, prefix: KV, n: int) -> None:
-    """Copy the first ``n`` entries of a cached prefix into an empty request cache."""
+def load_prefix(kv: RequestKV, pieces: Sequence[tuple[int, KV]], n: int) -> None:
+    """Copy a cached prefix of ``n`` entries, held in ``pieces`` (first token, per-layer
+    [1, kv_heads, length, head_dim] views) that tile [0, n) in order, into an empty request cache."""
     if n > kv.capacity:
         raise ValueError(f"prefix of {n} entries > capacity {kv.capacity}")
-    for layer, (keys, values) in enumerate(prefix):
-        kv.keys[layer][:, :, :n] = keys[:, :, :n]
-        kv.values[layer][:, :, :n] = values[:, :, :n]
+    at = 0
+    for start, part in pieces:
+        length = part[0][0].shape[-2]
+        if start != at:
+            raise ValueError(f"prefix pieces leave a gap or overlap at token {at} (next piece starts at {start})")
+        for layer, (keys, values) in enumerate(part):
+            kv.keys[layer][:, :, start : start + length] = keys  # [1, kv_heads, length, head_dim]
+            kv.values[layer][:, :, start : start + length] = values
+        at = start + length
+    if at != n:
+        raise ValueError(f"prefix pieces hold {at} entries, not {n}")
     kv.length = n
 
 
-def export_prefix(kv: RequestKV, n: int) -> KV:
-    """A copy of the first ``n`` entries (for the prefix cache, which keeps what it is given)."""
-    return [(k[:, :, :n].clone(), v[:, :, :n].clone()) for k, v in zip(kv.keys, kv.values, strict=True)]
+def prefix_views(kv: RequestKV, n: int) -> KV:
+    """Views of the first ``n`` entries (for the prefix cache, which copies the part it keeps)."""
+    return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(kv.keys, kv.values, strict=True)]  # [1, kv_heads, n, head_dim]

@@ -6,21 +6,22 @@ The engine ``put``s a prompt's KV after its prefill and ``lookup``s a new prompt
 prefilling only the tokens past the match (chat template, system prompt, the same retrieved chunks
 in the same order, an exact repeat).
 
-Structure: a flat list of entries per tenant, matched with one vectorized numpy comparison rather
-than a token radix tree. Each tenant's token ids are kept as a padded matrix [entries, width],
-rebuilt lazily after a put or removal, and a lookup is one ``matrix[:, :m] != ids[:m]`` plus an
-argmax per row: a few hundred entries of a few hundred tokens is ~1e5 int compares in C (~0.1 ms
-for 300 x 300 on one busy CPU core), far below one forward, with no node bookkeeping to keep consistent on eviction. A
-radix tree would only pay off for many thousands of entries, which ``max_bytes`` of KV rules out.
-Entries never cover each other (a stored prefix of a new entry is dropped, a new prefix of a stored
-entry is not stored), so the list holds no redundant KV.
+Structure: a tree of entries per tenant (prefix_tree.py). A prompt sharing at least ``min_tokens`` with
+a stored one keeps only the KV past the shared part and points at the entry holding the rest; so the
+shared part (the system prompt and retrieved chunks before a question) is held once however many prompts
+continue it. A lookup matches every entry's whole token ids with one vectorized comparison and returns
+the pieces (views) its tokens are held in. Entries never cover each other: a new prompt that continues a
+stored one attaches at that one's end (its KV is not held twice), and a prompt that a stored entry
+continues stores nothing.
 
-Isolation is by construction: a lookup only ever compares against, and returns, the entries of the
-tenant it is given. Budgets are per tenant too (``eviction_victims``): a tenant holds at most
-``tenant_share`` of ``max_bytes`` and past it evicts its own least recently used entries; past
-``max_bytes`` in all, the tenant holding the most bytes gives up its least recently used entry. So a
-tenant filling the cache flushes only its own prefixes, and how long a tenant's entry lives depends on
-others' volume only when the shares add up to more than the whole. One lock guards everything.
+Budgets are per tenant and in all (``eviction_victims``): a tenant holds at most ``tenant_share`` of
+``max_bytes`` and past it evicts its own least recently used entries; past ``max_bytes`` in all, the tenant
+holding the most bytes gives up its least recently used entry. Only leaves go (an entry others attach to
+stays while they do); a prompt whose entry cannot fit with the entries it attaches to is not kept. So a
+tenant filling the cache flushes only its own prefixes. One lock guards everything.
+
+Isolation is by construction: a lookup only ever compares against, and returns, the entries of the tenant
+it is given, and entries attach only to their own tenant's.
 
 Forgetting: ``forget_tenant`` drops a tenant's entries and advances its *epoch*. A request reads
 ``epoch(tenant)`` before its prompt is built and hands it to ``put``: a put from a request whose prompt
@@ -32,14 +33,17 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections import OrderedDict, deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from .prefix_tree import as_ids, attach_point, common_prefix_lengths, eviction_victims, pad_rows, pieces_of
+
 KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values): [1, kv_heads, n, head_dim]
+Pieces = list[tuple[int, KV]]  # (first token, per-layer views [1, kv_heads, length, head_dim]) in token order
 
 SEQ_DIM = -2  # token axis of a KV tensor [1, kv_heads, n, head_dim]
 KV_RANK = 4  # dimensions of a KV tensor
@@ -50,7 +54,7 @@ class PrefixCacheConfig:
     """Bounds of the prefix KV cache."""
 
     max_bytes: int = 1 << 30  # total KV bytes kept over all tenants; past it the heaviest tenant's LRU entry goes
-    min_tokens: int = 16  # shorter matches are not worth a lookup hit (report 0); shorter prompts are not stored
+    min_tokens: int = 16  # shorter matches: no hit (report 0), no shared parent; shorter prompts: not stored
     tenant_share: float = 1.0  # fraction of max_bytes one tenant may hold; past it its own LRU entries go
 
     def __post_init__(self) -> None:
@@ -71,20 +75,23 @@ class PrefixCacheConfig:
 class PrefixCacheStats:
     """Counters of one cache (a snapshot)."""
 
-    entries: int  # live entries over all tenants
-    bytes: int  # KV bytes of the live entries
+    entries: int  # live entries over all tenants (those others attach to included)
+    bytes: int  # KV bytes of the live entries (a shared part counted once)
     lookups: int  # lookup calls
     hits: int  # lookups that returned n > 0
     hit_tokens: int  # sum of n returned by lookups (tokens not prefilled again)
-    evictions: int  # entries dropped to stay within the budgets (covered and dropped tenants not counted)
+    evictions: int  # entries dropped to stay within the budgets (dropped tenants not counted)
 
 
 @dataclass
 class _Entry:
     tenant: str  # owner; never matched for another tenant
-    ids: np.ndarray  # token ids: [n] int64
-    kv: KV  # per layer (keys, values): [1, kv_heads, n, head_dim]
+    ids: np.ndarray  # the whole prompt's token ids, its parents' included: [n] int64
+    start: int  # first token whose KV this entry holds; tokens before it are its parent's
+    parent: int | None  # key of the entry holding token start - 1; None when start == 0
+    kv: KV  # per layer (keys, values): [1, kv_heads, n - start, head_dim]
     nbytes: int  # element_size * numel over all layer tensors
+    children: set[int] = field(default_factory=set)  # keys of the entries attached to this one
 
 
 @dataclass
@@ -94,18 +101,12 @@ class _Index:
     lengths: np.ndarray  # tokens per entry: [entries] int64
 
 
-# ---- pure functions ------------------------------------------------------------------------------
-def as_ids(ids: Sequence[int]) -> np.ndarray:
-    """Token ids as a flat int64 array."""
-    return np.asarray(ids, dtype=np.int64).reshape(-1)  # [n]
-
-
-def kv_nbytes(kv: KV, n: int) -> int:
-    """Bytes of the first ``n`` tokens of every layer tensor (element_size * numel of the slice)."""
+def kv_nbytes(kv: KV, start: int, end: int) -> int:
+    """Bytes of tokens [start, end) of every layer tensor (element_size * numel of the slice)."""
     total = 0
     for keys, values in kv:
         for t in (keys, values):
-            total += t.element_size() * t[..., :n, :].numel()
+            total += t.element_size() * t[..., start:end, :].numel()
     return total
 
 
@@ -119,12 +120,12 @@ def check_kv(kv: KV, n: int) -> None:
                 raise ValueError(f"layer {layer}: want [1, kv_heads, >= {n}, head_dim], got {tuple(t.shape)}")
 
 
-def keep_prefix(t: torch.Tensor, n: int) -> torch.Tensor:
-    """The first ``n`` tokens of ``t``, copied only when a view would pin a larger storage.
+def keep_range(t: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Tokens [start, end) of ``t``, copied only when a view would pin a larger storage.
 
     A view of a longer cache keeps the whole storage alive, which ``max_bytes`` would not see.
     """
-    kept = t[..., :n, :]  # [1, kv_heads, n, head_dim]
+    kept = t[..., start:end, :]  # [1, kv_heads, end - start, head_dim]
     if t.untyped_storage().nbytes() > kept.numel() * kept.element_size():
         kept = kept.clone()
     return kept
@@ -135,62 +136,6 @@ def view_prefix(kv: KV, n: int) -> KV:
     return [(k[..., :n, :], v[..., :n, :]) for k, v in kv]  # each [1, kv_heads, n, head_dim]
 
 
-def pad_rows(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Sequences as a zero-padded matrix [entries, width] and their lengths [entries]."""
-    lengths = np.array([len(s) for s in seqs], dtype=np.int64)  # [entries]
-    width = int(lengths.max(initial=0))
-    rows = np.zeros((len(seqs), width), dtype=np.int64)  # [entries, width]
-    for i, s in enumerate(seqs):
-        rows[i, : len(s)] = s
-    return rows, lengths
-
-
-def common_prefix_lengths(rows: np.ndarray, lengths: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Longest common prefix of ``query`` with each row (padding never counts): [entries] int64."""
-    width = min(rows.shape[1], len(query))
-    if width == 0:
-        return np.zeros(len(lengths), dtype=np.int64)
-    differ = rows[:, :width] != query[:width]  # [entries, width]
-    lcp = np.where(differ.any(axis=1), differ.argmax(axis=1), width)  # [entries]
-    return np.minimum(lcp, lengths)
-
-
-def eviction_victims(lru: Iterable[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
-                     keep: int | None = None) -> list[int]:
-    """Keys to evict, in order, once ``tenant`` has stored an entry: ``lru`` is every entry as
-    (key, owner, bytes), least recently used first; ``keep`` (the new entry) is never chosen.
-
-    First ``tenant``'s own least recently used entries while it holds more than ``tenant_bytes``;
-    then, while all entries hold more than ``max_bytes``, the least recently used entry of the owner
-    holding the most bytes (ties: the owner seen first in ``lru``). Another tenant's entries go only
-    for the total budget, and only while that tenant holds at least as much as every other.
-    """
-    held: dict[str, int] = {}  # owner -> bytes
-    queues: dict[str, deque[tuple[int, int]]] = {}  # owner -> its evictable (key, bytes), LRU first
-    for key, owner, nbytes in lru:
-        held[owner] = held.get(owner, 0) + nbytes
-        if key != keep:
-            queues.setdefault(owner, deque()).append((key, nbytes))
-    total = sum(held.values())
-    victims: list[int] = []
-
-    def evict(owner: str) -> None:
-        nonlocal total
-        key, nbytes = queues[owner].popleft()
-        if not queues[owner]:
-            del queues[owner]
-        held[owner] -= nbytes
-        total -= nbytes
-        victims.append(key)
-
-    while held.get(tenant, 0) > tenant_bytes and tenant in queues:
-        evict(tenant)
-    while total > max_bytes and queues:
-        evict(max(queues, key=held.__getitem__))
-    return victims
-
-
-# ---- the cache -----------------------------------------------------------------------------------
 class PrefixKVCache:
     """Per-tenant prefix KV cache with per-tenant and total LRU byte budgets; thread safe (one lock)."""
 
@@ -199,6 +144,7 @@ class PrefixKVCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # LRU first
         self._tenants: dict[str, list[int]] = {}  # entry keys per tenant
+        self._held: dict[str, int] = {}  # KV bytes per tenant
         self._index: dict[str, _Index] = {}  # lazily rebuilt match matrices per tenant
         self._epochs: dict[str, int] = {}  # forgets per tenant (absent: 0); a put with an older epoch stores nothing
         self._next_key = itertools.count()
@@ -209,11 +155,12 @@ class PrefixKVCache:
         self._hit_tokens = 0
         self._evictions = 0
 
-    def lookup(self, tenant: str, ids: Sequence[int], max_tokens: int | None = None) -> tuple[int, KV | None]:
+    def lookup(self, tenant: str, ids: Sequence[int], max_tokens: int | None = None) -> tuple[int, Pieces | None]:
         """Longest n <= min(len(ids), max_tokens) such that ids[:n] prefixes a stored sequence of ``tenant``.
 
-        Returns (n, per-layer views ``[..., :n, :]`` of the stored tensors) and marks the entry used,
-        or (0, None) when n < ``min_tokens``. The caller copies from the views, never writes into them.
+        Returns (n, the views of the stored tensors holding tokens [0, n), as ``Pieces``) and marks the
+        entries used, or (0, None) when n < ``min_tokens``. The caller copies from the views, never writes
+        into them.
         """
         query = as_ids(ids)
         if max_tokens is not None:
@@ -223,51 +170,53 @@ class PrefixKVCache:
             key, n = self._best_match(tenant, query)
             if key is None or n < self.config.min_tokens:
                 return 0, None
-            self._entries.move_to_end(key)
+            chain = self._chain(key)
+            self._touch(chain)
             self._hits += 1
             self._hit_tokens += n
-            return n, view_prefix(self._entries[key].kv, n)
+            return n, [(start, view_prefix(self._entries[k].kv, length))
+                       for k, start, length in pieces_of(chain, n)]
 
     def put(self, tenant: str, ids: Sequence[int], kv: KV, epoch: int | None = None) -> None:
         """Store the KV of ``ids`` (each layer tensor [1, kv_heads, >= len(ids), head_dim]).
 
-        The cache keeps the given tensors sliced to len(ids) (copied only when the slice would pin a
-        larger storage): the caller must not write into them afterwards. Stored entries that are a
-        prefix of ``ids`` are dropped; if ``ids`` is a prefix of a stored entry nothing is stored
-        and that entry is touched. Sequences shorter than ``min_tokens`` and entries alone larger
-        than the tenant's budget are not stored. Entries are evicted to fit (``eviction_victims``). ``epoch``:
-        the tenant's ``epoch()`` when the prompt was built; a stale one (the tenant was forgotten
-        since) stores nothing (None: no check).
+        The cache keeps slices of the given tensors (copied when a slice would pin a larger storage): the
+        caller must not write into them afterwards. Only the tokens past the longest part shared with a
+        stored entry are kept when that part is ``min_tokens`` or more; if ``ids`` is a prefix of a stored
+        entry nothing is stored and that entry is touched. Sequences shorter than ``min_tokens``, and
+        entries that cannot fit the budgets beside the entries they attach to, are not stored. Entries are
+        evicted to fit (``eviction_victims``). ``epoch``: the tenant's ``epoch()`` when the prompt was
+        built; a stale one (the tenant was forgotten since) stores nothing (None: no check).
         """
         seq = as_ids(ids)
         n = len(seq)
         check_kv(kv, n)
-        nbytes = kv_nbytes(kv, n)
-        if n < self.config.min_tokens or nbytes > self.config.tenant_bytes:
+        if n < self.config.min_tokens:
             return
         with self._lock:
             if epoch is not None and epoch != self._epochs.get(tenant, 0):
                 return
-            index = self._tenant_index(tenant)
-            if index is not None:
-                lcp = common_prefix_lengths(index.rows, index.lengths, seq)  # [entries]
-                covering = np.flatnonzero(lcp == n)
-                if covering.size:
-                    self._entries.move_to_end(index.keys[int(covering[0])])
-                    return
-                for row in np.flatnonzero(lcp == index.lengths):
-                    self._remove(index.keys[int(row)])
-            key = next(self._next_key)
+            key, shared = self._best_match(tenant, seq)
+            chain = self._chain(key) if key is not None else []
+            if shared == n:
+                self._touch(chain)
+                return
+            parent = attach_point(chain, shared) if shared >= self.config.min_tokens else None
+            start = shared if parent is not None else 0
+            nbytes = kv_nbytes(kv, start, n)
+            if nbytes > self.config.tenant_bytes:
+                return
+            new = next(self._next_key)
+            # each [1, kv_heads, n - start, head_dim]
+            kept = [(keep_range(k, start, n), keep_range(v, start, n)) for k, v in kv]
+            self._add(new, _Entry(tenant, seq, start, parent, kept, nbytes))
+            if parent is not None:
+                self._touch(self._chain(parent))
+            self._evict(tenant, new)
+            if self._over(tenant):  # the entries it attaches to leave it no room: keep what was there
+                self._remove(new)
+                return
             self.stores += 1
-            kept = [(keep_prefix(k, n), keep_prefix(v, n)) for k, v in kv]  # each [1, kv_heads, n, head_dim]
-            self._entries[key] = _Entry(tenant, seq, kept, nbytes)
-            self._tenants.setdefault(tenant, []).append(key)
-            self._index.pop(tenant, None)
-            self._bytes += nbytes
-            lru = ((k, e.tenant, e.nbytes) for k, e in self._entries.items())
-            for victim in eviction_victims(lru, tenant, self.config.tenant_bytes, self.config.max_bytes, keep=key):
-                self._remove(victim)
-                self._evictions += 1
 
     def epoch(self, tenant: str) -> int:
         """How often ``tenant`` was forgotten: read it before building a prompt, give it to ``put``."""
@@ -280,14 +229,20 @@ class PrefixKVCache:
         with self._lock:
             self._epochs[tenant] = self._epochs.get(tenant, 0) + 1
             keys = list(self._tenants.get(tenant, ()))
-            for key in keys:
+            for key in reversed(keys):  # children were stored after their parents
                 self._remove(key)
             return len(keys)
 
     def sequences(self, tenant: str) -> list[tuple[int, ...]]:
-        """Token ids of the live entries of ``tenant`` (a snapshot, for inspection and tests)."""
+        """Token ids of the live prompts of ``tenant``: every entry but those another entry continues at
+        their end (a snapshot, for inspection and tests)."""
         with self._lock:
-            return [tuple(self._entries[key].ids.tolist()) for key in self._tenants.get(tenant, ())]
+            live = []
+            for key in self._tenants.get(tenant, ()):
+                entry = self._entries[key]
+                if all(self._entries[c].start < len(entry.ids) for c in entry.children):
+                    live.append(tuple(entry.ids.tolist()))
+            return live
 
     def stats(self) -> PrefixCacheStats:
         """A snapshot of the counters."""
@@ -311,6 +266,35 @@ class PrefixKVCache:
         best = int(lcp.argmax())
         return index.keys[best], int(lcp[best])
 
+    def _chain(self, key: int) -> list[tuple[int, int]]:
+        """(key, start) of an entry and each of its parents, up to the root."""
+        chain: list[tuple[int, int]] = []
+        at: int | None = key
+        while at is not None:
+            entry = self._entries[at]
+            chain.append((at, entry.start))
+            at = entry.parent
+        return chain
+
+    def _touch(self, chain: list[tuple[int, int]]) -> None:
+        for key, _ in chain:
+            self._entries.move_to_end(key)
+
+    def _over(self, tenant: str) -> bool:
+        return self._held.get(tenant, 0) > self.config.tenant_bytes or self._bytes > self.config.max_bytes
+
+    def _evict(self, tenant: str, new: int) -> None:
+        """Evict least recently used leaves until both budgets hold or only pinned entries are left."""
+        while True:
+            lru = [(k, e.tenant, e.nbytes) for k, e in self._entries.items()]
+            pinned = {k for k, e in self._entries.items() if e.children} | {new}
+            victims = eviction_victims(lru, tenant, self.config.tenant_bytes, self.config.max_bytes, pinned)
+            if not victims:
+                return
+            for victim in victims:
+                self._remove(victim)
+                self._evictions += 1
+
     def _tenant_index(self, tenant: str) -> _Index | None:
         keys = self._tenants.get(tenant)
         if not keys:
@@ -321,11 +305,24 @@ class PrefixKVCache:
             index = self._index[tenant] = _Index(list(keys), rows, lengths)
         return index
 
+    def _add(self, key: int, entry: _Entry) -> None:
+        self._entries[key] = entry
+        self._tenants.setdefault(entry.tenant, []).append(key)
+        self._held[entry.tenant] = self._held.get(entry.tenant, 0) + entry.nbytes
+        self._bytes += entry.nbytes
+        if entry.parent is not None:
+            self._entries[entry.parent].children.add(key)
+        self._index.pop(entry.tenant, None)
+
     def _remove(self, key: int) -> None:
         entry = self._entries.pop(key)
         self._bytes -= entry.nbytes
+        self._held[entry.tenant] -= entry.nbytes
         keys = self._tenants[entry.tenant]
         keys.remove(key)
         if not keys:
             del self._tenants[entry.tenant]
+            del self._held[entry.tenant]
+        if entry.parent is not None and entry.parent in self._entries:
+            self._entries[entry.parent].children.discard(key)
         self._index.pop(entry.tenant, None)
