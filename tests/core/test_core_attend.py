@@ -80,6 +80,18 @@ def test_a_tree_row_sees_only_its_ancestors_and_the_cache(ext: ModuleType) -> No
 
 
 @pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_any_mask_attends_as_sdpa_does(ext: ModuleType) -> None:
+    # a block skips the segment's keys past the last one any of its rows sees: a mask where rows also see later
+    # tokens (no tree or chunk makes one) must still give sdpa's result, so the skip follows the mask, not the order
+    gen = torch.Generator().manual_seed(3)
+    visible = (torch.rand(40, 40, generator=gen) < 0.3) | torch.eye(40, dtype=torch.bool)
+    visible[2, 39] = True  # row 2 (in the first block, with rows of tokens up to 15 or 31) sees the last token
+    q, keys, values = segment(40, 17, 9, 3, 64)
+    torch.testing.assert_close(run(ext, q, keys, values, 17, visible), reference(q, keys, values, 17, visible),
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
 def test_a_row_gives_the_same_bits_whatever_rows_share_its_call(ext: ModuleType) -> None:
     # the first 5 rows of a 40-row chunk see exactly what a 5-row chunk sees: their results must be equal bit for
     # bit although they sit elsewhere in the vector lanes and the 40-row call runs more blocks and keys

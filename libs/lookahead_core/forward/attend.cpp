@@ -80,7 +80,7 @@ template <int Blocks>
 void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>& qt, std::vector<float>& sc,
                   std::vector<float>& bias) {
   constexpr int kRows = kLanes * Blocks;  // rows of this block
-  const int64_t group = s.heads / s.kv_heads, R = group * s.T, n = s.past + s.T, D = s.D;
+  const int64_t group = s.heads / s.kv_heads, R = group * s.T, D = s.D;
   int64_t head[kRows], tok[kRows];
   for (int i = 0; i < kRows; ++i) {
     const int64_t r = std::min(first + i, R - 1);
@@ -94,8 +94,16 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
   }
   bias.resize(s.T * kRows);  // [T, kRows]: 0 where the row sees the segment's key, -inf where not
   const float hidden = -std::numeric_limits<float>::infinity();
+  int64_t reach = 0;  // segment keys up to the last one a row of the block sees: those past it weigh exactly 0
   for (int64_t u = 0; u < s.T; ++u)
-    for (int i = 0; i < kRows; ++i) bias[u * kRows + i] = s.visible[tok[i] * s.T + u] ? 0.0f : hidden;
+    for (int i = 0; i < kRows; ++i) {
+      const bool seen = s.visible[tok[i] * s.T + u];
+      bias[u * kRows + i] = seen ? 0.0f : hidden;
+      reach = seen ? u + 1 : reach;
+    }
+  // keys [0, n) of the block: adding the skipped keys' exact zeros (to the sum, and 0 * value to the output) would
+  // change no bit, so every row's result is still independent of its block (a causal chunk's early rows skip half)
+  const int64_t n = s.past + reach;
   sc.resize(((n + kKeys - 1) / kKeys * kKeys) * kRows);  // [keys, kRows] scores, then probabilities
   const float* kh = s.keys + h * s.cap * D;
   const float* vh = s.values + h * s.cap * D;
@@ -116,7 +124,7 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
       for (int b = 0; b < Blocks; ++b) store(&sc[(j + k) * kRows + b * kLanes], acc[k][b]);
   }
   // softmax along the keys, lane by lane
-  for (int64_t u = 0; u < s.T; ++u)
+  for (int64_t u = 0; u < reach; ++u)
     for (int b = 0; b < Blocks; ++b) {
       float* p = &sc[(s.past + u) * kRows + b * kLanes];
       store(p, load(p) + load(&bias[u * kRows + b * kLanes]));
