@@ -14,10 +14,12 @@ Past 4 rows that kernel is compute-bound: every 8 columns it loads one weight ve
 8 FMAs. On CPUs with AVX-512 (torch's capability ``AVX512``) ``rows512.cpp`` is built too, and takes its
 place where it multiplies a probe tree faster (timed once per process, ``faster``): a register
 tile of 4 weight rows by 6 x rows (24 accumulators of 16 floats) loads 10 vectors for 24 FMAs, and the
-next tile's weights are prefetched while the first pass over the x rows reads this one. Every product
-of SmolLM2-135M (30 layers and the lm_head) on a 2-core AMD EPYC (Zen 5), 2 threads, in ms, AVX2 ->
-AVX-512 (stock ``F.linear``): 4 rows 14.0 -> 13.6 (52.2), 8 rows 27.6 -> 15.8 (45.6), 16 rows 46.7 ->
-24.1 (55.0), 32 rows 97.9 -> 34.3 (69.1), 64 rows 166.5 -> 57.2 (117.9).
+next tile's weights are prefetched while this one is multiplied, spread over all its passes over the x rows
+(past 6 rows a tile takes two or more; prefetching only during the first left memory idle in the others).
+Every product of SmolLM2-135M (30 layers and the lm_head) on a 2-core AMD EPYC (Zen 5), 2 threads, in ms,
+AVX2 -> AVX-512 (stock ``F.linear``): 4 rows 11.7 -> 11.7 (48.0), 8 rows 23.3 -> 13.4 (52.4), 10 rows
+33.7 -> 13.8 (60.0), 16 rows 47.1 -> 17.8 (61.7), 32 rows 102.5 -> 29.5 (83.3); prefetching during the first
+pass only, in the same hour: 8 rows 14.7, 10 rows 16.4, 16 rows 25.1, 32 rows 36.1.
 
 Both are compiled at first use (``cext.build``), the AVX2 one for CPUs with AVX2 and FMA; where neither
 can be built the kernel is not offered. Like

@@ -2,9 +2,9 @@
 // (every weight row read from memory once for all M rows) with a register tile instead of one weight row at a
 // time. A tile is kRows weight rows by up to kCols x rows, one 16-float accumulator per pair (24 of the 32
 // zmm registers); a step of 16 columns loads kRows weight vectors and kCols x vectors for kRows * kCols FMAs
-// (the AVX2 kernel loads 1 + 8 for 8). The weight tile is read from memory by its first pass over the x rows
-// and from L1/L2 by the others, and the next tile's cache lines are prefetched during that first pass, at the
-// pace it reads the current one. Every dot product is summed the same way whatever M and the row's place in
+// (the AVX2 kernel loads 1 + 8 for 8). The next tile's cache lines are prefetched while this one is multiplied,
+// evenly over all its passes over the x rows, so the weights stream from memory at one pace however many passes
+// the rows take. Every dot product is summed the same way whatever M and the row's place in
 // it: sixteen lanes over K, folded by halves, plus the bias. A plain omp parallel for over blocks of weight
 // rows, in torch's own OpenMP pool, as rows_gemm.cpp.
 #include <torch/extension.h>
@@ -20,8 +20,6 @@ constexpr int kRows = 4;        // weight rows per tile
 constexpr int kCols = 6;        // x rows per tile at most: kRows * kCols accumulators + kRows weights + 1 x <= 32 registers
 constexpr int64_t kGrain = 32;  // weight rows per parallel block (a multiple of kRows)
 constexpr int64_t kLine = 64;   // bytes per cache line
-// cache lines of the next tile prefetched per step of 16 columns: a step reads kRows rows x 64 bytes
-constexpr int64_t kAhead = kRows * kLanes * static_cast<int64_t>(sizeof(float)) / kLine;
 
 // the sum of a's 16 lanes: halves folded, 8 + 8, 4 + 4, 2 + 2, 1 + 1
 inline float fold(__m512 a) {
@@ -60,17 +58,19 @@ inline void madd(__m512 (&acc)[C][R], const float* w, const float* x, int64_t K,
 }
 
 // y[c * ldy + r] = w[r] . x[c] + bias[r] for R weight rows and C x rows (each K long); the first `lines`
-// cache lines of `next` are prefetched as the tile is read
+// cache lines of `next` are prefetched as the tile is read, spread evenly over its steps of 16 columns
 template <int R, int C>
 inline void tile(const float* w, const float* x, int64_t K, float* y, int64_t ldy, const float* bias,
                  const char* next, int64_t lines) {
   __m512 acc[C][R];
   for (int c = 0; c < C; ++c)
     for (int r = 0; r < R; ++r) acc[c][r] = _mm512_setzero_ps();
+  const int64_t steps = std::max<int64_t>(1, K / kLanes);
+  const int64_t pace = (lines + steps - 1) / steps;  // lines prefetched a step
   int64_t line = 0;
   int64_t k = 0;
   for (; k + kLanes <= K; k += kLanes) {
-    for (int64_t j = 0; j < kAhead && line < lines; ++j, ++line) _mm_prefetch(next + kLine * line, _MM_HINT_T0);
+    for (int64_t j = 0; j < pace && line < lines; ++j, ++line) _mm_prefetch(next + kLine * line, _MM_HINT_T0);
     madd<R, C, false>(acc, w, x, K, k, 0);
   }
   if (k < K) madd<R, C, true>(acc, w, x, K, k, static_cast<__mmask16>((1u << (K - k)) - 1u));  // the last K mod 16
@@ -85,7 +85,8 @@ inline void tile(const float* w, const float* x, int64_t K, float* y, int64_t ld
 }
 
 // every x row (M of them) times R weight rows, in ceil(M / kCols) passes of near-equal width (8 rows: 4 + 4,
-// not 6 + 2); `next` is prefetched during the first pass
+// not 6 + 2); `next`'s lines are prefetched a share a pass, so that memory streams the next tile through every
+// pass (the later passes read this tile from L1 and would otherwise leave it idle)
 template <int R>
 void panel(const float* w, const float* x, int64_t M, int64_t K, int64_t N, float* y, const float* bias,
            const char* next, int64_t lines) {
@@ -94,15 +95,16 @@ void panel(const float* w, const float* x, int64_t M, int64_t K, int64_t N, floa
     const int64_t width = M / passes + (p < M % passes ? 1 : 0);
     const float* xs = x + m * K;
     float* ys = y + m * N;
+    const int64_t first = lines * p / passes, share = lines * (p + 1) / passes - first;  // this pass's lines
+    const char* ahead = next ? next + kLine * first : nullptr;
     switch (width) {
-      case 6: tile<R, 6>(w, xs, K, ys, N, bias, next, lines); break;
-      case 5: tile<R, 5>(w, xs, K, ys, N, bias, next, lines); break;
-      case 4: tile<R, 4>(w, xs, K, ys, N, bias, next, lines); break;
-      case 3: tile<R, 3>(w, xs, K, ys, N, bias, next, lines); break;
-      case 2: tile<R, 2>(w, xs, K, ys, N, bias, next, lines); break;
-      default: tile<R, 1>(w, xs, K, ys, N, bias, next, lines); break;
+      case 6: tile<R, 6>(w, xs, K, ys, N, bias, ahead, share); break;
+      case 5: tile<R, 5>(w, xs, K, ys, N, bias, ahead, share); break;
+      case 4: tile<R, 4>(w, xs, K, ys, N, bias, ahead, share); break;
+      case 3: tile<R, 3>(w, xs, K, ys, N, bias, ahead, share); break;
+      case 2: tile<R, 2>(w, xs, K, ys, N, bias, ahead, share); break;
+      default: tile<R, 1>(w, xs, K, ys, N, bias, ahead, share); break;
     }
-    lines = 0;  // prefetched by the first pass
     m += width;
   }
 }
