@@ -16,6 +16,9 @@ import torch
 
 # per layer (keys, values): [1, kv_heads, n, head_dim] (the prefix cache's exchange format)
 KV = list[tuple[torch.Tensor, torch.Tensor]]
+# a cached prefix as the prefix cache holds it: (first token, per-layer [1, kv_heads, length, head_dim] views),
+# in token order, tiling [0, n)
+Pieces = list[tuple[int, KV]]
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,8 @@ def compact(kv: RequestKV, past_len: int, keep: Sequence[int]) -> None:
     kv.length = past_len + n
 
 
-def load_prefix(kv: RequestKV, pieces: Sequence[tuple[int, KV]], n: int) -> None:
-    """Copy a cached prefix of ``n`` entries, held in ``pieces`` (first token, per-layer
-    [1, kv_heads, length, head_dim] views) that tile [0, n) in order, into an empty request cache."""
+def load_prefix(kv: RequestKV, pieces: Pieces, n: int) -> None:
+    """Copy a cached prefix of ``n`` entries, held in ``pieces``, into an empty request cache."""
     if n > kv.capacity:
         raise ValueError(f"prefix of {n} entries > capacity {kv.capacity}")
     at = 0

@@ -40,10 +40,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .kvstore import KV, Pieces
 from .prefix_tree import as_ids, attach_point, common_prefix_lengths, eviction_victims, pad_rows, pieces_of
-
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer (keys, values): [1, kv_heads, n, head_dim]
-Pieces = list[tuple[int, KV]]  # (first token, per-layer views [1, kv_heads, length, head_dim]) in token order
 
 SEQ_DIM = -2  # token axis of a KV tensor [1, kv_heads, n, head_dim]
 KV_RANK = 4  # dimensions of a KV tensor
