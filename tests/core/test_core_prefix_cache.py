@@ -323,8 +323,11 @@ VICTIM_CASES: list[tuple[list[tuple[int, str, int]], str, int, int, set[int], li
     ([(0, "b", 3), (1, "a", 2), (2, "a", 2), (3, "a", 2)], "a", 4, 100, {3}, [1]),
     # past the total: the heaviest owner's least recent entry (a: 6), not the oldest one (b's)
     ([(0, "b", 2), (1, "a", 3), (2, "a", 3), (3, "b", 2)], "b", 10, 8, {3}, [1]),
-    # the new entry is never chosen: a holds only it, so the next heaviest gives up its entry
-    ([(0, "b", 3), (1, "a", 6)], "a", 8, 8, {1}, [0]),
+    # the new entry is never chosen, and a holds only it: a is the heaviest, so nothing goes (issue 46: b,
+    # lighter, is not flushed for it; the cache then drops the new entry)
+    ([(0, "b", 3), (1, "a", 6)], "a", 8, 8, {1}, []),
+    # the same with b the heavier: b's entry goes for a's new one
+    ([(0, "b", 6), (1, "a", 3)], "a", 8, 8, {1}, [0]),
     # ties between the heaviest: the owner seen first in LRU order
     ([(0, "a", 2), (1, "b", 2), (2, "c", 1)], "c", 5, 4, {2}, [0]),
     # both rules: a back to its budget first, then the total from the heaviest (b)
@@ -340,6 +343,15 @@ VICTIM_CASES: list[tuple[list[tuple[int, str, int]], str, int, int, set[int], li
 def test_eviction_victims(lru: list[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
                           pinned: set[int], victims: list[int]) -> None:
     assert eviction_victims(lru, tenant, tenant_bytes, max_bytes, pinned) == victims
+
+
+def test_eviction_victims_take_a_parent_once_its_last_child_went() -> None:
+    # 0 <- 1 <- 2 (each attached to the one before), 3 alone: a must shed 5 of its 9 bytes. The leaf 2
+    # goes, then 1 (a leaf now, older than 3), then 0; 3, the most recent, stays
+    lru = [(2, "a", 2), (1, "a", 2), (0, "a", 2), (3, "a", 3)]
+    assert eviction_victims(lru, "a", 4, 100, {3}, {1: 0, 2: 1}) == [2, 1, 0]
+    # with the new entry 3 attached to 0, 0 never becomes a leaf: 2 and 1 would leave 5 bytes, so none go
+    assert eviction_victims(lru, "a", 4, 100, {3}, {1: 0, 2: 1, 3: 0}) == []
 
 
 def test_a_tenant_past_its_share_evicts_only_its_own_entries() -> None:

@@ -17,8 +17,9 @@ continues stores nothing.
 Budgets are per tenant and in all (``eviction_victims``): a tenant holds at most ``tenant_share`` of
 ``max_bytes`` and past it evicts its own least recently used entries; past ``max_bytes`` in all, the tenant
 holding the most bytes gives up its least recently used entry. Only leaves go (an entry others attach to
-stays while they do); a prompt whose entry cannot fit with the entries it attaches to is not kept. So a
-tenant filling the cache flushes only its own prefixes. One lock guards everything.
+stays while they do). When the heaviest tenant is the one storing and its bytes are all pinned (the new
+entry and the entries it attaches to), the new entry is not kept and nothing is evicted: a tenant filling
+the cache flushes only its own prefixes, never those of a tenant holding less. One lock guards everything.
 
 Isolation is by construction: a lookup only ever compares against, and returns, the entries of the tenant
 it is given, and entries attach only to their own tenant's.
@@ -210,8 +211,7 @@ class PrefixKVCache:
             self._add(new, _Entry(tenant, seq, start, parent, kept, nbytes))
             if parent is not None:
                 self._touch(self._chain(parent))
-            self._evict(tenant, new)
-            if self._over(tenant):  # the entries it attaches to leave it no room: keep what was there
+            if not self._fit(tenant, new):  # no room but a lighter tenant's or its own pinned: keep what was there
                 self._remove(new)
                 return
             self.stores += 1
@@ -281,17 +281,19 @@ class PrefixKVCache:
     def _over(self, tenant: str) -> bool:
         return self._held.get(tenant, 0) > self.config.tenant_bytes or self._bytes > self.config.max_bytes
 
-    def _evict(self, tenant: str, new: int) -> None:
-        """Evict least recently used leaves until both budgets hold or only pinned entries are left."""
-        while True:
-            lru = [(k, e.tenant, e.nbytes) for k, e in self._entries.items()]
-            pinned = {k for k, e in self._entries.items() if e.children} | {new}
-            victims = eviction_victims(lru, tenant, self.config.tenant_bytes, self.config.max_bytes, pinned)
-            if not victims:
-                return
-            for victim in victims:
-                self._remove(victim)
-                self._evictions += 1
+    def _fit(self, tenant: str, new: int) -> bool:
+        """Evict least recently used leaves until both budgets hold with ``new`` stored; False, having evicted
+        nothing, when they cannot (``eviction_victims``: only ``tenant``'s own past its share, only the
+        heaviest owner's past the total, never a pinned entry)."""
+        if not self._over(tenant):
+            return True
+        lru = [(k, e.tenant, e.nbytes) for k, e in self._entries.items()]
+        parents = {k: e.parent for k, e in self._entries.items() if e.parent is not None}
+        victims = eviction_victims(lru, tenant, self.config.tenant_bytes, self.config.max_bytes, {new}, parents)
+        for victim in victims:
+            self._remove(victim)
+            self._evictions += 1
+        return bool(victims)
 
     def _tenant_index(self, tenant: str) -> _Index | None:
         keys = self._tenants.get(tenant)

@@ -11,8 +11,9 @@ vectorized comparison (``common_prefix_lengths``); the tree only decides whose t
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Container, Iterable, Sequence
+import heapq
+from collections.abc import Container, Iterable, Mapping, Sequence
+from types import MappingProxyType
 
 import numpy as np
 
@@ -71,36 +72,59 @@ def pieces_of(chain: Sequence[tuple[int, int]], n: int) -> list[tuple[int, int, 
 
 
 def eviction_victims(lru: Iterable[tuple[int, str, int]], tenant: str, tenant_bytes: int, max_bytes: int,
-                     pinned: Container[int] = ()) -> list[int]:
-    """Keys to evict, in order, once ``tenant`` has stored an entry: ``lru`` is every entry as
-    (key, owner, bytes), least recently used first; ``pinned`` keys (the new entry, entries others attach
-    to) are never chosen, though their bytes count.
+                     pinned: Container[int] = (), parents: Mapping[int, int] = MappingProxyType({})) -> list[int]:
+    """Keys to evict, in order, once ``tenant`` has stored an entry, or [] when no allowed eviction makes
+    both budgets hold (the caller then drops the new entry and keeps everything that was there).
 
-    First ``tenant``'s own least recently used entries while it holds more than ``tenant_bytes``;
-    then, while all entries hold more than ``max_bytes``, the least recently used entry of the owner
-    holding the most bytes (ties: the owner seen first in ``lru``). Another tenant's entries go only
-    for the total budget, and only while that tenant holds at least as much as every other.
+    ``lru``: every entry as (key, owner, bytes), least recently used first; ``parents``: child key ->
+    the key of the entry it attaches to (same owner). Only leaves go: an entry others attach to, or one
+    in ``pinned`` (the new entry), is never chosen, though its bytes count; once its last child goes it is
+    a leaf like the others, in its place in ``lru``.
+
+    First ``tenant``'s own least recently used leaves while it holds more than ``tenant_bytes``; then,
+    while all entries hold more than ``max_bytes``, a leaf of the owner holding the most bytes (ties: the
+    owner seen first in ``lru``). When that owner has no leaf left to give (its bytes are pinned: the
+    new entry and the entries it attaches to), nothing goes: a tenant never flushes one that holds less.
     """
-    held: dict[str, int] = {}  # owner -> bytes
-    queues: dict[str, deque[tuple[int, int]]] = {}  # owner -> its evictable (key, bytes), LRU first
-    for key, owner, nbytes in lru:
+    held: dict[str, int] = {}  # owner -> bytes, in the order owners are first seen
+    owner_of: dict[int, str] = {}
+    sizes: dict[int, int] = {}
+    rank: dict[int, int] = {}  # key -> its place in lru (0: least recent)
+    for at, (key, owner, nbytes) in enumerate(lru):
         held[owner] = held.get(owner, 0) + nbytes
-        if key not in pinned:
-            queues.setdefault(owner, deque()).append((key, nbytes))
+        owner_of[key], sizes[key], rank[key] = owner, nbytes, at
+    children: dict[int, int] = {}  # key -> live entries attached to it
+    for child, parent in parents.items():
+        if child in rank:
+            children[parent] = children.get(parent, 0) + 1
+    leaves: dict[str, list[tuple[int, int]]] = {}  # owner -> heap of its evictable (rank, key)
+    for key in rank:
+        if key not in pinned and not children.get(key):
+            leaves.setdefault(owner_of[key], []).append((rank[key], key))
+    for heap in leaves.values():
+        heapq.heapify(heap)
     total = sum(held.values())
     victims: list[int] = []
 
     def evict(owner: str) -> None:
         nonlocal total
-        key, nbytes = queues[owner].popleft()
-        if not queues[owner]:
-            del queues[owner]
-        held[owner] -= nbytes
-        total -= nbytes
+        _, key = heapq.heappop(leaves[owner])
+        held[owner] -= sizes[key]
+        total -= sizes[key]
         victims.append(key)
+        parent = parents.get(key)
+        if parent is not None and parent in children:
+            children[parent] -= 1
+            if not children[parent] and parent not in pinned:  # a leaf now
+                heapq.heappush(leaves[owner], (rank[parent], parent))
 
-    while held.get(tenant, 0) > tenant_bytes and tenant in queues:
+    while held.get(tenant, 0) > tenant_bytes:
+        if not leaves.get(tenant):
+            return []
         evict(tenant)
-    while total > max_bytes and queues:
-        evict(max(queues, key=held.__getitem__))
+    while total > max_bytes:
+        heaviest = max(held, key=held.__getitem__)
+        if not leaves.get(heaviest):
+            return []
+        evict(heaviest)
     return victims
