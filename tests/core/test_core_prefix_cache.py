@@ -11,12 +11,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lookahead_core.kv.prefix_cache import KV, Pieces, PrefixCacheConfig, PrefixKVCache
-from lookahead_core.kv.prefix_tree import attach_point, common_prefix_lengths, eviction_victims, pad_rows, pieces_of
+from lookahead_core.kv.prefix_tree import attach_point, common_prefix, eviction_victims, pieces_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 LAYERS, HEADS, DIM = 2, 1, 2  # shape of the hand-made KV: [1, HEADS, n, DIM] per layer
-TOKEN_BYTES = LAYERS * 2 * HEADS * DIM * 4  # float32 bytes of one token over all layers, keys and values
+ID_BYTES = 8  # a token's id, kept beside its KV (int64) and counted with it (issue 46)
+TOKEN_BYTES = LAYERS * 2 * HEADS * DIM * 4 + ID_BYTES  # float32 KV of one token over all layers, and its id
 ROOM = 1 << 20  # a byte budget nothing in these tests reaches
 
 
@@ -409,10 +410,11 @@ def test_stats_count_lookups_and_hit_tokens() -> None:
     assert (s.entries, s.bytes) == (1, 3 * TOKEN_BYTES)
 
 
-def test_common_prefix_lengths_ignore_padding() -> None:
-    rows, lengths = pad_rows([np.array([1, 0]), np.array([1])])  # rows: [2, 2], the second padded with 0
-    # a query [1, 0] must not match the padding of the one-token row
-    assert common_prefix_lengths(rows, lengths, np.array([1, 0])).tolist() == [2, 1]
+def test_common_prefix_stops_at_the_shorter_array() -> None:
+    # a query [1, 0] shares one token with [1], however [1] would be padded; two with [1, 0, 5]
+    assert common_prefix(np.array([1]), np.array([1, 0])) == 1
+    assert common_prefix(np.array([1, 0, 5]), np.array([1, 0])) == 2
+    assert common_prefix(np.array([2, 0]), np.array([1, 0])) == 0
 
 
 # ---- property: lookups agree with a brute-force longest common prefix over the live entries ---------

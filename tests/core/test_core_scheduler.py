@@ -152,7 +152,8 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
     assert outs[1].stats.prefix_hit_tokens == len(base) - 1  # all but the last token came from the cache
     assert outs[2].stats.prefix_hit_tokens == len(base) - 5  # the shared prefix
     assert outs[3].stats.prefix_hit_tokens == len(other) - 2  # base's tokens, then other's own
-    assert sched.prefix_cache.stats().bytes == (len(base) + 6 + 3) * sched.shape.bytes_per_token  # shared once
+    # shared once, each kept token's KV and its id (int64, counted beside it)
+    assert sched.prefix_cache.stats().bytes == (len(base) + 6 + 3) * (sched.shape.bytes_per_token + 8)
     assert_idle(sched)
 
 

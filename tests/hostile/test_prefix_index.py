@@ -65,9 +65,9 @@ def test_adding_and_evicting_an_entry_does_not_rebuild_the_tenants_index() -> No
         tracemalloc.stop()
     assert n == len(query)
     assert cache.stats().evictions >= 1
-    # the work a whole index over the tenant's entries would allocate (entries x prompt length ids) is
-    # 25x this; the prompt itself and its comparisons fit many times over
-    assert peak < ENTRIES * len(query) * ID_BYTES // 25
+    # a tenth of what a whole index over the tenant's entries takes (entries x prompt length ids); the
+    # prompt's ids, its comparisons and the eviction's plan (a few ints an entry, no ids) fit in it
+    assert peak < ENTRIES * len(query) * ID_BYTES // 10
 
 
 def test_the_epoch_is_read_while_the_cache_lock_is_held() -> None:

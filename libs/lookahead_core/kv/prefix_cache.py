@@ -7,19 +7,23 @@ prefilling only the tokens past the match (chat template, system prompt, the sam
 in the same order, an exact repeat).
 
 Structure: a tree of entries per tenant (prefix_tree.py). A prompt sharing at least ``min_tokens`` with
-a stored one keeps only the KV past the shared part and points at the entry holding the rest; so the
-shared part (the system prompt and retrieved chunks before a question) is held once however many prompts
-continue it. A lookup matches every entry's whole token ids with one vectorized comparison and returns
+a stored one keeps only the KV and the token ids past the shared part and points at the entry holding the
+rest; so the shared part (the system prompt and retrieved chunks before a question) is held once however
+many prompts continue it. The tree is its own match index: a lookup walks from the tenant's root for the
+query's first ``min_tokens`` ids down the entries' ids (work in the query's length, never in the tenant's
+entries; an add or a removal changes one slot of the parent, nothing is rebuilt) and returns
 the pieces (views) its tokens are held in. Entries never cover each other: a new prompt that continues a
 stored one attaches at that one's end (its KV is not held twice), and a prompt that a stored entry
 continues stores nothing.
 
-Budgets are per tenant and in all (``eviction_victims``): a tenant holds at most ``tenant_share`` of
-``max_bytes`` and past it evicts its own least recently used entries; past ``max_bytes`` in all, the tenant
-holding the most bytes gives up its least recently used entry. Only leaves go (an entry others attach to
-stays while they do). When the heaviest tenant is the one storing and its bytes are all pinned (the new
-entry and the entries it attaches to), the new entry is not kept and nothing is evicted: a tenant filling
-the cache flushes only its own prefixes, never those of a tenant holding less. One lock guards everything.
+Budgets are per tenant and in all (``eviction_victims``), in bytes of KV and token ids (an entry's Python
+objects, a few hundred bytes beside at least ``min_tokens`` tokens of KV, are not counted): a tenant holds
+at most ``tenant_share`` of ``max_bytes`` and past it evicts its own least recently used entries; past
+``max_bytes`` in all, the tenant holding the most bytes gives up its least recently used entry. Only leaves
+go (an entry others attach to stays while they do). When the heaviest tenant is the one storing and its
+bytes are all pinned (the new entry and the entries it attaches to), the new entry is not kept and nothing
+is evicted: a tenant filling the cache flushes only its own prefixes, never those of a tenant holding less.
+One lock guards everything but the epochs, which are read without it.
 
 Isolation is by construction: a lookup only ever compares against, and returns, the entries of the tenant
 it is given, and entries attach only to their own tenant's.
@@ -27,7 +31,9 @@ it is given, and entries attach only to their own tenant's.
 Forgetting: ``forget_tenant`` drops a tenant's entries and advances its *epoch*. A request reads
 ``epoch(tenant)`` before its prompt is built and hands it to ``put``: a put from a request whose prompt
 was built before the forget (stale epoch) stores nothing, so a forget is never undone by a prefill
-that overlapped it.
+that overlapped it. ``epoch`` takes no lock (the generator reads it on its event loop, which must not
+wait while the engine's thread stores or matches): one dict read, which ``forget_tenant`` writes under
+the lock before it drops anything, so a put that compares after the forget sees the new epoch.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import numpy as np
 import torch
 
 from .kvstore import KV, Pieces
-from .prefix_tree import as_ids, attach_point, common_prefix_lengths, eviction_victims, pad_rows, pieces_of
+from .prefix_tree import as_ids, attach_point, common_prefix, eviction_victims, pieces_of
 
 SEQ_DIM = -2  # token axis of a KV tensor [1, kv_heads, n, head_dim]
 KV_RANK = 4  # dimensions of a KV tensor
@@ -52,7 +58,7 @@ KV_RANK = 4  # dimensions of a KV tensor
 class PrefixCacheConfig:
     """Bounds of the prefix KV cache."""
 
-    max_bytes: int = 1 << 30  # total KV bytes kept over all tenants; past it the heaviest tenant's LRU entry goes
+    max_bytes: int = 1 << 30  # KV and token-id bytes kept over all tenants; past it the heaviest tenant's LRU leaf goes
     min_tokens: int = 16  # shorter matches: no hit (report 0), no shared parent; shorter prompts: not stored
     tenant_share: float = 1.0  # fraction of max_bytes one tenant may hold; past it its own LRU entries go
 
@@ -75,7 +81,7 @@ class PrefixCacheStats:
     """Counters of one cache (a snapshot)."""
 
     entries: int  # live entries over all tenants (those others attach to included)
-    bytes: int  # KV bytes of the live entries (a shared part counted once)
+    bytes: int  # KV and token-id bytes of the live entries (a shared part counted once)
     lookups: int  # lookup calls
     hits: int  # lookups that returned n > 0
     hit_tokens: int  # sum of n returned by lookups (tokens not prefilled again)
@@ -85,19 +91,17 @@ class PrefixCacheStats:
 @dataclass
 class _Entry:
     tenant: str  # owner; never matched for another tenant
-    ids: np.ndarray  # the whole prompt's token ids, its parents' included: [n] int64
-    start: int  # first token whose KV this entry holds; tokens before it are its parent's
+    ids: np.ndarray  # token ids [start, n) of the prompt, the tokens this entry holds: [n - start] int64
+    start: int  # first token whose KV and id this entry holds; tokens before it are its parent's
     parent: int | None  # key of the entry holding token start - 1; None when start == 0
     kv: KV  # per layer (keys, values): [1, kv_heads, n - start, head_dim]
-    nbytes: int  # element_size * numel over all layer tensors
-    children: set[int] = field(default_factory=set)  # keys of the entries attached to this one
+    nbytes: int  # element_size * numel over all layer tensors, plus the ids' bytes
+    children: dict[tuple[int, int], int] = field(default_factory=dict)  # (start, first id) -> key of a child
 
-
-@dataclass
-class _Index:
-    keys: list[int]  # entry keys, one per row
-    rows: np.ndarray  # token ids padded with 0: [entries, width] int64
-    lengths: np.ndarray  # tokens per entry: [entries] int64
+    @property
+    def end(self) -> int:
+        """One past the last token this entry holds (its prompt's length)."""
+        return self.start + len(self.ids)
 
 
 def kv_nbytes(kv: KV, start: int, end: int) -> int:
@@ -142,9 +146,9 @@ class PrefixKVCache:
         self.config = config
         self._lock = threading.Lock()
         self._entries: OrderedDict[int, _Entry] = OrderedDict()  # LRU first
-        self._tenants: dict[str, list[int]] = {}  # entry keys per tenant
-        self._held: dict[str, int] = {}  # KV bytes per tenant
-        self._index: dict[str, _Index] = {}  # lazily rebuilt match matrices per tenant
+        self._tenants: dict[str, dict[int, None]] = {}  # entry keys per tenant, in the order stored
+        self._roots: dict[str, dict[bytes, int]] = {}  # per tenant: a root's first min_tokens ids -> its key
+        self._held: dict[str, int] = {}  # KV and id bytes per tenant
         self._epochs: dict[str, int] = {}  # forgets per tenant (absent: 0); a put with an older epoch stores nothing
         self._next_key = itertools.count()
         self.stores = 0  # entries stored so far: a waiting prompt's best hit can only grow when this does
@@ -202,13 +206,14 @@ class PrefixKVCache:
                 return
             parent = attach_point(chain, shared) if shared >= self.config.min_tokens else None
             start = shared if parent is not None else 0
-            nbytes = kv_nbytes(kv, start, n)
+            own = seq[start:].copy()  # [n - start]: not a view, which would keep the whole prompt's ids
+            nbytes = kv_nbytes(kv, start, n) + own.nbytes
             if nbytes > self.config.tenant_bytes:
                 return
             new = next(self._next_key)
             # each [1, kv_heads, n - start, head_dim]
             kept = [(keep_range(k, start, n), keep_range(v, start, n)) for k, v in kv]
-            self._add(new, _Entry(tenant, seq, start, parent, kept, nbytes))
+            self._add(new, _Entry(tenant, own, start, parent, kept, nbytes))
             if parent is not None:
                 self._touch(self._chain(parent))
             if not self._fit(tenant, new):  # no room but a lighter tenant's or its own pinned: keep what was there
@@ -217,9 +222,9 @@ class PrefixKVCache:
             self.stores += 1
 
     def epoch(self, tenant: str) -> int:
-        """How often ``tenant`` was forgotten: read it before building a prompt, give it to ``put``."""
-        with self._lock:
-            return self._epochs.get(tenant, 0)
+        """How often ``tenant`` was forgotten: read it before building a prompt, give it to ``put``. Never
+        waits on the lock (one dict read; ``forget_tenant`` advances it under the lock)."""
+        return self._epochs.get(tenant, 0)
 
     def forget_tenant(self, tenant: str) -> int:
         """Drop every entry of ``tenant`` and advance its epoch (puts of prompts built before now store
@@ -238,8 +243,10 @@ class PrefixKVCache:
             live = []
             for key in self._tenants.get(tenant, ()):
                 entry = self._entries[key]
-                if all(self._entries[c].start < len(entry.ids) for c in entry.children):
-                    live.append(tuple(entry.ids.tolist()))
+                if all(at < entry.end for at, _ in entry.children):
+                    pieces = pieces_of(self._chain(key), entry.end)
+                    live.append(tuple(np.concatenate([self._entries[k].ids[:length]
+                                                      for k, _, length in pieces]).tolist()))
             return live
 
     def stats(self) -> PrefixCacheStats:
@@ -256,13 +263,24 @@ class PrefixKVCache:
 
     # ---- under the lock ----------------------------------------------------------------------------
     def _best_match(self, tenant: str, query: np.ndarray) -> tuple[int | None, int]:
-        """(key of the entry sharing the longest prefix with ``query``, that length); (None, 0) if none."""
-        index = self._tenant_index(tenant)
-        if index is None or len(query) == 0:
+        """(key of an entry sharing the longest prefix with ``query``, that length), when it is ``min_tokens``
+        or more; (None, 0) otherwise. Walks the tenant's tree from the root for the query's first
+        ``min_tokens`` ids: at most one child of each entry can go on matching (the one attached where the
+        match stopped, starting with the query's next id), so the work is the query's length."""
+        first = self.config.min_tokens
+        roots = self._roots.get(tenant)
+        if not roots or len(query) < first:
             return None, 0
-        lcp = common_prefix_lengths(index.rows, index.lengths, query)  # [entries]
-        best = int(lcp.argmax())
-        return index.keys[best], int(lcp[best])
+        key = roots.get(query[:first].tobytes())
+        if key is None:
+            return None, 0
+        while True:
+            entry = self._entries[key]
+            shared = entry.start + common_prefix(entry.ids, query[entry.start:])
+            child = entry.children.get((shared, int(query[shared]))) if shared < len(query) else None
+            if child is None:
+                return key, shared
+            key = child
 
     def _chain(self, key: int) -> list[tuple[int, int]]:
         """(key, start) of an entry and each of its parents, up to the root."""
@@ -295,34 +313,27 @@ class PrefixKVCache:
             self._evictions += 1
         return bool(victims)
 
-    def _tenant_index(self, tenant: str) -> _Index | None:
-        keys = self._tenants.get(tenant)
-        if not keys:
-            return None
-        index = self._index.get(tenant)
-        if index is None:
-            rows, lengths = pad_rows([self._entries[key].ids for key in keys])
-            index = self._index[tenant] = _Index(list(keys), rows, lengths)
-        return index
-
     def _add(self, key: int, entry: _Entry) -> None:
         self._entries[key] = entry
-        self._tenants.setdefault(entry.tenant, []).append(key)
+        self._tenants.setdefault(entry.tenant, {})[key] = None
         self._held[entry.tenant] = self._held.get(entry.tenant, 0) + entry.nbytes
         self._bytes += entry.nbytes
         if entry.parent is not None:
-            self._entries[entry.parent].children.add(key)
-        self._index.pop(entry.tenant, None)
+            self._entries[entry.parent].children[entry.start, int(entry.ids[0])] = key
+        else:
+            self._roots.setdefault(entry.tenant, {})[entry.ids[: self.config.min_tokens].tobytes()] = key
 
     def _remove(self, key: int) -> None:
         entry = self._entries.pop(key)
         self._bytes -= entry.nbytes
         self._held[entry.tenant] -= entry.nbytes
         keys = self._tenants[entry.tenant]
-        keys.remove(key)
+        del keys[key]
+        if entry.parent is None:
+            del self._roots[entry.tenant][entry.ids[: self.config.min_tokens].tobytes()]
+        elif entry.parent in self._entries:
+            del self._entries[entry.parent].children[entry.start, int(entry.ids[0])]
         if not keys:
             del self._tenants[entry.tenant]
             del self._held[entry.tenant]
-        if entry.parent is not None and entry.parent in self._entries:
-            self._entries[entry.parent].children.discard(key)
-        self._index.pop(entry.tenant, None)
+            del self._roots[entry.tenant]

@@ -1,12 +1,15 @@
 """Pure functions of the prefix KV cache: matching token ids, where a new entry attaches, which entries go.
 
-The cache (prefix_cache.py) keeps each tenant's prompts as a tree of *entries*. An entry holds the KV of
-one stored prompt from its ``start`` on; the KV of the tokens before ``start`` is its parent's (and the
-parent's parents'), shared with every other entry attached there. So two prompts that share the system
-prompt and the same retrieved chunks, and differ only in the question, hold that shared part once.
+The cache (prefix_cache.py) keeps each tenant's prompts as a tree of *entries*. An entry holds the KV and
+the token ids of one stored prompt from its ``start`` on; the tokens before ``start`` are its parent's
+(and the parent's parents'), shared with every other entry attached there. So two prompts that share the
+system prompt and the same retrieved chunks, and differ only in the question, hold that shared part once,
+KV and ids alike.
 
-Matching is over each entry's *whole* token ids (its parents' tokens included), a padded matrix and one
-vectorized comparison (``common_prefix_lengths``); the tree only decides whose tensors hold which tokens.
+The tree is also the match index (a radix tree whose edges are the entries' own ids): a match walks from
+the tenant's root for the query's first tokens down one child at a time (``common_prefix`` along each
+entry's ids; a child is found by the position it attaches at and its first token), so it costs the query's
+length, whatever the tenant holds, and adding or removing an entry changes one slot of its parent.
 """
 
 from __future__ import annotations
@@ -23,24 +26,11 @@ def as_ids(ids: Sequence[int]) -> np.ndarray:
     return np.asarray(ids, dtype=np.int64).reshape(-1)  # [n]
 
 
-def pad_rows(seqs: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Sequences as a zero-padded matrix [entries, width] and their lengths [entries]."""
-    lengths = np.array([len(s) for s in seqs], dtype=np.int64)  # [entries]
-    width = int(lengths.max(initial=0))
-    rows = np.zeros((len(seqs), width), dtype=np.int64)  # [entries, width]
-    for i, s in enumerate(seqs):
-        rows[i, : len(s)] = s
-    return rows, lengths
-
-
-def common_prefix_lengths(rows: np.ndarray, lengths: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Longest common prefix of ``query`` with each row (padding never counts): [entries] int64."""
-    width = min(rows.shape[1], len(query))
-    if width == 0:
-        return np.zeros(len(lengths), dtype=np.int64)
-    differ = rows[:, :width] != query[:width]  # [entries, width]
-    lcp = np.where(differ.any(axis=1), differ.argmax(axis=1), width)  # [entries]
-    return np.minimum(lcp, lengths)
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    """Length of the longest common prefix of two id arrays."""
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])  # [positions that differ]
+    return int(differ[0]) if differ.size else n
 
 
 def attach_point(chain: Sequence[tuple[int, int]], shared: int) -> int | None:
