@@ -132,8 +132,11 @@ class Pipeline:
         registry = CollectorRegistry() if registry is None else registry
         tracing.setup(settings.tracing, names)  # [tracing]: once per process, before any server or channel
         auth = Authenticator(settings.auth)  # one keys file view for every server here ([auth])
-        interceptors = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
-        interceptors.append(TenantRouteInterceptor())  # then: x-tenant metadata, if sent, is the request's tenant
+        checks = server_interceptors(registry, auth)  # observability, then auth (tenant bound after it)
+        # then: x-tenant metadata at most once and, if sent, the request's tenant; the generator's, behind a
+        # tenant-routing proxy, must be sent ([generator] tenant_routing)
+        interceptors = [*checks, TenantRouteInterceptor()]
+        routed = [*checks, TenantRouteInterceptor(required=settings.generator.tenant_routing)]
         bus = make_bus(settings.kafka, _bus_dir(settings, names), tracing.tracer(tracing.EVENTS_TRACER))
         pipeline = cls(settings, bus, registry, Refresher(_refresh_s(settings, names)), {})
         pipeline.server_credentials = credentials
@@ -166,7 +169,7 @@ class Pipeline:
             generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever,
                                               draft_cache, served=settings.model, model=model, tokenizer=tokenizer,
                                               forgets=forgets)
-            await pipeline._add(generator, grpc_servers, bind, interceptors)
+            await pipeline._add(generator, grpc_servers, bind, routed)
             if grpc_servers and settings.http.enabled:
                 pipeline.http = await HttpServer.start(pipeline.generator, settings.http, bind.get("http"),
                                                        settings.tls, auth, registry)

@@ -96,6 +96,9 @@ class GeneratorSettings(ServerSettings):
         200.0, gt=0, description="safe stream: one chunk per tick of this many ms (longer than decoding a chunk)"
     )
     safe_stream_chunk_tokens: int = Field(4, ge=1, le=256, description="safe stream: tokens per chunk")
+    # behind a proxy that routes by tenant (deploy/caddy, deploy/k8s/routing; docs/SECURITY.md)
+    tenant_routing: bool = Field(False, description="replicas behind a proxy hashing x-tenant: every gRPC and "
+                                 "HTTP call must send it, once (INVALID_ARGUMENT / 400 otherwise)")
 
     @model_validator(mode="after")
     def _limits_agree(self) -> GeneratorSettings:

@@ -83,12 +83,20 @@ class Frontend:
 
     def tenant_of(self, request: Request) -> str:
         """The tenant header, else the key's only tenant, else the default tenant; none is a 400, and
-        one the key may not use a 403."""
+        one the key may not use a 403. More than one header is a 400 (a proxy may hash them all and the
+        door would read one: docs/SECURITY.md), and so is none behind a tenant-routing proxy
+        (``[generator] tenant_routing``)."""
         principal = self.principal_of(request)
         only = principal.only_tenant if principal is not None else None
-        tenant = request.headers.get(self.settings.tenant_header) or only or self.settings.default_tenant
+        header = self.settings.tenant_header
+        sent = request.headers.getlist(header)
+        if len(sent) > 1:
+            raise InvalidArgument(f"send one {header} header, not {len(sent)}")
+        if not any(sent) and self.generator.settings.tenant_routing:
+            raise InvalidArgument(f"tenant routing is on: send the {header} header naming your tenant")
+        tenant = (sent[0] if sent else "") or only or self.settings.default_tenant
         if not tenant:
-            raise InvalidArgument(f"no tenant: send the {self.settings.tenant_header} header")
+            raise InvalidArgument(f"no tenant: send the {header} header")
         if principal is not None:
             Authenticator.authorize(principal, tenant)
         return tenant

@@ -5,13 +5,17 @@ its caches (deploy/caddy/Caddyfile, deploy/k8s/routing/), and the server's check
     interceptors = [*server_interceptors(registry, auth), TenantRouteInterceptor()]         # a server
 
 The header is ``x-tenant`` on both doors: gRPC metadata here, the HTTP endpoint's ``[http]
-tenant_header`` there (where it *is* the request's tenant). It is optional: a call without it is
-served as before (a proxy then balances it by its fallback policy). A call that sends it must name the
-request's own ``tenant``, which the auth guard (outermost) has already checked against the caller's
-credential: so a header naming any other tenant is PERMISSION_DENIED before the handler runs, and a
-client cannot pick another tenant's replica (to read timing from its caches) while asking for its own.
-A request without a tenant field (Stats over every tenant, Snapshot) needs a credential for every
-tenant already, so its header is not compared.
+tenant_header`` there (where it *is* the request's tenant). At most one value: proxies disagree on
+several (Caddy hashes the first, Envoy all of them sorted), so a second value would let a client steer
+its call to a replica of its choosing while the server read the first; more than one is INVALID_ARGUMENT
+(one line) on every call. It is optional unless the server runs behind a tenant-routing proxy
+(``[generator] tenant_routing``, the ``required`` flag here): a call without it would be balanced by the
+proxy's fallback (round robin), onto any replica. A call that sends it must name the request's own
+``tenant``, which the auth guard (outermost) has already checked against the caller's credential: so a
+header naming any other tenant is PERMISSION_DENIED before the handler runs, and a client cannot pick
+another tenant's replica (to read timing from its caches) while asking for its own. A request without a
+tenant field (Stats over every tenant, Snapshot) needs a credential for every tenant already, so its
+header is neither compared nor required.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import grpc
 
 from lookahead_rag.services.common.auth.interceptor import tenant_of
 from lookahead_rag.services.common.auth.scopes import Scope, grpc_scope
-from lookahead_rag.services.common.errors import PermissionDenied, ServiceError, status_of
+from lookahead_rag.services.common.errors import InvalidArgument, PermissionDenied, ServiceError, status_of
 from lookahead_rag.services.common.rpc.handlers import HandlerInterceptor, check_first
 
 log = logging.getLogger(__name__)
@@ -37,23 +41,35 @@ def tenant_metadata(tenant: str) -> tuple[tuple[str, str], ...]:
     return ((TENANT_METADATA, tenant),) if tenant else ()
 
 
-def header_tenant(metadata: Any) -> str | None:
-    """The ``x-tenant`` value of a call's invocation metadata, None when it has none."""
-    return next((str(v) for k, v in metadata or () if k.lower() == TENANT_METADATA), None)
+def header_tenants(metadata: Any) -> list[str]:
+    """Every ``x-tenant`` value of a call's invocation metadata, in order (none: [])."""
+    return [str(v) for k, v in metadata or () if k.lower() == TENANT_METADATA]
 
 
-def check_route(header: str | None, tenant: str) -> None:
-    """Raise PermissionDenied when the routing header names another tenant than the request's."""
-    if header is not None and tenant and header != tenant:
+def check_route(headers: list[str], tenant: str, required: bool = False) -> None:
+    """Raise InvalidArgument for more than one routing header, or none when ``required`` and the request
+    has a tenant; PermissionDenied when it names another tenant than the request's."""
+    if len(headers) > 1:
+        raise InvalidArgument(f"send one {TENANT_METADATA} metadata value, not {len(headers)}")
+    if not headers:
+        if required and tenant:
+            raise InvalidArgument(f"tenant routing is on: send the {TENANT_METADATA} metadata naming the "
+                                  "request's tenant")
+        return
+    if tenant and headers[0] != tenant:
         raise PermissionDenied(f"the {TENANT_METADATA} metadata must name the request's tenant")
 
 
 class TenantRouteInterceptor(HandlerInterceptor):
-    """Refuse a call whose ``x-tenant`` metadata is not its request's tenant (PERMISSION_DENIED)."""
+    """Refuse a call with more than one ``x-tenant`` metadata value, or none when ``required`` (INVALID_ARGUMENT),
+    or whose value is not its request's tenant (PERMISSION_DENIED)."""
+
+    def __init__(self, required: bool = False) -> None:
+        self.required = required  # behind a tenant-routing proxy ([generator] tenant_routing): no header, no call
 
     async def guard(self, method: str, request: Any, context: grpc.aio.ServicerContext) -> None:
         try:
-            check_route(header_tenant(context.invocation_metadata()), tenant_of(request))
+            check_route(header_tenants(context.invocation_metadata()), tenant_of(request), self.required)
         except ServiceError as exc:
             code, message = status_of(exc)
             log.info("%s refused: %s: %s", method, code.name, message)
