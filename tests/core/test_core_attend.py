@@ -167,10 +167,11 @@ def test_the_fastest_way_is_chosen_by_timing_it() -> None:
 def test_multi_row_heads_must_fill_whole_output_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attend, "kernel", lambda: BUILDS[0])
     tile = BUILDS[0].tile()
-    assert multi_row(2 * tile) is BUILDS[0]
-    assert multi_row(tile + 8) is None  # its heads keep sdpa
+    cpu, fp32 = torch.device("cpu"), torch.float32
+    assert multi_row(2 * tile, cpu, fp32) is BUILDS[0]
+    assert multi_row(tile + 8, cpu, fp32) is None  # its heads keep sdpa
     monkeypatch.setattr(attend, "kernel", lambda: None)
-    assert multi_row(2 * tile) is None  # sdpa won the timing: every segment keeps it
+    assert multi_row(2 * tile, cpu, fp32) is None  # sdpa won the timing: every segment keeps it
 
 
 def test_a_forward_of_several_rows_runs_every_segment_by_the_kernel_and_one_token_by_sdpa(
@@ -187,7 +188,7 @@ def test_a_forward_of_several_rows_runs_every_segment_by_the_kernel_and_one_toke
             calls.append([q.shape[2] for q in qs])
             BUILDS[0].attend_segments(qs, *args)
 
-    monkeypatch.setattr(ragged, "multi_row", lambda head_dim: Spy())
+    monkeypatch.setattr(ragged, "multi_row", lambda head_dim, device, dtype: Spy())
     gen = torch.Generator().manual_seed(1)
     a, b = (torch.randint(300, (n,), generator=gen).tolist() for n in (13, 6))
     shape = KVShape.of(model)

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from .cext import CAPABLE_512, FLAGS_512, build
+from .placement import check, check_on_cpu, cpu_kernels_ok
 
 log = logging.getLogger(__name__)
 
@@ -111,14 +112,26 @@ def kernel() -> ModuleType | None:
     return chosen
 
 
-def multi_row(head_dim: int) -> ModuleType | None:
-    """The build that attends the segments of a forward of several rows with heads ``head_dim`` wide, or None
-    where they keep sdpa (``kernel`` is None, or its output tile does not divide ``head_dim``).
+def multi_row(head_dim: int, device: torch.device, dtype: torch.dtype) -> ModuleType | None:
+    """The build that attends the segments of a forward of several rows with heads ``head_dim`` wide, its
+    queries on ``device`` of ``dtype``, or None where they keep sdpa (queries the CPU kernels do not take:
+    ``placement.cpu_kernels_ok``; ``kernel`` is None; or its output tile does not divide ``head_dim``).
 
     ``attend_rows(q, keys, values, past, visible, scale, out)``: ``out`` [T, heads * head_dim] = the T rows of
     ``q`` [1, heads, T, head_dim] (contiguous) attending to a request's cache ``keys``/``values``
     [1, kv_heads, capacity, head_dim]: its first ``past`` entries, and the segment's own T where ``visible``
     [T, T] bool says. ``attend_segments(qs, keys, values, pasts, visibles, scale, outs)``: the same for
-    several segments (lists, one item each), in one call."""
+    several segments (lists, one item each), in one call: call it through ``attend_segments`` (the guard)."""
+    if not cpu_kernels_ok(device, dtype):  # before ``kernel``: such a model never builds or times the kernel
+        return None
     ext = kernel()
     return ext if ext is not None and head_dim % ext.tile() == 0 else None
+
+
+def attend_segments(ext: ModuleType, qs: list[torch.Tensor], keys: list[torch.Tensor], values: list[torch.Tensor],
+                    pasts: list[int], visibles: list[torch.Tensor], scale: float, outs: list[torch.Tensor]) -> None:
+    """``ext.attend_segments`` (``multi_row``'s contract) once every tensor handed is one the kernel takes
+    (``placement.check``: fp32 on the CPU, the masks on the CPU); else ``placement.PlacementError``."""
+    check("attention", *qs, *keys, *values, *outs)
+    check_on_cpu("attention", *visibles)
+    ext.attend_segments(qs, keys, values, pasts, visibles, scale, outs)

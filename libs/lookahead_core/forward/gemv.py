@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cext import build
+from .placement import check_product, model_ok
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ def extension() -> ModuleType | None:
 
 def gemv_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x W^T + b for one row x ([..., in] with one row in all -> [..., out]), in MKL's GEMV order."""
+    check_product("gemv", x, weight, bias)
     ext = extension()
     if ext is None:
         raise RuntimeError("the exact GEMV is not built on this machine (gemv_ok() is False)")
@@ -77,8 +79,7 @@ def same_as_stock(linear: nn.Linear, gen: torch.Generator) -> bool:
 def gemv_ok(model: nn.Module) -> bool:
     """Whether the gemv twin is offered for ``model``: an fp32 CPU model, a kernel built for this CPU, and
     every Linear's product the stock one bit for bit on this machine (checked once per model)."""
-    param = next(model.parameters())
-    if param.device.type != "cpu" or param.dtype != torch.float32 or extension() is None:
+    if not model_ok(model) or extension() is None:
         return False
     if model not in _checked:
         gen = torch.Generator().manual_seed(CHECK_SEED)

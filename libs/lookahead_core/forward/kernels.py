@@ -39,6 +39,7 @@ from .gemv import gemv_ok, gemv_product
 from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
 from .packed import onednn_linears, onednn_product, pack_linears, packable
+from .placement import model_ok
 from .ragged import RAGGED_ATTENTION
 from .rows import rows_linears, rows_ok, rows_product
 from .split import split_linears, split_parts, splittable
@@ -70,7 +71,10 @@ def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool
     ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
     q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU; rows on fp32 CPU
     with AVX2 where its kernel builds; gemv as fused, where its kernel builds and gives the stock bits for
-    every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits)."""
+    every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits).
+    Every kernel but stock asks ``placement.model_ok`` first: a CUDA or half-precision model runs stock only."""
+    if kernel != STOCK and not model_ok(model):
+        return False
     checks: dict[str, Callable[[], bool]] = {
         STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
         GEMV: lambda: splittable(model, threads) and gemv_ok(model),
@@ -102,8 +106,8 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; known: {KERNELS}")
     if not available(model, kernel, threads):
-        raise ValueError(f"the {kernel} kernel cannot run this model here (packed: fp32 CPU with oneDNN; "
-                         "split: fp32 CPU with 2+ intra-op threads)")
+        raise ValueError(f"the {kernel} kernel cannot run this model here (every kernel but stock: fp32 on the CPU, "
+                         "placement.py; packed: with oneDNN; split: with 2+ intra-op threads)")
     twin = _modules(model, kernel, attn_implementation, threads)
     if kernel in (LEAN, LEAN_DNN):  # its loop over the twin's modules, with the steps lean_ok checked
         return LeanTwin.of(twin, lean_ops(model, lambda: twin, kernel)).eval()  # type: ignore[arg-type]

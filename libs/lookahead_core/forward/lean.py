@@ -35,7 +35,7 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
 
 from ..kv.kvstore import KVShape, RequestKV
-from .attend import multi_row
+from .attend import attend_segments, multi_row
 from .fused import FusedGroup, FusedMember
 from .lean_ops import Ops, Rotary, candidates
 from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
@@ -193,7 +193,7 @@ class LeanTwin(nn.Module):
         a one-token forward by sdpa (plain greedy's bits)."""
         qkv = layer.qkv.multiply(h)  # [1, T, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
-        fast = multi_row(self.head_dim) if h.shape[1] > 1 else None
+        fast = multi_row(self.head_dim, h.device, h.dtype) if h.shape[1] > 1 else None
         if fast is None:
             out = self._sdpa(layer, h, qkv, cos, sin, plan)
         else:
@@ -203,9 +203,9 @@ class LeanTwin(nn.Module):
                                             layer.heads, self.head_dim, layer.rotary).contiguous()
                   for seg, rows in zip(plan.segments, spans, strict=True)]  # each [1, heads, q, head_dim]
             kvs = [seg.kv for seg in plan.segments]
-            fast.attend_segments(qs, [kv.keys[layer.index] for kv in kvs], [kv.values[layer.index] for kv in kvs],
-                                 [seg.past for seg in plan.segments], plan.visible, layer.scaling,
-                                 [out[0, rows] for rows in spans])  # each [q, heads * head_dim]
+            attend_segments(fast, qs, [kv.keys[layer.index] for kv in kvs], [kv.values[layer.index] for kv in kvs],
+                            [seg.past for seg in plan.segments], plan.visible, layer.scaling,
+                            [out[0, rows] for rows in spans])  # each [q, heads * head_dim]
         if plan.timed:
             plan.attention_s += time.perf_counter() - started
         return out

@@ -19,6 +19,7 @@ import torch
 
 from ..kv.kvstore import RequestKV
 from .cext import build
+from .placement import check
 
 SOURCE = "lean_ops.cpp"  # the fused steps (C++), beside this module
 EXTENSION = "lookahead_lean_ops"  # its module name in torch's extension cache
@@ -81,12 +82,15 @@ class FusedOps:
         self.name = f"fused/{lanes}"
 
     def add_norm(self, x: torch.Tensor, d: torch.Tensor | None, norm: NormLike) -> tuple[torch.Tensor, torch.Tensor]:
+        check("lean", x, d, norm.weight)
         total, normed = self.ext.add_rms_norm(x, d, norm.weight.detach(), norm.eps, self.lanes)
         return total, normed
 
     def rotate_and_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: RequestKV, layer: int,
                          past: int, heads: int, head_dim: int, rotary: Rotary) -> torch.Tensor:
-        return self.ext.rotary_into_cache(qkv, cos, sin, kv.keys[layer], kv.values[layer], past, heads, head_dim)
+        keys, values = kv.keys[layer], kv.values[layer]
+        check("lean", qkv, cos, sin, keys, values)
+        return self.ext.rotary_into_cache(qkv, cos, sin, keys, values, past, heads, head_dim)
 
 
 def extension() -> ModuleType | None:

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .linear_swap import SharedLinear, swap_linears
+from .placement import check, check_product, model_ok
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +39,21 @@ class PackedLinear(SharedLinear):
     """y = x W^T + b with W pre-packed for oneDNN (inference only, CPU, fp32)."""
 
     def __init__(self, linear: nn.Linear, batch_hint: int = PACK_BATCH_HINT) -> None:
+        check("packed", linear.weight, linear.bias)
         super().__init__(linear)
         with torch.no_grad():
             packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), batch_hint)
         self.register_buffer("packed_weight", packed, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check("packed", x)  # its weights were checked when packed
         bias = None if self.bias is None else self.bias.detach()
         return torch.ops.mkldnn._linear_pointwise(x, self.packed_weight, bias, "none", [], "")
 
 
 def onednn_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x W^T + b by oneDNN on the weight as it is (no copy): [..., in] -> [..., out]."""
+    check_product("onednn", x, weight, bias)
     return torch.ops.mkldnn._linear_pointwise(
         x, weight.detach(), None if bias is None else bias.detach(), "none", [], "")  # [..., out]
 
@@ -68,8 +72,7 @@ def onednn_linears(module: nn.Module) -> int:
 
 def packable(model: nn.Module) -> bool:
     """Whether ``pack_linears`` applies: an fp32 CPU model and a torch build with oneDNN."""
-    param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.float32 and onednn_available()
+    return model_ok(model) and onednn_available()
 
 
 def pack_linears(module: nn.Module, batch_hint: int = PACK_BATCH_HINT) -> int:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from ..kv.kvstore import RequestKV
-from .attend import multi_row
+from .attend import attend_segments, multi_row
 
 RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
 PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention
@@ -89,26 +89,27 @@ def ragged_attention(
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
     """Attention of a packed row, each request over its own cache; output [1, T, heads, head_dim]. A forward of
-    several rows runs every segment by ``attend.multi_row``'s kernel where it is kept, a one-token forward
-    by sdpa (plain greedy's bits)."""
+    several rows runs every segment by ``attend.multi_row``'s kernel where it is kept and takes the queries
+    (fp32 on the CPU: ``placement``; a CUDA or half-precision model keeps sdpa), a one-token forward by sdpa
+    (plain greedy's bits)."""
     plan = kwargs.get(PLAN_KWARG)
     if not isinstance(plan, RaggedPlan):
         raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
     started = time.perf_counter() if plan.timed else 0.0
     layer = int(module.layer_idx)  # type: ignore[arg-type]
     heads, head_dim = query.shape[1], query.shape[-1]
-    fast = multi_row(head_dim) if query.shape[2] > 1 else None
+    fast = multi_row(head_dim, query.device, query.dtype) if query.shape[2] > 1 else None
     out = query.new_empty(1, query.shape[2], heads, head_dim)  # [1, T, heads, head_dim]
     for seg in plan.segments:
         end = seg.start + seg.q
         seg.kv.write(layer, seg.past, key[:, :, seg.start : end], value[:, :, seg.start : end])
     if fast is not None:  # a forward of several rows: every segment by the kernel, in one call
         spans = [slice(seg.start, seg.start + seg.q) for seg in plan.segments]
-        fast.attend_segments([query[:, :, rows].contiguous() for rows in spans],
-                             [seg.kv.keys[layer] for seg in plan.segments],
-                             [seg.kv.values[layer] for seg in plan.segments], [seg.past for seg in plan.segments],
-                             plan.visible, scaling if scaling is not None else head_dim**-0.5,
-                             [out[0, rows].view(-1, heads * head_dim) for rows in spans])
+        attend_segments(fast, [query[:, :, rows].contiguous() for rows in spans],
+                        [seg.kv.keys[layer] for seg in plan.segments],
+                        [seg.kv.values[layer] for seg in plan.segments], [seg.past for seg in plan.segments],
+                        plan.visible, scaling if scaling is not None else head_dim**-0.5,
+                        [out[0, rows].view(-1, heads * head_dim) for rows in spans])
     else:
         for seg, mask in zip(plan.segments, plan.masks, strict=True):
             k, v = seg.kv.view(layer, seg.past + seg.q)  # [1, kv_heads, past+q, head_dim]

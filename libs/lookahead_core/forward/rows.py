@@ -40,6 +40,7 @@ from torch import nn
 
 from .cext import CAPABLE_512, FLAGS_512, build
 from .linear_swap import SharedLinear, swap_linears
+from .placement import check_product, model_ok
 
 GLUE = "rows_linear.inc"  # both kernels' torch glue (checks, output, binding), appended to each
 SOURCE = ("rows_gemm.cpp", GLUE)  # the kernel (C++, AVX2 intrinsics, OpenMP), beside this module
@@ -92,12 +93,12 @@ def faster(builds: Sequence[ModuleType], repeats: int = PROBE_REPEATS) -> Module
 
 def rows_ok(model: nn.Module) -> bool:
     """Whether the rows twin is offered: an fp32 CPU model and a kernel built for this CPU."""
-    param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.float32 and extension() is not None
+    return model_ok(model) and extension() is not None
 
 
 def rows_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x W^T + b by the rows kernel: [..., in] -> [..., out]."""
+    check_product("rows", x, weight, bias)
     ext = extension()
     if ext is None:
         raise RuntimeError("the rows kernel is not built on this machine (rows_ok() is False)")

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .linear_swap import SharedLinear
+from .placement import check_product, model_ok
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,7 @@ def splittable(model: nn.Module, threads: int | None = None) -> bool:
     """Whether ``split_linears`` can help: an fp32 CPU model (MKL's products, where the bit-for-bit
     equality was measured) run with at least ``MIN_PARTS`` intra-op threads (``threads``: the forwards'
     count, which may differ from this thread's: ``split_parts``)."""
-    param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.float32 and split_parts(threads) >= MIN_PARTS
+    return model_ok(model) and split_parts(threads) >= MIN_PARTS
 
 
 def single_row(x: torch.Tensor) -> bool:
@@ -61,6 +61,7 @@ def routed(x: torch.Tensor, one_row: OneRow | None, many_rows: Product | None) -
 
 def split_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, parts: int) -> torch.Tensor:
     """x W^T + b with W's rows in ``parts`` blocks, as one batched product: [..., in] -> [..., out]."""
+    check_product("split", x, weight, bias)
     out_features, in_features = weight.shape
     rows = x.reshape(1, -1, in_features).expand(parts, -1, -1)  # [parts, M, in]: the same rows per block
     blocks = weight.view(parts, -1, in_features).transpose(1, 2)  # [parts, in, out/parts]

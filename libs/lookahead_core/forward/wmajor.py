@@ -21,17 +21,18 @@ import torch
 from torch import nn
 
 from .linear_swap import SharedLinear, swap_linears
+from .placement import check_product, model_ok
 
 
 def weight_major_ok(model: nn.Module) -> bool:
     """Whether the weight-major twin is offered: an fp32 CPU model (where the slow small-row GEMM was measured;
     half precision and GPUs run the stock kernels only)."""
-    param = next(model.parameters())
-    return param.device.type == "cpu" and param.dtype == torch.float32
+    return model_ok(model)
 
 
 def weight_major_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x W^T + b as (b + W x^T)^T: [..., in] -> [..., out], contiguous."""
+    check_product("weight-major", x, weight, bias)
     out_features, in_features = weight.shape
     rows_t = x.reshape(-1, in_features).t()  # [in, M]: a view
     y = (torch.mm(weight, rows_t) if bias is None  # [out, M]
