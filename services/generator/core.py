@@ -30,6 +30,7 @@ from lookahead_core import (
     tokenizer_id,
 )
 from lookahead_core.serving import (
+    KVTooLong,
     QueueFull,
     RequestExpired,
     SchedulerClosed,
@@ -142,6 +143,8 @@ class GeneratorCore:
             prefix_cache_bytes=s.prefix_cache_mb * MIB,
             prefix_tenant_share=s.prefix_cache_tenant_share,
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
+            backend=s.backend, exact_numerics=s.exact_numerics, exact_tile_rows=s.exact_tile_rows,
+            kv_slot_tokens=s.kv_slot_tokens,
         )
 
     @property
@@ -329,6 +332,8 @@ class GeneratorCore:
                     done = True
                     if isinstance(message.error, RequestExpired):
                         raise DeadlineExceeded(str(message.error))
+                    if isinstance(message.error, KVTooLong):  # longer than the backend's KV slot: the caller's input
+                        raise InvalidArgument(str(message.error))
                     if message.error is not None:
                         raise message.error
                     break

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from lookahead_core import LOSSY_MODES, MJSD_BEAMS, MJSD_THRESHOLD, parse_mode
 from pydantic import Field, model_validator
@@ -53,6 +53,15 @@ class GeneratorSettings(ServerSettings):
     )
     adaptive_speculation: bool = Field(True, description="size draft trees by measured acceptance and cost")
     calibrate_kernels: bool = Field(True, description="time the kernels at start-up and pick per forward size")
+    backend: Literal["auto", "cpu", "generic"] = Field(
+        "auto", description="what runs the forwards: cpu (kernel twins, C++ kernels), generic (torch ops only, one "
+        "KV pool, one attention call a layer: GPUs), auto (cpu on a CPU model, generic elsewhere or when exact)")
+    exact_numerics: bool = Field(False, description="generic backend: every forward in fixed tiles with width-"
+                                 "independent attention, so speculation gives one-token decoding's tokens in bf16")
+    exact_tile_rows: int = Field(32, ge=1, description="exact_numerics: rows of every forward tile (a one-token "
+                                 "step is padded to it)")
+    kv_slot_tokens: int = Field(2048, ge=1, description="generic backend: KV entries of one request's pool slot "
+                                "(prompt + max_new_tokens + a step must fit, else INVALID_ARGUMENT)")
     mode: str = Field(
         "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none "
         "(mjsd is lossy: per request, by name, never the default)"

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import torch
-
 from ..drafting.draft import ancestor_matrix
 from ..forward.ragged import RaggedPlan, Segment, causal_visible
 from ..kv.kvstore import RequestKV
@@ -43,9 +41,9 @@ class PackedStep:
         return len(self.ids)
 
 
-def pack_step(plan: StepPlan, caches: Mapping[str, RequestKV], dtype: torch.dtype, device: torch.device) -> PackedStep:
-    """Lay ``plan`` out in one row (decodes first, then chunks) and build its attention masks (``dtype`` on
-    ``device``: the model's); ``caches``: each request's KV by id, where its segment reads and writes."""
+def pack_step(plan: StepPlan, caches: Mapping[str, RequestKV]) -> PackedStep:
+    """Lay ``plan`` out in one row (decodes first, then chunks): each request's segment (``caches``: each
+    request's KV by id, where it reads and writes); the backend builds its attention metadata from them."""
     step = PackedStep()
     for d in plan.decodes:
         tree, past, extra = d.tree, d.past, d.extra
@@ -77,5 +75,4 @@ def pack_step(plan: StepPlan, caches: Mapping[str, RequestKV], dtype: torch.dtyp
             step.first_rows.append(len(step.keep) - 1)
         else:
             step.first_rows.append(None)
-    step.attention.finalize(dtype, device)
     return step

@@ -1,30 +1,14 @@
-"""Run a packed step: one forward over the packed row, then the token chosen after every kept row."""
+"""After a packed step's one forward (its backend's ``run``): the token chosen after every kept row."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
 import torch
-from torch import nn
 
-from ..forward.ragged import PLAN_KWARG
 from ..sampling.chooser import TokenChooser
 from .pack import PackedStep
 from .plan import StepPlan
-
-
-def forward(runner: nn.Module, step: PackedStep, device: torch.device) -> torch.Tensor:
-    """The kept rows' logits of one forward of ``step`` through ``runner``: [K, vocab] (its attention masks
-    were built by ``pack_step``)."""
-    with torch.inference_mode():
-        input_ids = torch.tensor([step.ids], dtype=torch.long, device=device)  # [1, T]
-        position_ids = torch.tensor([step.positions], dtype=torch.long, device=device)  # [1, T]
-        keep = torch.tensor(step.keep, dtype=torch.long, device=device)  # [K]
-        logits = runner(
-            input_ids=input_ids, position_ids=position_ids, use_cache=False, logits_to_keep=keep,
-            **{PLAN_KWARG: step.attention},
-        ).logits  # [1, K, vocab]
-    return logits[0]  # [K, vocab]
 
 
 def choose(logits: torch.Tensor, plan: StepPlan, step: PackedStep, choosers: Mapping[str, TokenChooser]) -> list[int]:

@@ -27,6 +27,10 @@ class SchedulerConfig:
     calibration_repeats: int = 3  # timings per size and kernel (the median is kept)
     idle_poll_s: float = 0.05  # an idle loop wakes this often to expire waiting deadlines
     threads: int = 0  # intra-op threads of the engine's own thread (0: the constructing thread's count)
+    backend: str = "auto"  # what runs the forwards: "cpu" (kernel twins), "generic" (torch ops, a KV pool), "auto"
+    exact_numerics: bool = False  # generic backend: fixed-shape forwards, so speculation is exact in bf16 too
+    exact_tile_rows: int = 32  # exact_numerics: rows of every forward tile (one-token steps are padded to it)
+    kv_slot_tokens: int = 2048  # generic backend: KV entries a request's pool slot holds (prompt + answer + a step)
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_waiting < 0:

@@ -25,12 +25,12 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from ..forward.backend.base import Backend
+from ..forward.backend.choice import make_backend
+from ..forward.backend.generic import GenericConfig
 from ..forward.kernels import KernelSet
-from ..forward.probe import RaggedProbe
-from ..forward.ragged import RAGGED_ATTENTION
-from ..forward.shared import calibrate_once
 from ..forward.support import check_supported
-from ..kv.kvstore import KVShape, RequestKV
+from ..kv.kvstore import KVShape
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
@@ -47,7 +47,7 @@ from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
 from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
-from .run import choose, forward
+from .run import choose
 from .sched_config import SchedulerConfig
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,10 @@ class StepScheduler:
         self.model = model
         self.tokenizer = tokenizer
         self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
-        self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION, threads=self.threads)
+        self.backend: Backend = make_backend(model, cfg.backend, GenericConfig(
+            slots=cfg.max_running, slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics,
+            tile_rows=cfg.exact_tile_rows), kernels, self.threads)
+        self.kernels = self.backend.kernels  # the twins its forwards run through (hooks watch them)
         self.shape = KVShape.of(model)
         self.device = self.shape.device
         self.eos = eos_ids(model, tokenizer)
@@ -117,9 +120,8 @@ class StepScheduler:
     def _calibrate(self) -> None:
         cfg = self.config
         counts = [n for n in cfg.calibration_counts if n <= cfg.max_tokens_per_forward]
-        if cfg.calibrate and calibrate_once(self.kernels, RaggedProbe(self.shape, cfg.calibration_past), counts,
-                                            cfg.calibration_repeats):
-            log.info("kernels by forward size: %s", self.kernels.describe())
+        if cfg.calibrate and self.backend.calibrate(counts, cfg.calibration_repeats, cfg.calibration_past):
+            log.info("%s", self.backend.describe())
 
     def call(self, fn: Callable[[], T]) -> T:
         """``fn()`` on the engine's thread between two steps (e.g. a baseline timed beside the engine:
@@ -269,13 +271,13 @@ class StepScheduler:
         that cannot be built fails alone. Its cached prompt prefix is looked up in ``_step``, the one place."""
         try:
             check_in_vocab(req.prompt_ids, self.vocab_size)
-            curve = self.kernels.curve  # sizes a default Jacobi window by measured cost
-            spec = drafting_spec(req.config, curve.cost if curve is not None else None)
+            curve = self.backend.curve  # sizes a default Jacobi window by measured cost
+            spec = drafting_spec(req.config, curve.cost if curve is not None else None, self.backend.widest_tree)
             chooser = TokenChooser.for_request(
                 self.generation_config, spec.config, len(req.prompt_ids), req.stats.seed, self.device
             )
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
-            kv = RequestKV(self.shape, Active.capacity(req, spec))
+            kv = self.backend.kv_for(Active.capacity(req, spec))  # the backend may refuse it (too long, no room)
             active = Active(req, spec, drafting, kv, chooser, self.eos)
             req.advance(Phase.PREFILL)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
@@ -294,6 +296,7 @@ class StepScheduler:
             return
         if active is not None:
             active.release()
+            self.backend.release(active.kv)
             with self._cv:
                 if active in self.running:
                     self.running.remove(active)
@@ -335,7 +338,7 @@ class StepScheduler:
     def _step_phases(self, live: Sequence[Active]) -> None:
         """plan -> pack -> run -> apply for ``live``, each phase under the profiler (a no-op unless profiling);
         raises, having changed nothing, when the forward fails."""
-        phases, started, curve = Phases(self.profile), time.perf_counter(), self.kernels.curve
+        phases, started, curve = Phases(self.profile), time.perf_counter(), self.backend.curve
         adaptive = self.config.adaptive and curve is not None
         with phases("draft"):
             plan = plan_step(live, self.limits, self.gains if adaptive else None,
@@ -344,9 +347,9 @@ class StepScheduler:
             return
         step = {active.id: active for active in live}  # the plan names its requests by id
         with phases("pack"):
-            packed = pack_step(plan, {i: active.kv for i, active in step.items()}, self.shape.dtype, self.device)
+            packed = pack_step(plan, {i: active.kv for i, active in step.items()})
         with phases.forward(packed.attention):
-            logits = forward(self.kernels.runner(len(packed)), packed, self.device)  # [K, vocab]
+            logits = self.backend.run(packed)  # [K, vocab]
         with phases("choose"):
             predicted = choose(logits, plan, packed, {i: active.chooser for i, active in step.items()})  # [K]
         with phases.applying(lambda: sum(step[i].emitted for i in plan.ids)):
@@ -357,7 +360,7 @@ class StepScheduler:
                step: dict[str, Active], out: Emitting) -> None:
         """Count the forward, apply its results (apply.py) to the step's requests (``step``: by id), end the
         requests that finished."""
-        ran = Forward(len(packed), len(plan.ids), self._kernel_name(len(packed)))
+        ran = Forward(len(packed), len(plan.ids), self.backend.kernel_name(len(packed)))
         self.forwards += 1
         self.forward_sizes[ran.tokens] += 1
         if self.on_forward is not None:
@@ -373,7 +376,3 @@ class StepScheduler:
         for c in plan.chunks:  # a prompt now in the cache decodes from the next step on
             if c.last and step[c.id].req.phase is Phase.PREFILL:
                 step[c.id].req.advance(Phase.DECODE)
-
-    def _kernel_name(self, n: int) -> str:
-        curve, names = self.kernels.curve, self.kernels.names
-        return curve.best(n) if curve is not None and len(names) > 1 else names[0]

@@ -1,0 +1,57 @@
+"""The CPU backend: today's kernel twins (measured per forward size), C++ kernels and ragged attention.
+
+Each request has a cache of its own (``kvstore.RequestKV``, sized at admission); a step's forward runs through
+the twin measured fastest at its size, and its attention writes each segment's entries into its request's
+cache and attends by ``attend.multi_row``'s kernel or sdpa (``ragged.ragged_attention``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ...kv.kvstore import KVShape, RequestKV
+from ..kernels import CostCurve, KernelSet
+from ..probe import RaggedProbe
+from ..ragged import RAGGED_ATTENTION
+from ..shared import calibrate_once
+from .base import CPU, call
+
+
+class CpuBackend:
+    """Kernel twins by measurement over per-request caches."""
+
+    name = CPU
+    widest_tree = 0  # the configured draft budgets: tuned on CPUs, where every row costs
+
+    def __init__(self, model: nn.Module, kernels: KernelSet | None = None, threads: int | None = None) -> None:
+        self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION, threads=threads)
+        self.shape = KVShape.of(model)
+
+    @property
+    def curve(self) -> CostCurve | None:
+        return self.kernels.curve
+
+    def calibrate(self, counts: Sequence[int], repeats: int, past: int) -> bool:
+        return calibrate_once(self.kernels, RaggedProbe(self.shape, past), counts, repeats)
+
+    def describe(self) -> str:
+        return f"cpu backend, kernels by forward size: {self.kernels.describe()}"
+
+    def kv_for(self, capacity: int) -> RequestKV:
+        return RequestKV(self.shape, capacity)
+
+    def release(self, kv: RequestKV) -> None:
+        """Nothing to give back: the cache is freed with the request."""
+
+    def run(self, packed: Any) -> torch.Tensor:
+        packed.attention.finalize(self.shape.dtype, self.shape.device)  # sdpa's masks, the kernel's visibility
+        return call(self.kernels.runner(len(packed)), packed.ids, packed.positions, packed.keep, packed.attention,
+                    self.shape.device)  # [K, vocab]
+
+    def kernel_name(self, tokens: int) -> str:
+        curve, names = self.kernels.curve, self.kernels.names
+        return curve.best(tokens) if curve is not None and len(names) > 1 else names[0]
