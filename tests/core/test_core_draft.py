@@ -340,3 +340,19 @@ def test_within_vocab_keeps_probabilities_and_lookups() -> None:
     out = within_vocab(tree, 10)
     assert out.tokens == [1, 2] and out.probs == [0.9, 0.4]
     assert out.child(0, 1) == 1 and out.child(1, 2) == 2 and b == 3
+
+
+def test_a_flat_cost_widens_the_budget_a_steep_one_keeps_it() -> None:
+    # a launch-bound device (every width costs the same) widens 8 to the widest allowed; a CPU-like cost (each
+    # token adds) keeps 8; a cost 1/64 of a token per token stops at 64; widest 0 (the CPU backend) never widens
+    from lookahead_core.proposers.build import flat_budget
+
+    config = DecodingConfig(mode="hierarchical", decoding_length=8, max_decoding_length=32)
+    assert flat_budget(lambda n: 10.0, widest=128) == 128
+    assert flat_budget(lambda n: 1.0 + n, widest=128) == 0
+    assert flat_budget(lambda n: 10.0 + n / 64, widest=128) == 64
+    wide = drafting_spec(config, lambda n: 10.0, widest=128).config
+    assert (wide.decoding_length, wide.max_decoding_length) == (128, 128)
+    assert drafting_spec(config, lambda n: 1.0 + n, widest=128).config.decoding_length == 8
+    assert drafting_spec(config, lambda n: 10.0, widest=0).config.decoding_length == 8
+    assert drafting_spec(DecodingConfig(mode="none"), lambda n: 10.0, widest=128).config.decoding_length == 8

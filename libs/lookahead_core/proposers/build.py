@@ -24,6 +24,8 @@ from .trie import TrieProposer, TrieShape
 if TYPE_CHECKING:
     from .draft_model import DraftModels
 
+FLAT_SLACK = 0.10  # a tree widens past decoding_length only while its forward costs this little over one token's
+
 
 class Source:
     """Names of the draft sources a spec may ask for (``DraftingSpec.sources``)."""
@@ -59,9 +61,26 @@ class DraftingSpec:
         return 1 + self.max_nodes + window
 
 
-def drafting_spec(config: DecodingConfig, cost: Callable[[int], float] | None = None) -> DraftingSpec:
-    """The request's drafting from its ``mode`` (the only function that reads it), its Jacobi window
-    sized by the engine's measured forward ``cost`` (None: not measured)."""
+def flat_budget(cost: Callable[[int], float], widest: int, slack: float = FLAT_SLACK) -> int:
+    """The most draft tokens a step may add while its forward costs at most ``slack`` over a one-token forward
+    (powers of two up to ``widest``; 0 where even one costs more). Examples: cost(n) = 10 (flat, a launch-bound
+    GPU) -> 128; cost(n) = 1 + n (a CPU) -> 0; cost(n) = 10 + n / 64 -> 64 (cost(65) = 11.016 <= 1.1 x 10.016,
+    cost(129) is not)."""
+    base, best, n = cost(1), 0, 1
+    while n <= widest and cost(1 + n) <= (1.0 + slack) * base:
+        best, n = n, n * 2
+    return best
+
+
+def drafting_spec(config: DecodingConfig, cost: Callable[[int], float] | None = None, widest: int = 0) -> DraftingSpec:
+    """The request's drafting from its ``mode`` (the only function that reads it), its Jacobi window sized by
+    the engine's measured forward ``cost`` (None: not measured), its draft budget widened up to ``widest`` tokens
+    where that cost allows it nearly free (``flat_budget``: wide trees on a launch-bound accelerator; 0: the
+    configured width, as the CPU backend keeps it)."""
+    if cost is not None and widest and config.speculative:
+        wide = flat_budget(cost, widest=widest)
+        if wide > config.decoding_length:
+            config = replace(config, decoding_length=wide, max_decoding_length=max(wide, config.max_decoding_length))
     mode = config.mode
     jacobi = mode is DraftMode.JACOBI
     if mode in (DraftMode.HIERARCHICAL, DraftMode.JACOBI):
