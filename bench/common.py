@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # a type only: importing transformers would make every --help
 
 from lookahead_rag.bench.dataset import Source, add_dataset_args, dataset_from_args
 from lookahead_rag.bench.sampling_args import add_sampling_args, sampling_from_args
+from lookahead_rag.services.models_cli import DTYPE_NAMES
 
 MODEL_HELP = "built-in name (lookahead-rag models list), a .gguf file, a local directory or a hub id"
 
@@ -32,12 +33,31 @@ def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     return p
 
 
+def add_placement_args(p: argparse.ArgumentParser, device: str = "cpu") -> None:
+    """--device and --dtype of every benchmark that loads a model (``load_model(name, **placement(args))``):
+    ``device`` the default ("auto": cuda where torch sees one, ``placement`` resolves it)."""
+    auto = ", or auto (cuda when available)" if device == "auto" else ""
+    p.add_argument("--device", default=device, help=f"where the model runs: cpu, cuda or cuda:N{auto}")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
+                   help="the model's weights and activations (float32: the CPU kernels; others: stock and sdpa)")
+
+
+def placement(args: argparse.Namespace) -> dict[str, str]:
+    """``load_model``'s device and dtype keywords from --device and --dtype ("auto": cuda where available)."""
+    device = args.device
+    if device == "auto":
+        import torch  # only once a benchmark runs: --help stays fast
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    return {"device": device, "dtype": args.dtype}
+
+
 def add_model_args(p: argparse.ArgumentParser) -> None:
-    """The model, where it runs, its threads, and the outputs (--json, --png) of a benchmark that runs one
-    model over a squad-style workload (prompt-order, exactness)."""
+    """The model, where it runs and in which dtype, its threads, and the outputs (--json, --png) of a benchmark
+    that runs one model over a squad-style workload (prompt-order, exactness)."""
     p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title (as bench serve)")
     p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
-    p.add_argument("--device", default="cpu", help="where the model runs: cpu or cuda")
+    add_placement_args(p)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", default=None, help="write results here")
     p.add_argument("--png", default=None, help="plot here (default: next to --json)")

@@ -30,6 +30,7 @@ from lookahead_rag.bench.common import (
     cpu_name,
     grounded_prompt_ids,
     machine,
+    placement,
     print_table,
     read_jsonl,
     write_json,
@@ -179,7 +180,7 @@ def bench_decoding(args: argparse.Namespace) -> int:
     # ref (greedy, or the reference sampler) is the reference for exact match; it and none (the
     # engine's one-token path) always run
     modes = resolve_modes(args.modes, sampling.enabled)
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, **placement(args))
     corpus = {row["id"]: row for row in read_jsonl(args.corpus)}
     pool = answerable(read_jsonl(args.questions))
     questions = pool[: args.limit]
@@ -326,7 +327,7 @@ def bench_decoding(args: argparse.Namespace) -> int:
     data = {
         "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
-        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "device": f"{args.device} ({platform.processor() or platform.machine()})", "dtype": args.dtype,
         "cpu": cpu_name(),
         "machine": machine(),
         "dataset": args.dataset,

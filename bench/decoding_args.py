@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import argparse
 
-from lookahead_rag.bench.common import MODEL_HELP, parse_workload, workload_parser
+from lookahead_rag.bench.common import MODEL_HELP, add_placement_args, parse_workload, workload_parser
 
 DEFAULT_MODES = "greedy,prompt-lookup,none,llma,parallel,hierarchical"
 DEFAULT_LIMIT = 40  # benchmarked questions: the bundled set holds 40 + 4 for --calibrate
@@ -63,6 +63,7 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--modes", default=DEFAULT_MODES, help="comma-separated modes")
     p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS)
     p.add_argument("--model", default=DEFAULT_MODEL, help=MODEL_HELP)
+    add_placement_args(p)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--decoding-length", default="auto",
                    help="draft tokens per forward, or 'auto': the library default as a cap under --engine "

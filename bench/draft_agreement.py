@@ -16,7 +16,7 @@ from tqdm import tqdm
 from transformers import DynamicCache
 
 from lookahead_rag.bench import common
-from lookahead_rag.bench.common import answerable, grounded_prompt_ids, print_table, read_jsonl, write_json
+from lookahead_rag.bench.common import answerable, grounded_prompt_ids, placement, print_table, read_jsonl, write_json
 from lookahead_rag.bench.plot import plot_result
 
 TIMED_FORWARDS = 9  # one-token forwards timed per model (the median is kept)
@@ -39,7 +39,7 @@ def one_token_ms(model: torch.nn.Module, prompt: list[int]) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok = load_model(args.model)
+    model, tok = load_model(args.model, **placement(args))
     total_layers = int(model.config.num_hidden_layers)
     layers = [n for n in args.layers if 1 <= n < total_layers]
     corpus = {row["id"]: row for row in read_jsonl(args.corpus)}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import argparse
 
-from lookahead_rag.bench.common import MODEL_HELP, workload_parser
+from lookahead_rag.bench.common import MODEL_HELP, add_placement_args, workload_parser
 from lookahead_rag.bench.dataset import dataset_from_args
 
 DEFAULT_LAYERS = "4,7,10,15,20,25,28"
@@ -30,6 +30,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--layers", default=DEFAULT_LAYERS, help="comma-separated exit layers")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--model", default="smollm2-135m-instruct", help=MODEL_HELP)
+    add_placement_args(p)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", default=None, help="write results here (and a PNG next to it)")
     args = p.parse_args(argv)

@@ -20,7 +20,7 @@ from lookahead_core.kv.kvstore import KVShape
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import cpu_name, machine, print_table
+from lookahead_rag.bench.common import cpu_name, machine, placement, print_table
 from lookahead_rag.bench.engine_runner import TENANT, SchedulerRunner
 from lookahead_rag.bench.exactness_args import CACHE_STATES
 from lookahead_rag.bench.exactness_compare import compare_pass, margin_summary, min_margin
@@ -163,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
-    model, tok = load_model(args.model, device=args.device)
+    model, tok = load_model(args.model, **placement(args))
     with tempfile.TemporaryDirectory(prefix="bench-exactness-") as root:
         cores = retriever_cores(Path(root), args, wl, tok, (PassageOrder.CANONICAL,))
         prompts = build_prompts(cores, wl.pool, args.max_new_tokens)[PassageOrder.CANONICAL].prompts
@@ -180,6 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": "exactness",  # what `lookahead-rag-bench plot` draws
         "model": args.model, "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "dtype": args.dtype,
         "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
         "prompts": len(prompts), "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,
         "mode": args.mode, "baseline": BASELINE, "calibrated": args.calibrate,

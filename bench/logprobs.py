@@ -18,7 +18,7 @@ from lookahead_core.models import load_model
 from lookahead_core.sampling.logprobs import TokenLogprob, token_logprobs
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import cpu_name, machine, print_table
+from lookahead_rag.bench.common import cpu_name, machine, placement, print_table
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.exactness import closed_loop
 from lookahead_rag.bench.logprobs_compare import DIGITS, compare_logprobs, equal_answers
@@ -60,7 +60,7 @@ def setup(args: argparse.Namespace) -> tuple[Any, Any, list[list[int]]]:
     """torch's threads (``--threads``; 0: torch's default), the model, its tokenizer and every prompt."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tok = load_model(args.model, device=args.device)
+    model, tok = load_model(args.model, **placement(args))
     wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
     return model, tok, canonical_prompts(args, wl, tok)
 
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": "logprobs",  # what `lookahead-rag-bench plot` draws
         "model": args.model, "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "dtype": args.dtype,
         "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
         "prompts": len(prompts), "limit": args.limit, "max_new_tokens": args.max_new_tokens, "mode": args.mode,
         "top_logprobs": args.top, "concurrency": args.concurrency, "prefix_cache": PREFIX_CACHE,

@@ -13,7 +13,7 @@ import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import answerable, cpu_name, machine, print_table, read_jsonl
+from lookahead_rag.bench.common import answerable, cpu_name, machine, placement, print_table, read_jsonl
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prefix_hits import prefix_hits
 from lookahead_rag.bench.serve_hf import greedy
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     wl = Workload(wl.docs, [*wl.pool, *unanswerable])
     unanswerable_ids = {q.qid for q in unanswerable}
     references = {str(q.get("id")): list(q.get("answers") or []) for q in answerable(read_jsonl(args.questions))}
-    model, tok = load_model(args.model, device=device)
+    model, tok = load_model(args.model, **placement(args))
     with tempfile.TemporaryDirectory(prefix="bench-prompt-order-") as root:
         cores = retriever_cores(Path(root), args, wl, tok)
         cores_prompt = next(iter(cores.values())).settings.system_prompt
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "kind": "prompt_order",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
-        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
         "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
         "questions": len(wl.pool) - len(unanswerable), "unanswerable_questions": len(unanswerable),
         "system_prompt": cores_prompt, "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,

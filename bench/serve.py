@@ -16,7 +16,7 @@ import torch
 from lookahead_core.models import load_model
 from lookahead_core.threads import on_own_thread, serve_single_threaded, usable_cores
 
-from lookahead_rag.bench.common import cpu_name, machine, print_table, write_json
+from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, write_json
 from lookahead_rag.bench.profile_report import flatten, report_profile
 from lookahead_rag.bench.sampling_args import Sampling
 from lookahead_rag.bench.serve_args import parse_args
@@ -212,12 +212,6 @@ def _ratios(levels: dict[str, dict[str, Any]]) -> dict[str, dict[str, float | No
     return out
 
 
-def _device(name: str) -> str:
-    if name == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return name
-
-
 def _requests(args: argparse.Namespace, wl: Workload) -> tuple[Requests, list[dict[str, Any]], dict[str, Any]]:
     """What the clients send (drawn questions, or --replay's prompts), its sequence as --record writes it,
     and the JSON's fields that describe it."""
@@ -242,11 +236,12 @@ def _requests(args: argparse.Namespace, wl: Workload) -> tuple[Requests, list[di
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
-    device = _device(args.device)
+    where = placement(args)  # --device (auto: cuda where available) and --dtype
+    device = where["device"]
     serve_single_threaded()  # the engines' step threads take --threads; every other thread runs torch on one
     wl = load_workload(args.corpus, args.questions, args.pool, args.tenants_by_title)
     seq, sequence, described = _requests(args, wl)
-    model, tok = await asyncio.to_thread(load_model, args.model, device=device)
+    model, tok = await asyncio.to_thread(load_model, args.model, **where)
     run = RunConfig(args.levels, args.ways, args.max_new_tokens, args.deadline_s, args.threads, args.sampling,
                     args.mode, {} if args.profile else None, {} if args.profile else None,
                     Recording() if args.record else None,
@@ -261,7 +256,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     data = {
         "kind": "serve",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
-        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
         "threads": args.threads or usable_cores(),
         **described,  # requests, zipf and the pool drawn from, or the replay (file, level, way, prompts)
         "levels": levels,

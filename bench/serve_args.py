@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import argparse
 
-from lookahead_rag.bench.common import parse_workload, workload_parser
+from lookahead_rag.bench.common import add_placement_args, parse_workload, workload_parser
 from lookahead_rag.bench.serve_record import DEFAULT_WAY, ReplayError, load_replay, parse_source
 
 WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
@@ -73,7 +73,7 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
     p.add_argument("--tenants-by-title", action="store_true", help="one tenant per article title")
     p.add_argument("--kafka", default="", help="HOST:PORT of a Kafka broker (default: the in-process bus)")
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
-    p.add_argument("--device", default="auto", help="cpu, cuda or auto (cuda when available)")
+    add_placement_args(p, "auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads of the engine and serial HF (0: every core)")
     p.add_argument("--deadline-s", type=float, default=600.0, help="gRPC deadline of one request")
     p.add_argument("--dependency-timeout-s", type=float, default=60.0,
