@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
+from lookahead_rag.services.models_cli import DTYPE_NAMES
 from lookahead_rag.services.retriever.corpus import bundled_corpus_path, sample_questions_path
 from lookahead_rag.services.retriever.ingest import read_jsonl
 
@@ -41,13 +42,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--no-baseline", action="store_true", help="skip the plain greedy comparison")
     p.add_argument("--model", default=None, help="built-in name (`lookahead-rag models list`), a .gguf file, a "
                    "directory or a hub id (default: [model] name, else the built-in SmolLM2-135M)")
+    p.add_argument("--device", default=None, help="where the model runs: cpu, cuda or cuda:N (default: [model] device)")
+    p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
+                   help="the model's weights and activations (default: [model] dtype; float32 runs the CPU kernels, "
+                        "the others the stock ones and sdpa)")
     return p.parse_args(argv)
+
+
+def model_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The [model] fields the command line sets: --model, --device, --dtype (the others: the settings')."""
+    fields = {"name": args.model, "device": args.device, "dtype": args.dtype}
+    return {k: v for k, v in fields.items() if v}
 
 
 def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int], float]:
     import torch  # see TYPE_CHECKING above
 
-    x = torch.tensor([prompt_ids])  # [1, prompt]
+    x = torch.tensor([prompt_ids], device=model.device)  # [1, prompt]
     t0 = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=max_new)
@@ -74,14 +85,14 @@ async def run(args: argparse.Namespace) -> int:
     from lookahead_rag.services.app import Pipeline  # see TYPE_CHECKING above
 
     t_start = time.perf_counter()
-    model_override = {"name": args.model} if args.model else {}
     with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
         settings = AllSettings.load(
             None, generator={"data_dir": f"{tmp}/generator"}, retriever={"data_dir": f"{tmp}/retriever"},
             draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""},
-            model=model_override)
-        print(f"lookahead-rag demo: loading {settings.model.name} (a GGUF model's first run converts it once: "
-              "SmolLM2-135M ~25 s)...", flush=True)
+            model=model_overrides(args))
+        served = settings.model
+        print(f"lookahead-rag demo: loading {served.name} ({served.dtype} on {served.device}; a GGUF model's first "
+              "run converts it once: SmolLM2-135M ~25 s)...", flush=True)
         pipeline = await Pipeline.start(settings)
         try:
             docs = list(read_jsonl(bundled_corpus_path()))
