@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                          "(no model run)"),
     "replica-sim": (f"{PKG}.replica_sim_cli",
                     "simulated replicas from measured costs: round robin vs tenant vs bounded-load hashing"),
+    "device": (f"{PKG}.device_args", "the engine on a GPU (any device) beside HF generate, prompt lookup and static "
+               "batching: step cost by width, one stream, batched; fp32 and bf16 (exact numerics)"),
     "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

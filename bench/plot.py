@@ -38,6 +38,7 @@ PLOTTERS = {
     "logprobs": "lookahead_rag.bench.logprobs_plot",
     "rows_kernels": "lookahead_rag.bench.rows_kernels_plot",
     "attention_kernels": "lookahead_rag.bench.attention_kernels_plot",
+    "device": "lookahead_rag.bench.device_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

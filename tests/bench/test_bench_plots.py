@@ -152,13 +152,22 @@ RESULTS = {
                                   "machine": "Linux, 2 cores", "cases": ["tree 4", "chunk 64"],
                                   "ms": {"sdpa": {"tree 4": 3.0, "chunk 64": 9.0},
                                          "avx2": {"tree 4": 1.0, "chunk 64": 4.0}}},
+    "device": lambda: {"kind": "device", "model": "tiny", "device": "cuda (Test GPU)", "threads": 2, "max_new": 8,
+                       "dtypes": ["float32", "bfloat16"], "sections": {
+                           "cost_float32": {"engine_ms": {"1": 2.0, "8": 2.1}, "hf_ms": {"1": 16.0, "8": 16.5}},
+                           "single_float32": {"rows": {"hf_generate": {"tok_s": 50.0},
+                                                       "ours_hierarchical": {"tok_s": 300.0}}},
+                           "single_bfloat16_exact": {"rows": {"ours_hierarchical": {"tok_s": 250.0}}},
+                           "batched_bfloat16": {"running": 16, "prompts": 48,
+                                                "rows": {"hf_static": {"tok_s": 500.0}}},
+                           "batched_float32": {"skipped": "out of time"}}},
 }
 KINDS = {"logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
          "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",
          "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels",
-         "attention kernels": "attention_kernels"}
+         "attention kernels": "attention_kernels", "device": "device"}
 
 
 @pytest.mark.parametrize("name", list(RESULTS))
