@@ -59,8 +59,12 @@ def _padded(query: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor, ste
     assert step.gather_rows is not None and step.seg_slots is not None and step.scatter_rows is not None
     segments = step.seg_slots.shape[0]
     q = query[0][:, step.gather_rows].view(heads, segments, step.rows, head_dim).transpose(0, 1)  # [S, H, Q, hd]
-    k = pool_k.index_select(0, step.seg_slots)[:, :, : step.keys]  # [S, kv_heads, keys, hd]
-    v = pool_v.index_select(0, step.seg_slots)[:, :, : step.keys]
+    if step.first_slot is not None:  # consecutive slots (the usual case: lowest free first): views, no copy
+        span = slice(step.first_slot, step.first_slot + segments)
+        k, v = pool_k[span, :, : step.keys], pool_v[span, :, : step.keys]  # [S, kv_heads, keys, hd]
+    else:
+        k = pool_k[:, :, : step.keys].index_select(0, step.seg_slots)  # [S, kv_heads, keys, hd]
+        v = pool_v[:, :, : step.keys].index_select(0, step.seg_slots)
     seen = F.scaled_dot_product_attention(q, k, v, attn_mask=step.mask, scale=scaling, enable_gqa=gqa)  # [S,H,Q,hd]
     rows = seen.transpose(1, 2).reshape(segments * step.rows, heads, head_dim)  # [S * Q, heads, head_dim]
     return rows[step.scatter_rows][None]  # [1, T, heads, head_dim]

@@ -90,8 +90,12 @@ class TorchBackend:
         if self._curve is not None:
             return False
         past = min(past, self.pool.slot_tokens - max(counts))
-        self._curve = measure({self.kernel_name(1): functools.partial(self._probe, past)}, counts, repeats,
-                              CALIBRATION_WARMUP, clock=self._clock)
+        kv = self.pool.take(past + max(counts))  # one slot lent to every probe forward
+        try:
+            self._curve = measure({self.kernel_name(1): functools.partial(self._probe, kv, past)}, counts, repeats,
+                                  CALIBRATION_WARMUP, clock=self._clock)
+        finally:
+            self.pool.give_back(kv)
         return True
 
     def describe(self) -> str:
@@ -131,14 +135,10 @@ class TorchBackend:
             out.append(logits[torch.from_numpy(mine).to(logits.device)])  # [k, vocab]
         return torch.cat(out)  # [K, vocab]
 
-    def _probe(self, past: int, n: int) -> None:
-        """One forward of ``n`` prompt-like tokens over ``past`` entries of a borrowed slot."""
-        kv = self.pool.take(past + n)
-        try:
-            plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
-            self.run(_Probe([0] * n, list(range(past, past + n)), list(range(n)), plan))
-        finally:
-            self.pool.give_back(kv)
+    def _probe(self, kv: RequestKV, past: int, n: int) -> None:
+        """One forward of ``n`` prompt-like tokens over ``past`` entries of ``kv`` (a lent slot)."""
+        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+        self.run(_Probe([0] * n, list(range(past, past + n)), list(range(n)), plan))
 
     def _clock(self) -> float:
         """The wall clock after the device's queued work (a CUDA forward returns before it ends)."""

@@ -36,6 +36,7 @@ class PooledStep:
     plan: RaggedPlan  # the packed step's segments (its ``timed``/``attention_s`` serve the step profile)
     # padded layout (None in canonical)
     seg_slots: torch.Tensor | None = None  # [S] long: each segment's slot
+    first_slot: int | None = None  # the segments' slots are first_slot, first_slot + 1, ... (a view, no gather)
     gather_rows: torch.Tensor | None = None  # [S * Q] long: packed row of each padded row (padding: row 0)
     scatter_rows: torch.Tensor | None = None  # [T] long: padded row of each packed row
     mask: torch.Tensor | None = None  # [S, 1, Q, keys] bool: padded row i of segment s sees entry j
@@ -85,8 +86,10 @@ def padded(plan: RaggedPlan, rows: int, pool: KVPool, key_block: int) -> PooledS
     in_own = (j[None] >= past[:, None]) & (j[None] < past[:, None] + q)  # [S, keys]
     mask = ((j[None, None] < past[:, None, None]) | (in_own[:, None] & sees_own)) & real[:, :, None]  # [S, Q, keys]
     mask[:, :, 0] |= ~real  # padding rows see entry 0 only (no all-masked row, no NaN; never read back)
+    slots = [_slot_of(s) for s in segs]
+    first = slots[0] if slots == list(range(slots[0], slots[0] + len(slots))) else None
     return PooledStep(pool, torch.tensor(slot, device=dev), torch.tensor(at, device=dev), plan,
-                      seg_slots=torch.tensor([_slot_of(s) for s in segs], device=dev),
+                      seg_slots=torch.tensor(slots, device=dev), first_slot=first,
                       gather_rows=torch.from_numpy(gather).to(dev), scatter_rows=torch.from_numpy(scatter).to(dev),
                       mask=mask[:, None], rows=q, keys=keys)
 
