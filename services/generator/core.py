@@ -144,7 +144,8 @@ class GeneratorCore:
             prefix_tenant_share=s.prefix_cache_tenant_share,
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
             backend=s.backend, exact_numerics=s.exact_numerics, exact_tile_rows=s.exact_tile_rows,
-            kv_slot_tokens=s.kv_slot_tokens,
+            kv_slot_tokens=s.kv_slot_tokens, kv_budget_bytes=s.kv_budget_mb * MIB, kv_tenant_share=s.kv_tenant_share,
+            max_running_per_tenant=s.max_running_per_tenant,
         )
 
     @property
@@ -320,6 +321,8 @@ class GeneratorCore:
             self.scheduler.submit(req)
         except QueueFull as exc:
             raise ResourceExhausted(f"overloaded: {exc}") from None
+        except KVTooLong as exc:  # its KV could never fit the tenant's share: the caller's input
+            raise InvalidArgument(str(exc)) from None
         except SchedulerClosed as exc:
             raise Unavailable(str(exc)) from None
         streamer = TextStreamer(self.tokenizer, prep.config.stop_strings)

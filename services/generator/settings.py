@@ -60,6 +60,12 @@ class GeneratorSettings(ServerSettings):
                                  "independent attention, so speculation gives one-token decoding's tokens in bf16")
     exact_tile_rows: int = Field(32, ge=1, description="exact_numerics: rows of every forward tile (a one-token "
                                  "step is padded to it)")
+    kv_budget_mb: int = Field(2048, ge=1, description="MiB of request KV all running requests may hold (each counts "
+                              "prompt + max_new_tokens + a step); past it requests wait in the queue")
+    kv_tenant_share: float = Field(0.5, gt=0, le=1, description="fraction of kv_budget_mb one tenant's running "
+                                   "requests may hold; a request needing more is refused (INVALID_ARGUMENT)")
+    max_running_per_tenant: int = Field(0, ge=0, description="running requests one tenant may hold (0: three "
+                                        "quarters of max_running, so other tenants' arrivals always find a place)")
     kv_slot_tokens: int = Field(2048, ge=1, description="generic backend: KV entries of one request's pool slot "
                                 "(prompt + max_new_tokens + a step must fit, else INVALID_ARGUMENT)")
     mode: str = Field(

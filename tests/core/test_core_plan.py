@@ -28,6 +28,7 @@ def linear(n: int) -> float:
 class FakeTicket:
     phase: Phase
     submitted: float = field(default_factory=time.perf_counter)
+    tenant: str = "t"
 
 
 class FakeDrafting:
@@ -45,8 +46,8 @@ class Fake:
     """What plan_step reads of a running request; its trie offers a chain of ``offer`` nodes of ``prob``."""
 
     def __init__(self, phase: Phase, offer: int = 0, prob: float = 1.0, budget: int = 8, extend: int = 32,
-                 prompt: int = 0, age_s: float = 0.0) -> None:
-        self.req = FakeTicket(phase, time.perf_counter() - age_s)
+                 prompt: int = 0, age_s: float = 0.0, tenant: str = "t") -> None:
+        self.req = FakeTicket(phase, time.perf_counter() - age_s, tenant)
         self.offer, self.prob, self.budget, self.extend = offer, prob, budget, extend
         self.prompt_ids = list(range(prompt))
         self.prefilled = 0
@@ -161,3 +162,18 @@ def test_the_share_comes_from_the_scheduler_config_and_cannot_be_negative() -> N
     with pytest.raises(ValueError, match="prefill_tree_share"):
         SchedulerConfig(prefill_tree_share=-0.1)
     assert SchedulerConfig(prefill_tree_share=math.inf).prefill_tree_share == math.inf  # inf: no cap
+
+
+def test_fair_prefill_splits_the_room_by_tenant() -> None:
+    from lookahead_core.engine.plan import fair_prefill
+
+    # one tenant: its requests in order, as before
+    assert fair_prefill([300, 300], ["a", "a"], 256) == [256, 0]
+    # two tenants with long prompts: half each
+    assert fair_prefill([300, 300], ["a", "b"], 256) == [128, 128]
+    # b needs less than half: a takes what b leaves, in its own order
+    assert fair_prefill([300, 300, 40], ["a", "a", "b"], 256) == [216, 0, 40]
+    # everything fits: every need granted
+    assert fair_prefill([10, 20, 30], ["a", "b", "a"], 256) == [10, 20, 30]
+    # no room: nothing
+    assert fair_prefill([10], ["a"], 0) == [0]

@@ -12,7 +12,7 @@ So one tenant's burst never starves another tenant's single request.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -71,11 +71,13 @@ class FairQueue(Generic[T]):
         state.entries.append(_Entry(self._next_tick(), item, deadline))
         self._size += 1
 
-    def pop(self, running: Mapping[str, int]) -> T | None:
-        """The next request to start (None if none waits): fewest running first, then round robin."""
-        if not self._tenants:
+    def pop(self, running: Mapping[str, int], fits: Callable[[T], bool] | None = None) -> T | None:
+        """The next request to start (None if none waits): fewest running first, then round robin; with
+        ``fits``, only among tenants whose next request fits now (the others' wait, in their order)."""
+        ready = [n for n, t in self._tenants.items() if fits is None or fits(t.entries[0].item)]
+        if not ready:
             return None
-        name = min(self._tenants, key=lambda n: (running.get(n, 0), self._tenants[n].rank))
+        name = min(ready, key=lambda n: (running.get(n, 0), self._tenants[n].rank))
         state = self._tenants[name]
         entry = state.entries.popleft()
         state.rank = self._next_tick()  # back to the rotation's tail

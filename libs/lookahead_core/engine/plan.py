@@ -84,18 +84,43 @@ class StepLimits:
     prefill_tree_share: float = math.inf  # while prompts prefill, trees add at most this share to a step's time
 
 
+def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int) -> list[int]:
+    """Prompt tokens each prefilling request gets this step: ``room`` split evenly between tenants (a tenant
+    needing less leaves the rest to the others: max-min fair), each tenant's share filled in its requests' order.
+    Example: needs (300, 300, 40), tenants (a, a, b), room 256 -> (216, 0, 40): b's 40 fit in its half, a takes
+    the rest; needs (300, 300), tenants (a, b), room 256 -> (128, 128)."""
+    order = list(dict.fromkeys(tenants))  # tenants in their first request's order
+    demand = {t: sum(n for n, u in zip(needs, tenants, strict=True) if u == t) for t in order}
+    given = dict.fromkeys(order, 0)
+    left, hungry = room, [t for t in order if demand[t] > 0]
+    while left > 0 and hungry:
+        share = max(1, left // len(hungry))
+        for t in list(hungry):
+            give = min(share, demand[t] - given[t], left)
+            given[t] += give
+            left -= give
+            if given[t] == demand[t]:
+                hungry.remove(t)
+            if not left:
+                break
+    out = []
+    for need, t in zip(needs, tenants, strict=True):
+        take = min(need, given[t])
+        given[t] -= take
+        out.append(take)
+    return out
+
+
 def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) -> list[Chunk]:
-    """The next prompt chunks of prefilling requests, in order, within the prefill chunk and the forward
-    (each of the ``decoding`` requests keeps at least its root's place)."""
-    chunks: list[Chunk] = []
-    room = min(limits.prefill_chunk, limits.max_tokens - decoding)
-    for req in (r for r in live if r.req.phase is Phase.PREFILL):
-        if room <= 0:
-            break
-        end = min(len(req.prompt_ids), req.prefilled + room)
-        chunks.append(Chunk(req.id, req.prompt_ids, req.prefilled, end))
-        room -= end - req.prefilled
-    return chunks
+    """The next prompt chunks of prefilling requests within the prefill chunk and the forward (each of the
+    ``decoding`` requests keeps at least its root's place), the room shared fairly by tenant (``fair_prefill``:
+    one tenant's long prompts never hold back another's first token for all of them)."""
+    room = max(0, min(limits.prefill_chunk, limits.max_tokens - decoding))
+    prefilling = [r for r in live if r.req.phase is Phase.PREFILL]
+    grants = fair_prefill([len(r.prompt_ids) - r.prefilled for r in prefilling],
+                          [r.req.tenant for r in prefilling], room)
+    return [Chunk(r.id, r.prompt_ids, r.prefilled, r.prefilled + g)
+            for r, g in zip(prefilling, grants, strict=True) if g > 0]
 
 
 def pending(live: Sequence[Active], target_s: float, now: float) -> list[Pending]:

@@ -31,6 +31,19 @@ class SchedulerConfig:
     exact_numerics: bool = False  # generic backend: fixed-shape forwards, so speculation is exact in bf16 too
     exact_tile_rows: int = 32  # exact_numerics: rows of every forward tile (one-token steps are padded to it)
     kv_slot_tokens: int = 2048  # generic backend: KV entries a request's pool slot holds (prompt + answer + a step)
+    kv_budget_bytes: int = 2048 * MIB  # request KV all running requests may hold; past it requests wait
+    kv_tenant_share: float = 0.5  # of kv_budget_bytes one tenant's running requests may hold
+    max_running_per_tenant: int = 0  # running requests one tenant may hold (0: three quarters of max_running)
+
+    @property
+    def tenant_running(self) -> int:
+        """Running requests one tenant may hold: the rest are kept for other tenants' arrivals."""
+        return self.max_running_per_tenant or max(1, self.max_running - self.max_running // 4)
+
+    @property
+    def tenant_kv_bytes(self) -> int:
+        """Request KV one tenant's running requests may hold."""
+        return int(self.kv_budget_bytes * self.kv_tenant_share)
 
     def __post_init__(self) -> None:
         if self.max_running < 1 or self.max_waiting < 0:
@@ -39,5 +52,7 @@ class SchedulerConfig:
             raise ValueError("max_tokens_per_forward must exceed max_running (one token per request and room)")
         if not 1 <= self.prefill_chunk <= self.max_tokens_per_forward or not self.ttft_target_s > 0:
             raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
+        if self.kv_budget_bytes < 1 or not 0 < self.kv_tenant_share <= 1 or self.max_running_per_tenant < 0:
+            raise ValueError("need kv_budget_bytes >= 1, 0 < kv_tenant_share <= 1 and max_running_per_tenant >= 0")
         if not self.prefill_tree_share >= 0:
             raise ValueError("prefill_tree_share must be >= 0 (inf: trees are not capped while prompts prefill)")

@@ -28,6 +28,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..forward.backend.base import Backend
 from ..forward.backend.choice import make_backend
 from ..forward.backend.generic import GenericConfig
+from ..forward.backend.pool import KVTooLong
 from ..forward.kernels import KernelSet
 from ..forward.support import check_supported
 from ..kv.kvstore import KVShape
@@ -48,7 +49,7 @@ from .plan import StepLimits, StepPlan, plan_step
 from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose
-from .sched_config import SchedulerConfig
+from .sched_config import MIB, SchedulerConfig
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +135,12 @@ class StepScheduler:
         return future.result()
 
     def submit(self, req: ServeRequest) -> None:
-        """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing."""
+        """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing, KVTooLong when
+        its KV could never fit a tenant's share of the engine's KV budget."""
+        need, most = self._kv_need(req), self.config.tenant_kv_bytes
+        if need > most:
+            raise KVTooLong(f"the request needs {need / MIB:.0f} MiB of KV (prompt + max_new_tokens + a step) but a "
+                            f"tenant's running requests may hold {most / MIB:.0f} MiB: shorten it")
         with self._cv:
             if self._closed:
                 raise SchedulerClosed("the engine is shutting down")
@@ -250,15 +256,33 @@ class StepScheduler:
             self._end(req)
 
     def _pop_admissible(self) -> list[ServeRequest]:
-        out: list[ServeRequest] = []
-        while len(self.running) + len(out) < self.config.max_running:
+        """Waiting requests that may start now, fairest tenant first: within max_running, a tenant's running cap,
+        and the KV budget of the engine and of the tenant (a request that does not fit waits; others pass it)."""
+        cfg, out = self.config, []
+        held: Counter[str] = Counter()  # KV bytes by tenant: running, then popped here
+        for r in self.running:
+            held[r.req.tenant] += r.kv.nbytes
+        while len(self.running) + len(out) < cfg.max_running:
             per_tenant = Counter(r.req.tenant for r in self.running) + Counter(r.tenant for r in out)
-            req = self.queue.pop(per_tenant)
+
+            def fits(req: ServeRequest, per_tenant: Counter[str] = per_tenant) -> bool:
+                need = self._kv_need(req)
+                return (per_tenant[req.tenant] < cfg.tenant_running and sum(held.values()) + need <= cfg.kv_budget_bytes
+                        and held[req.tenant] + need <= cfg.tenant_kv_bytes)
+
+            req = self.queue.pop(per_tenant, fits)
             if req is None:
                 break
+            held[req.tenant] += self._kv_need(req)
             out.append(req)
         self._admitting = len(out)
         return out
+
+    def _kv_need(self, req: ServeRequest) -> int:
+        """Bytes of KV ``req`` holds once admitted: its capacity (prompt, answer, one step) by the model's entry."""
+        curve = self.backend.curve
+        spec = drafting_spec(req.config, curve.cost if curve is not None else None, self.backend.widest_tree)
+        return Active.capacity(req, spec) * self.shape.bytes_per_token
 
     def _take_running(self) -> list[Active]:
         with self._cv:
