@@ -29,6 +29,7 @@ from lookahead_rag.services.generator.domain import (
     TokenLogprob,
 )
 from lookahead_rag.services.generator.prepared import Prepared, grounding_doc_ids
+from lookahead_rag.services.retriever.citations import Citation
 from lookahead_rag.v1 import events_pb2, generator_pb2, retriever_pb2
 
 MIN_PADDING = 128  # padding lengths 128..16383 take a 2-byte length prefix: every size is reachable
@@ -87,8 +88,12 @@ def final_to_proto(final: FinalInfo) -> generator_pb2.FinalInfo:
     return generator_pb2.FinalInfo(
         request_id=final.request_id, answer_text=final.answer_text, stats=stats_to_proto(final.stats),
         documents=[document_to_proto(d) for d in final.documents], prompt_ids=final.prompt_ids,
-        output_ids=final.output_ids,
+        output_ids=final.output_ids, citations=[citation_to_proto(c) for c in final.citations],
     )
+
+
+def citation_to_proto(c: Citation) -> events_pb2.Citation:
+    return events_pb2.Citation(doc_id=c.doc_id, chunk_id=c.chunk_id, start=c.start, end=c.end, quote=c.quote)
 
 
 def logprob_to_proto(logprob: TokenLogprob) -> generator_pb2.TokenLogprob:
@@ -125,6 +130,7 @@ def completed_event(prep: Prepared, final: FinalInfo, tokenizer_id: str, model: 
         prompt_ids=final.prompt_ids, output_ids=final.output_ids, answer_text=final.answer_text,
         stats=stats_to_proto(final.stats), created_unix_ms=created_unix_ms, request_id=final.request_id,
         model=model, doc_ids=grounding_doc_ids(final.documents),
+        citations=[citation_to_proto(c) for c in final.citations],
     )
 
 

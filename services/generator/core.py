@@ -65,7 +65,7 @@ from lookahead_rag.services.generator.domain import (
     GenerationStats,
     TextDelta,
 )
-from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
+from lookahead_rag.services.generator.grounding import citations_of, clamped, fallback, fill_room, retrieve
 from lookahead_rag.services.generator.logprobs import check_logprobs
 from lookahead_rag.services.generator.metrics import EngineMetrics
 from lookahead_rag.services.generator.params import check_mode, decoding_config, server_config
@@ -359,7 +359,8 @@ class GeneratorCore:
                  stats.queue_wait_s * MS, stats.mean_batch_size)
         self._record(req.stats, stats, attribution, len(prep.prompt_ids))
         final = FinalInfo(request_id=prep.request_id, stats=stats, answer_text=streamer.text,
-                          documents=prep.documents, prompt_ids=tuple(prep.prompt_ids), output_ids=tuple(output))
+                          documents=prep.documents, prompt_ids=tuple(prep.prompt_ids), output_ids=tuple(output),
+                          citations=citations_of(streamer.text, prep.documents))
         if stats.finish_reason != "cancelled":
             self._publish(prep, final)
         yield final

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from lookahead_rag.services.retriever.citations import Citation
+
 
 @dataclass(frozen=True)
 class GenerationParams:
@@ -150,6 +152,7 @@ class FinalInfo:
     documents: tuple[DocumentChunk, ...] = ()  # what it was grounded on
     prompt_ids: tuple[int, ...] = ()  # the decoded prompt
     output_ids: tuple[int, ...] = ()  # the answer's tokens
+    citations: tuple[Citation, ...] = ()  # the documents' passages that support the answer (retriever/citations.py)
 
 
 AnswerChunk = TextDelta | FinalInfo  # what the generator streams: deltas, then one FinalInfo

@@ -125,20 +125,22 @@ class TopLogprob(_message.Message):
     def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class FinalInfo(_message.Message):
-    __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids")
+    __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids", "citations")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_TEXT_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
+    CITATIONS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     answer_text: str
     stats: _events_pb2.GenerationStats
     documents: _containers.RepeatedCompositeFieldContainer[_retriever_pb2.Chunk]
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     output_ids: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, request_id: _Optional[str] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[_events_pb2.GenerationStats, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[_retriever_pb2.Chunk, _Mapping]]] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ...) -> None: ...
+    citations: _containers.RepeatedCompositeFieldContainer[_events_pb2.Citation]
+    def __init__(self, request_id: _Optional[str] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[_events_pb2.GenerationStats, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[_retriever_pb2.Chunk, _Mapping]]] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., citations: _Optional[_Iterable[_Union[_events_pb2.Citation, _Mapping]]] = ...) -> None: ...
 
 class AnswerChunk(_message.Message):
     __slots__ = ("delta", "final")
