@@ -210,6 +210,10 @@ class RetrieverCore:
                  tokenizer_id: str = "", history: Sequence[Message] = ()) -> RetrieveResult:
         """Top-k chunks, top-m past sessions and the grounded prompt within the token budget.
 
+        Past sessions enter the prompt only with ``[retriever] past_answers_in_prompt`` (off by default:
+        measured to steer answers, bench/README.md "Answer quality"), and then only answers their passages
+        supported; the drafts get every past answer from the draft cache either way.
+
         ``tokenizer_id`` is the caller's token space: a prompt in another one would be garbage to
         it, so a mismatch is refused (FailedPrecondition) rather than answered; empty skips the check.
         ``history``: the conversation before ``question`` (its last user turn), in the prompt as its
@@ -231,7 +235,7 @@ class RetrieverCore:
         start = time.perf_counter()
         query = self.embedder.encode_one(retrieval_query(question, history, s.followup_max_words))  # [1, dim]
         found = self._search(tenant, query, k)
-        past = self.sessions.search(tenant, query, m)
+        past = self.sessions.search(tenant, query, m, supported_only=True) if s.past_answers_in_prompt else []
         retrieve_ms = (time.perf_counter() - start) * MS_PER_S
         budget = self.prompt_budget(max_new)
         try:

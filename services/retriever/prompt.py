@@ -29,7 +29,8 @@ from lookahead_rag.services.common.errors import InvalidArgument
 from lookahead_rag.services.common.rules.conversation import Message, newest_that_fit, split_turns
 
 DOCUMENTS_HEADER = "Documents:"
-PAST_HEADER = "Past answers to similar questions:"
+# Past answers (only with [retriever] past_answers_in_prompt) are notes, never a "Q: ... A: ..." turn to continue.
+PAST_HEADER = "Notes: earlier answers to similar questions (they may be wrong; the documents decide):"
 QUESTION_LABEL = "Question:"
 BLOCK_SEP = "\n\n"
 # Special tokens inside untrusted text get look-alike characters (same length, so offsets hold).
@@ -166,7 +167,7 @@ class _Renderer:
             blocks.append(PAST_HEADER)
             for item in past:
                 a = self.answers[item.index]
-                blocks.append(f"Q: {a.question}\nA: {a.answer[: item.kept_chars]}")
+                blocks.append(f"- asked \"{a.question}\", answered \"{a.answer[: item.kept_chars]}\"")
         return blocks
 
     def render(self, items: Sequence[_Item], turns: int = 0) -> tuple[str, list[int]]:

@@ -8,6 +8,11 @@ Fed by ``GenerationCompleted`` events through the event-applier protocol the bus
 
 Tenants never mix: each tenant has its own rows and vectors, and a search only sees its own.
 
+An answer is stored cut where the model ran on past it (``past_answers.cut_answer``: a new
+"Question:", an end-of-turn token), and marked ``supported`` when the event cites a passage for it
+(``retriever/citations.py``); a prompt shows only supported answers, and only when
+``[retriever] past_answers_in_prompt`` is on (the drafts get every past answer from the draft cache).
+
 ``ForgetRequested`` events (same stream, same ``apply``) drop a tenant's sessions: all of them, or
 those grounded on one document (each session keeps the doc ids of its answer). The forgets applied
 and their horizons (``lookahead_rag.services.events.forget.ForgetLedger``) ride in the snapshot: an answer that
@@ -27,6 +32,7 @@ import numpy as np
 from lookahead_rag.services.events.forget import ForgetLedger, grounded_on
 from lookahead_rag.services.events.tenant_ids import TenantIds
 from lookahead_rag.services.retriever.embeddings import Encoder
+from lookahead_rag.services.retriever.past_answers import cut_answer
 from lookahead_rag.v1 import events_pb2
 
 log = logging.getLogger(__name__)
@@ -42,6 +48,7 @@ class SessionRecord:
     answer: str
     created_unix_ms: int
     doc_ids: tuple[str, ...] = ()  # documents the answer was grounded on
+    supported: bool = False  # its passages support it (the event's citations): only these may enter a prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +79,12 @@ class _TenantSessions:
             self.vectors = np.ascontiguousarray(self.vectors[keep])  # [kept, dim]
         return dropped
 
-    def search(self, query: np.ndarray, m: int) -> list[ScoredSession]:
+    def search(self, query: np.ndarray, m: int, supported_only: bool) -> list[ScoredSession]:
         if m <= 0 or not self.records:
             return []
         scores = self.vectors @ query.reshape(-1)  # [n]
-        top = np.argsort(-scores, kind="stable")[:m]
+        order = np.argsort(-scores, kind="stable")
+        top = [i for i in order if self.records[i].supported or not supported_only][:m]
         return [ScoredSession(self.records[i], float(scores[i])) for i in top]
 
 
@@ -121,8 +129,9 @@ class PastSessions:
             if not self._applied.add(event.tenant, event.event_id):  # applied meanwhile by another thread
                 return False
             if vector is not None and not self._ledger.covers(event):  # again: a forget may have come meanwhile
-                record = SessionRecord(event.event_id, event.question, event.answer_text, event.created_unix_ms,
-                                       tuple(dict.fromkeys(event.doc_ids)))
+                record = SessionRecord(event.event_id, event.question, cut_answer(event.answer_text),
+                                       event.created_unix_ms, tuple(dict.fromkeys(event.doc_ids)),
+                                       bool(event.citations))
                 tenant = self._tenants.setdefault(event.tenant, _TenantSessions(self._dim))
                 tenant.add(record, vector, self._max_per_tenant)
         return True
@@ -141,11 +150,12 @@ class PastSessions:
                  f"document {event.doc_id!r}" if event.doc_id else "all")
         return True
 
-    def search(self, tenant: str, query: np.ndarray, m: int) -> list[ScoredSession]:
-        """Top-m past sessions of ``tenant`` for a question vector [1, dim], best first."""
+    def search(self, tenant: str, query: np.ndarray, m: int, supported_only: bool = False) -> list[ScoredSession]:
+        """Top-m past sessions of ``tenant`` for a question vector [1, dim], best first; ``supported_only``:
+        only answers their passages support (what a prompt may show)."""
         with self._lock:
             sessions = self._tenants.get(tenant)
-            return sessions.search(query, m) if sessions is not None else []
+            return sessions.search(query, m, supported_only) if sessions is not None else []
 
     def count(self, tenant: str | None = None) -> int:
         """Sessions of one tenant, or of all tenants when ``tenant`` is None."""

@@ -102,6 +102,11 @@ class RetrieverSettings(ServerSettings):
         description="a conversation's last user turn of at most this many words (or one opening with a pronoun, "
         "'and', 'what about' or an ellipsis) is searched together with the user turn before it",
     )
+    past_answers_in_prompt: bool = Field(
+        False,
+        description="show past answers (those their passages support) in the prompt; off, they still feed the "
+        "drafts through the draft cache, which cannot change an answer (bench/README.md, 'Answer quality')",
+    )
     max_sessions_per_tenant: int = Field(10_000, ge=1, description="past sessions kept per tenant; the oldest go first")
     max_remembered_event_ids: int = Field(
         1_000_000, ge=1, description="applied event ids kept for deduplication (oldest forgotten first)"

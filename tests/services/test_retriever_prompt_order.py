@@ -102,7 +102,7 @@ def test_past_answers_stay_after_the_documents_best_first(tok: Any) -> None:
     built = build(tok, passages([0.9, 0.7, 0.5, 0.3]), answers=answers)
     assert [i for i, _ in built.answers] == [1, 0]
     assert built.text.index("[4] pickle.dumps") < built.text.index(PAST_HEADER)
-    assert built.text.index("A: a high") < built.text.index("A: a low")
+    assert built.text.index("answered \"a high\"") < built.text.index("answered \"a low\"")
 
 
 @pytest.mark.parametrize("with_past", [False, True])

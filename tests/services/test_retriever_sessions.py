@@ -100,14 +100,21 @@ def test_event_without_id_is_rejected(sessions: PastSessions) -> None:
 # ---- through RetrieverCore: prompts and restarts ------------------------------------------------------
 
 
-def make_core(embedder: Embedder, data_dir: Path | None) -> RetrieverCore:
-    return RetrieverCore(settings(data_dir), embedder=embedder, tokenizer=shared_tokenizer())
+def make_core(embedder: Embedder, data_dir: Path | None, **overrides: object) -> RetrieverCore:
+    return RetrieverCore(settings(data_dir, **overrides), embedder=embedder, tokenizer=shared_tokenizer())
+
+
+def supported(event: events_pb2.GenerationCompleted) -> events_pb2.GenerationCompleted:
+    """``event`` with a citation: its passages support it, so a prompt may show it."""
+    event.citations.add(doc_id="d", chunk_id="d#0", start=0, end=1, quote="x")
+    return event
 
 
 def test_prompt_holds_own_tenants_past_answers_only(embedder: Embedder) -> None:
-    core = make_core(embedder, None)
-    core.sessions.apply(completed("a", question="How do I sort a list?", answer="ANSWER-FOR-A: use sorted()."))
-    core.sessions.apply(completed("b", question="How do I sort a list?", answer="ANSWER-FOR-B: secret."))
+    core = make_core(embedder, None, past_answers_in_prompt=True)
+    core.sessions.apply(supported(completed("a", question="How do I sort a list?",
+                                            answer="ANSWER-FOR-A: use sorted().")))
+    core.sessions.apply(supported(completed("b", question="How do I sort a list?", answer="ANSWER-FOR-B: secret.")))
     result = core.retrieve("a", "How can I sort a list?", m=5)
     assert [s.session.answer for s in result.sessions] == ["ANSWER-FOR-A: use sorted()."]
     assert "ANSWER-FOR-A" in result.prompt and "ANSWER-FOR-B" not in result.prompt
