@@ -27,7 +27,8 @@ the ~600k objects of the model, tokenizer and caches; ``stop()`` thaws it.
 
 HTTP: with ``grpc_servers`` and the generator built here, the OpenAI-compatible endpoint
 (``lookahead_rag.services.http``, ``[http]`` settings) serves the same generator on ``http_port`` (``bind["http"]``
-overrides its port); ``stop()`` closes it first, gracefully.
+overrides its port); ``stop()`` closes it first, gracefully. Its ``POST /v1/documents`` is the retriever's
+Ingest RPC (``ingest_over_grpc``), at this process's retriever server or ``[generator] retriever_target``.
 
 Auth: with ``[auth] mode = "required"`` every gRPC server here refuses a call whose credential is not
 for its tenant (``lookahead_rag.services.common.auth.interceptor``), so does the HTTP endpoint, and the generator's
@@ -49,7 +50,8 @@ from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.common.auth.callers import Authenticator
 from lookahead_rag.services.common.auth.interceptor import server_interceptors
-from lookahead_rag.services.common.auth.tls import check_bind, server_credentials
+from lookahead_rag.services.common.auth.tls import TlsSettings, check_bind, server_credentials
+from lookahead_rag.services.common.errors import error_of_status
 from lookahead_rag.services.common.heap import freeze_startup_heap, thaw_heap
 from lookahead_rag.services.common.ports import (  # start order: retriever, draftcache, generator
     DRAFTCACHE_GRPC_PORT,
@@ -73,10 +75,13 @@ from lookahead_rag.services.generator.build import build_generator
 from lookahead_rag.services.generator.clients import DraftCacheClient, RetrieverClient
 from lookahead_rag.services.generator.core import GeneratorCore
 from lookahead_rag.services.generator.forget import subscribe_forgets
+from lookahead_rag.services.http.ingest import DocumentIn, Ingest, IngestCounts
 from lookahead_rag.services.http.server import HttpServer
 from lookahead_rag.services.retriever.build import build_retriever
 from lookahead_rag.services.retriever.client import GrpcRetrieverClient, LocalRetrieverClient
 from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.documents import Document
+from lookahead_rag.services.retriever.ingest_cli import DEFAULT_BATCH_DOCS, DEFAULT_TIMEOUT_S, send
 
 log = logging.getLogger(__name__)
 
@@ -171,8 +176,9 @@ class Pipeline:
                                               forgets=forgets)
             await pipeline._add(generator, grpc_servers, bind, routed)
             if grpc_servers and settings.http.enabled:
+                documents = ingest_over_grpc(pipeline._retriever_target(), settings.tls)
                 pipeline.http = await HttpServer.start(pipeline.generator, settings.http, bind.get("http"),
-                                                       settings.tls, auth, registry)
+                                                       settings.tls, auth, registry, documents)
                 pipeline.http_port = pipeline.http.port
         await pipeline.refresher.start()
         if metrics_port is not None:
@@ -210,10 +216,17 @@ class Pipeline:
                                                self.settings.auth.service_key)
         return retriever, draft_cache
 
-    def _channel(self, name: str, target: str, default_port: int) -> grpc.aio.Channel:
+    def _target(self, name: str, target: str, default_port: int) -> str:
+        """Where this process reaches service ``name``: its own server, else ``target``, else loopback."""
         if name in self.ports:  # served by this process
-            target = local_target(self.services[name].settings.host, self.ports[name])
-        channel = open_channel(target or f"127.0.0.1:{default_port}", self.settings.generator.max_message_bytes,
+            return local_target(self.services[name].settings.host, self.ports[name])
+        return target or f"127.0.0.1:{default_port}"
+
+    def _retriever_target(self) -> str:
+        return self._target("retriever", self.settings.generator.retriever_target, RETRIEVER_GRPC_PORT)
+
+    def _channel(self, name: str, target: str, default_port: int) -> grpc.aio.Channel:
+        channel = open_channel(self._target(name, target, default_port), self.settings.generator.max_message_bytes,
                                self.settings.tls, self.settings.channels)
         self.channels.append(channel)
         return channel
@@ -240,6 +253,22 @@ class Pipeline:
         for service in services:
             await service.close()
         thaw_heap()  # the stopped services' cycles can be collected again
+
+
+def ingest_over_grpc(target: str, tls: TlsSettings) -> Ingest:
+    """``POST /v1/documents`` as the retriever's Ingest at ``target`` (``lookahead-rag ingest``'s batches),
+    sent with the HTTP caller's own key; a refusal raises the ServiceError the retriever raised."""
+
+    async def ingest(tenant: str, documents: Sequence[DocumentIn], key: str | None) -> IngestCounts:
+        docs = [Document(d.id, d.title, d.text, d.source) for d in documents]
+        try:
+            counts = await send(target, tenant, docs, DEFAULT_BATCH_DOCS, DEFAULT_TIMEOUT_S, progress=False,
+                                tls=tls, key=key)
+        except grpc.aio.AioRpcError as err:
+            raise error_of_status(err.code(), err.details()) from err
+        return IngestCounts(*counts)
+
+    return ingest
 
 
 def listen_hosts(settings: AllSettings, names: Sequence[str]) -> dict[str, str]:

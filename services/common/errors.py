@@ -207,3 +207,13 @@ def reraise_bad_input(err: grpc.aio.AioRpcError) -> None:
         raise FailedPrecondition(err.details() or "failed precondition") from err
     if err.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):  # [auth] service_key
         raise FailedPrecondition(f"a peer refused this service's credential: {err.details()}") from err
+
+
+def error_of_status(code: grpc.StatusCode, details: str | None) -> Exception:
+    """Client side: a peer's status as the ServiceError its servicer raised (the same class, so the door
+    in front maps it to the same status); INTERNAL, UNKNOWN and the rest as a RuntimeError."""
+    for cls in (InvalidArgument, NotFound, FailedPrecondition, Unavailable, DeadlineExceeded, Unauthenticated,
+                PermissionDenied, ResourceExhausted):
+        if cls.code == code:
+            return cls(details or code.name.lower())
+    return RuntimeError(f"{code.name}: {details}")

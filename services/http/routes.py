@@ -1,5 +1,6 @@
 """The endpoints over the generator (GeneratorCore): ``POST /v1/chat/completions``, ``GET /v1/models``,
-``GET /health``. A thin adapter, as the gRPC servicer is: headers and body -> a generator call
+``GET /health``; beside them ``POST /v1/documents`` (ingest.py, to the retriever). A thin adapter, as the gRPC
+servicer is: headers and body -> a generator call
 (``GeneratorCore.answer``, or ``generate`` with ``"rag": false``) -> JSON or server-sent events.
 
     front = Frontend(generator, settings)       # settings: HttpSettings
@@ -34,7 +35,7 @@ from lookahead_rag.services.common.errors import (
 from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams
 from lookahead_rag.services.generator.prepared import PromptFacts
-from lookahead_rag.services.http import chat_choices, choices, completions, errors, translate
+from lookahead_rag.services.http import chat_choices, choices, completions, errors, ingest, translate
 from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
 from lookahead_rag.services.http.schema import ChatCompletionRequest, bounded_chat_request
 from lookahead_rag.services.http.settings import HttpSettings
@@ -60,10 +61,12 @@ Chunks = AsyncIterator[AnswerChunk]
 class Frontend:
     """The endpoints' state: the generator, the settings, and whether new requests are welcome."""
 
-    def __init__(self, generator: GeneratorCore, settings: HttpSettings, auth: Authenticator | None = None) -> None:
+    def __init__(self, generator: GeneratorCore, settings: HttpSettings, auth: Authenticator | None = None,
+                 documents: ingest.Ingest | None = None) -> None:
         self.generator = generator
         self.settings = settings
         self.auth = auth if auth is not None and auth.required else None  # None: no credential asked
+        self.ingest = documents  # POST /v1/documents: the retriever's Ingest (None: no retriever reachable)
         self.serving = False  # True while the server runs; False from the moment it starts stopping
         self.created = int(time.time())
 
@@ -240,6 +243,10 @@ def make_app(front: Frontend) -> FastAPI:
         except ServiceError as exc:
             return errors.error_response(exc)
         return JSONResponse(front.model_card())
+
+    @app.post("/v1/documents", response_model=None)
+    async def documents(body: ingest.IngestRequest, request: Request) -> Response:
+        return await ingest.ingest(front, body, request)
 
     @app.get("/health", response_model=None)
     async def health() -> JSONResponse:

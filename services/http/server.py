@@ -24,6 +24,7 @@ from starlette.types import ASGIApp
 
 from lookahead_rag.services.common.auth.tls import TlsSettings, uvicorn_ssl
 from lookahead_rag.services.common.telemetry import tracing
+from lookahead_rag.services.http.ingest import Ingest
 from lookahead_rag.services.http.metrics import HttpMetrics, HttpMetricsMiddleware, MetricsRoute
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
@@ -79,14 +80,15 @@ class HttpServer:
     @classmethod
     async def start(cls, generator: GeneratorCore, settings: HttpSettings, port: int | None = None,
                     tls: TlsSettings | None = None, auth: Authenticator | None = None,
-                    registry: CollectorRegistry | None = None) -> HttpServer:
+                    registry: CollectorRegistry | None = None, documents: Ingest | None = None) -> HttpServer:
         """Listen on ``settings.host`` and ``port`` (None: the settings'; 0: any free port); HTTPS with
         ``tls``'s server certificate when it has one (client certificates required with its client_ca_file);
         ``auth`` (``[auth] mode = "required"``) asks every request for an API key of its tenant;
-        ``registry`` is served at /metrics and holds the HTTP request metrics (None: the default one)."""
+        ``registry`` is served at /metrics and holds the HTTP request metrics (None: the default one);
+        ``documents`` is how ``POST /v1/documents`` reaches a retriever (None: that route is a 503)."""
         sock = bind_socket(settings.host, settings.port if port is None else port)
         bound = int(sock.getsockname()[1])
-        front = Frontend(generator, settings, auth)
+        front = Frontend(generator, settings, auth, documents)
         config = uvicorn.Config(serving_app(front, registry), host=settings.host, port=bound, lifespan="off",
                                 log_config=None, access_log=settings.access_log, ws="none",
                                 timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]

@@ -34,6 +34,7 @@ from lookahead_rag.services.http.schema import ChatCompletionRequest, Message
 UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1
 SCORE_DIGITS = 6  # retrieval scores are float32: more digits are noise
+STAT_DIGITS = 4  # seconds and tokens per step in the decoding extension
 FINISH_REASONS = {"eos": "stop", "stop": "stop", "length": "length"}  # generator -> OpenAI (others as they are)
 ROLES = {"developer": "system"}  # OpenAI's newer role names -> the chat template's
 HISTORY_TURNS_HEADER = "x-lookahead-history-turns-kept"  # RAG: the conversation's turns kept in the prompt
@@ -176,6 +177,18 @@ def prompt_headers(facts: PromptFacts | None) -> dict[str, str]:
     return {} if facts is None else {HISTORY_TURNS_HEADER: str(facts.history_turns_kept)}
 
 
+def decoding(final: FinalInfo) -> Json:
+    """The ``decoding`` extension: how the answer was decoded (absent in a safe stream, which has no per-step
+    stats). ``lossless``: its tokens are those plain decoding gives (every mode but the opt-in mjsd)."""
+    if not final.prompt_ids:
+        return {}
+    st = final.stats
+    return {"decoding": {"new_tokens": st.new_tokens, "forward_steps": st.forward_steps,
+                         "mean_accepted_per_step": round(st.mean_accepted_per_step, STAT_DIGITS),
+                         "time_to_first_token_s": round(st.time_to_first_token_s, STAT_DIGITS),
+                         "wall_s": round(st.wall_s, STAT_DIGITS), "lossless": not st.unverified}}
+
+
 def documents(final: FinalInfo) -> list[Json]:
     """The documents the answer was grounded on (the ``documents`` extension field)."""
     return [{"doc_id": c.doc_id, "chunk_id": c.chunk_id, "title": c.title, "source": c.source,
@@ -187,7 +200,7 @@ def completion(reply: Reply, final: FinalInfo) -> Json:
     choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
                     "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
     body = {**reply.head("chat.completion"), "choices": [choice], "usage": usage(final),
-            "documents": documents(final), **conversation(reply, final)}
+            "documents": documents(final), **conversation(reply, final), **decoding(final)}
     if reply.token_ids:
         choice["token_ids"] = list(final.output_ids)
         body["prompt_token_ids"] = list(final.prompt_ids)
@@ -235,6 +248,7 @@ class StreamTranslator:
         last = self._chunk({}, finish_reason(final.stats.finish_reason))
         last["documents"] = documents(final)
         last.update(conversation(self.reply, final))
+        last.update(decoding(final))
         if self.reply.token_ids:  # known only once the answer is done, like the documents
             last["prompt_token_ids"] = list(final.prompt_ids)
         out.append(last)

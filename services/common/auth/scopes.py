@@ -6,7 +6,7 @@
 A credential (an API key, a client-certificate subject) holds scopes:
 
     answer  read a tenant's answers: Answer, Generate, Retrieve, Fetch, Stats, chat completions, models
-    write   change a tenant's data: Ingest, Delete, Forget, AddOutput
+    write   change a tenant's data: Ingest, Delete, Forget, AddOutput, POST /v1/documents
     admin   everything, for every tenant (Snapshot, and every other call)
 
 ``open`` calls need no credential at all (health, reflection; the HTTP schema pages when ``[http]
@@ -61,6 +61,7 @@ HTTP_SCOPES: dict[tuple[str, str], Scope] = {
     ("GET", "/v1/models"): Scope.ANSWER,
     ("GET", "/v1/models/{model:path}"): Scope.ANSWER,
     ("GET", "/health"): Scope.OPEN,
+    ("POST", "/v1/documents"): Scope.WRITE,  # ingest (services/http/ingest.py), as the retriever's Ingest
     # FastAPI's schema pages, routed only with [http] docs = true
     ("GET", "/openapi.json"): Scope.OPEN,
     ("GET", "/docs"): Scope.OPEN,
