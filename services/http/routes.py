@@ -1,6 +1,6 @@
 """The endpoints over the generator (GeneratorCore): ``POST /v1/chat/completions``, ``GET /v1/models``,
-``GET /health``; beside them ``POST /v1/documents`` (ingest.py, to the retriever). A thin adapter, as the gRPC
-servicer is: headers and body -> a generator call
+``GET /health``; beside them the chat page ``GET /`` (page.py) and ``POST /v1/documents`` (ingest.py, to the
+retriever). A thin adapter, as the gRPC servicer is: headers and body -> a generator call
 (``GeneratorCore.answer``, or ``generate`` with ``"rag": false``) -> JSON or server-sent events.
 
     front = Frontend(generator, settings)       # settings: HttpSettings
@@ -35,7 +35,7 @@ from lookahead_rag.services.common.errors import (
 from lookahead_rag.services.common.telemetry.logs import REQUEST_ID_HEADER, request_context
 from lookahead_rag.services.generator.domain import AnswerChunk, FinalInfo, GenerationParams
 from lookahead_rag.services.generator.prepared import PromptFacts
-from lookahead_rag.services.http import chat_choices, choices, completions, errors, ingest, translate
+from lookahead_rag.services.http import chat_choices, choices, completions, errors, ingest, page, translate
 from lookahead_rag.services.http.guard import PRINCIPAL, RequestGuard
 from lookahead_rag.services.http.schema import ChatCompletionRequest, bounded_chat_request
 from lookahead_rag.services.http.settings import HttpSettings
@@ -247,6 +247,10 @@ def make_app(front: Frontend) -> FastAPI:
     @app.post("/v1/documents", response_model=None)
     async def documents(body: ingest.IngestRequest, request: Request) -> Response:
         return await ingest.ingest(front, body, request)
+
+    @app.get("/", response_model=None, include_in_schema=False)
+    async def chat_page() -> Response:
+        return page.response()
 
     @app.get("/health", response_model=None)
     async def health() -> JSONResponse:

@@ -1,12 +1,15 @@
-"""What the chat page of issue 47 needs from the endpoint, on a pipeline that requires keys: the ``POST
-/v1/documents`` route it uploads to is the retriever's Ingest behind the ``write`` scope (what it takes in is
-what the next answer is grounded on; its refusals have the endpoint's one-line shape), and the finish chunk
-carries the ``decoding`` stats the page shows.
+"""The chat page at ``/`` and the ``POST /v1/documents`` route it uploads to (issue 47), on a pipeline that
+requires keys: the page is open (it is static and holds no tenant data), self-contained (no other origin,
+under 100 KB, a Content-Security-Policy that runs only its own inline script), and the ingest route is the
+retriever's Ingest behind the ``write`` scope: what it takes in is what the next answer is grounded on, and
+its refusals have the endpoint's one-line shape. The finish chunk carries the ``decoding`` stats the page
+shows. (The page in a real browser: tests/browser/test_chat_page.py.)
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -19,6 +22,7 @@ import pytest_asyncio
 from lookahead_rag.services.common.auth.keys import KeyFile
 from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.services.http.page import page_text, policy
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 from tests.http.helpers import raw_client
@@ -26,6 +30,7 @@ from tests.pipeline.helpers import RunningPipeline, module_loop, running_pipelin
 
 pytestmark = module_loop
 
+PAGE_LIMIT_BYTES = 100_000  # issue 47: the page, all of it
 MAX_NEW = 8
 DOC = {"id": "okapi.md", "title": "The okapi",
        "text": "The okapi is a giraffid mammal native to the Congo. It has striped legs like a zebra and eats "
@@ -62,6 +67,24 @@ def error_of(response: httpx2.Response, status: int) -> dict[str, Any]:
     error = response.json()["error"]
     assert error["message"] and "\n" not in error["message"], error
     return error
+
+
+async def test_the_page_is_open_self_contained_and_small(keys: Keys) -> None:
+    async with raw_client(keys.p) as http:
+        response = await http.get("/")  # no key: the page itself holds nothing of a tenant's
+    assert response.status_code == HTTPStatus.OK, response.text
+    assert response.headers["content-type"].startswith("text/html")
+    assert len(response.content) < PAGE_LIMIT_BYTES
+    html = response.text
+    assert "://" not in html  # nothing from another origin: no CDN, works offline
+    assert not re.search(r"<(script|link|img|iframe)[^>]*\s(src|href)=", html)  # nor a file of this one
+    csp = response.headers["content-security-policy"]
+    assert "unsafe-inline" not in csp and "connect-src 'self'" in csp and "default-src 'none'" in csp
+    assert csp == policy(page_text()) and "'sha256-" in csp  # the page's own inline script, by its hash
+    assert response.headers["x-content-type-options"] == "nosniff"
+    for control in re.findall(r"<(?:input|textarea)[^>]*\sid=\"([^\"]+)\"", html):  # every field labelled
+        assert f'<label for="{control}"' in html, control
+    assert "localStorage" in html and "x-tenant" in html and "Bearer " in html  # the key: in headers, kept locally
 
 
 async def test_uploaded_documents_ground_the_next_answer(keys: Keys) -> None:
@@ -127,3 +150,4 @@ async def test_ingest_without_a_retriever_is_a_503() -> None:
     async with httpx2.AsyncClient(transport=transport, base_url="http://door") as http:
         reply = await http.post("/v1/documents", json={"documents": [DOC]})
         assert "lookahead-rag ingest" in error_of(reply, HTTPStatus.SERVICE_UNAVAILABLE)["message"]
+        assert (await http.get("/")).status_code == HTTPStatus.OK

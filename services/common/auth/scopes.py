@@ -9,8 +9,8 @@ A credential (an API key, a client-certificate subject) holds scopes:
     write   change a tenant's data: Ingest, Delete, Forget, AddOutput, POST /v1/documents
     admin   everything, for every tenant (Snapshot, and every other call)
 
-``open`` calls need no credential at all (health, reflection; the HTTP schema pages when ``[http]
-docs = true``). The gRPC ``AuthInterceptor`` and the HTTP guard both look calls up here; one that is
+``open`` calls need no credential at all (health, reflection, the chat page at ``/``; the HTTP schema
+pages when ``[http] docs = true``). The gRPC ``AuthInterceptor`` and the HTTP guard both look calls up here; one that is
 not in the table is refused (fail closed), so a new RPC or route must be declared here to be served.
 """
 
@@ -61,6 +61,7 @@ HTTP_SCOPES: dict[tuple[str, str], Scope] = {
     ("GET", "/v1/models"): Scope.ANSWER,
     ("GET", "/v1/models/{model:path}"): Scope.ANSWER,
     ("GET", "/health"): Scope.OPEN,
+    ("GET", "/"): Scope.OPEN,  # the chat page (services/http/page.py): static, no tenant data; its calls need keys
     ("POST", "/v1/documents"): Scope.WRITE,  # ingest (services/http/ingest.py), as the retriever's Ingest
     # FastAPI's schema pages, routed only with [http] docs = true
     ("GET", "/openapi.json"): Scope.OPEN,
