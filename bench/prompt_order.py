@@ -159,7 +159,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         order_run.abstained = [abstains(a) for q, a in zip(wl.pool, order_run.answers, strict=True)
                                if q.qid in unanswerable_ids]
     orders = {order.value: summarize(r) for order, r in runs.items()}
-    canonical, by_score = (runs[o] for o in ORDERS)
+    canonical, by_score = runs[PassageOrder.CANONICAL], runs[PassageOrder.SCORE]
     per_question = [question_row(i, q, references.get(q.qid, []), runs) for i, q in enumerate(wl.pool)]
     return {
         "kind": "prompt_order",  # what `lookahead-rag-bench plot` draws

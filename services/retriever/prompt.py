@@ -9,7 +9,8 @@ Which passages are kept depends on their scores; the order they are shown in doe
 the prompt's stable parts come first so that requests share them in the engine's prefix cache, the
 system prompt, then the kept passages by (document id, chunk number) (``PassageOrder.CANONICAL``),
 then the past answers best first, then the question. Two questions that retrieve the same passages
-share their whole documents block, whatever the scores. ``PassageOrder.SCORE`` shows them best first.
+share their whole documents block, whatever the scores. ``PassageOrder.SCORE`` shows them best first,
+``PassageOrder.SCORE_LAST`` best last, next to the question.
 
 With a conversation (``history``: the messages before the question) the system message holds the
 system prompt, the documents and past answers, then the conversation's own system texts; its turns
@@ -40,6 +41,7 @@ _LOOKALIKES = str.maketrans({"|": "¦", "<": "‹", ">": "›"})
 class PassageOrder(StrEnum):
     CANONICAL = "canonical"  # by document id, then chunk number: the same passages, the same documents block
     SCORE = "score"  # best score first
+    SCORE_LAST = "score_last"  # best score last, next to the question ("lost in the middle": ends are used best)
 
 
 class PromptTooLong(InvalidArgument):
@@ -131,6 +133,8 @@ class _Renderer:
         docs = [i for i in items if i.is_passage]
         if self.order is PassageOrder.CANONICAL:
             docs.sort(key=lambda i: self.passages[i.index].canonical_key())  # stable: equal keys keep score order
+        elif self.order is PassageOrder.SCORE_LAST:
+            docs.reverse()
         return docs + [i for i in items if not i.is_passage]
 
     def messages(self, items: Sequence[_Item], turns: int = 0) -> list[dict[str, str]]:

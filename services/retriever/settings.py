@@ -94,7 +94,8 @@ class RetrieverSettings(ServerSettings):
     passage_order: PassageOrder = Field(
         PassageOrder.CANONICAL,
         description="how kept passages are shown: canonical (by document and chunk: questions retrieving the "
-        "same passages share the prefix cache) or score (best first); which are kept is by score either way",
+        "same passages share the prefix cache), score (best first) or score_last (best next to the question); "
+        "which are kept is by score either way",
     )
     followup_max_words: int = Field(
         4,

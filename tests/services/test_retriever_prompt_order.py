@@ -96,6 +96,13 @@ def test_score_setting_keeps_best_first(tok: Any) -> None:
     assert [found[i].score for i, _ in built.passages] == [0.9, 0.7, 0.5, 0.3]
 
 
+def test_score_last_setting_puts_the_best_passage_next_to_the_question(tok: Any) -> None:
+    # PassageOrder.SCORE_LAST: best last, the end of the documents block that "lost in the middle" finds used best
+    found = passages([0.3, 0.9, 0.5, 0.7])
+    built = build(tok, found, order=PassageOrder.SCORE_LAST)
+    assert [found[i].score for i, _ in built.passages] == [0.3, 0.5, 0.7, 0.9]
+
+
 def test_past_answers_stay_after_the_documents_best_first(tok: Any) -> None:
     # past answers follow the documents block in score order, whatever the passage order
     answers = [PastAnswer("q low", "a low", 0.2), PastAnswer("q high", "a high", 0.95)]
@@ -138,13 +145,13 @@ def test_a_cut_passage_shown_first_still_fits_the_budget(tok: Any, cut_tokens: i
 
 @pytest.mark.parametrize("budget", [150, 200, 260, 320])
 def test_what_is_kept_is_chosen_by_score_in_either_order(tok: Any, budget: int) -> None:
-    # the order changes where passages are shown, not which ones fit: both orders keep the same set
+    # the order changes where passages are shown, not which ones fit: every order keeps the same set
     found = passages([0.1, 0.9, 0.8, 0.7])
-    canonical, by_score = (build(tok, found, budget=budget, order=o) for o in PassageOrder)
-    assert len(canonical.ids) <= budget and len(by_score.ids) <= budget
+    canonical, *others = (build(tok, found, budget=budget, order=o) for o in PassageOrder)
+    assert all(len(b.ids) <= budget for b in (canonical, *others))
     kept = sorted(i for i, _ in canonical.passages)
     assert kept == list(range(len(kept)))  # a best-first prefix of the ranking
-    assert {i for i, _ in by_score.passages} == set(kept)
+    assert all({i for i, _ in b.passages} == set(kept) for b in others)
 
 
 DOCS = [
@@ -164,6 +171,8 @@ def test_retrieve_returns_chunks_in_the_prompts_order(embedder: Embedder, tok: A
     ids = [c.chunk.doc_id for c in result.chunks]
     best_first = [c.chunk.doc_id for c in core.search("t", EXTENSION_QUESTION, len(DOCS))]
     assert best_first[0] == "os.path.splitext"  # canonically last: the two orders differ
-    assert ids == (sorted(ids) if order is PassageOrder.CANONICAL else best_first)
+    expected = {PassageOrder.CANONICAL: sorted(ids), PassageOrder.SCORE: best_first,
+                PassageOrder.SCORE_LAST: best_first[::-1]}
+    assert ids == expected[order]
     positions = [result.prompt.index(f"[{n}] {c.chunk.title}\n") for n, c in enumerate(result.chunks, start=1)]
     assert positions == sorted(positions)
