@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "draft-agreement": (f"{PKG}.draft_agreement_args", "early-exit self-draft: top-1 agreement, cost per exit layer"),
     "prompt-order": (f"{PKG}.prompt_order_args",
                      "passage order: prefix-cache hits and SQuAD EM/F1, canonical vs score order"),
+    "quality": (f"{PKG}.answer_quality_args", "answer quality end to end: recall@k, gold vs served EM/F1, abstention, "
+                "past answers in the prompt / as drafts / not at all"),
     "exactness": (f"{PKG}.exactness_args",
                   "exactness: engine answers vs HF greedy, batched and from the prefix cache, with logit margins"),
     "logprobs": (f"{PKG}.logprobs_args", "logprobs: their cost in the engine (tok/s off vs on), equal to HF greedy's"),

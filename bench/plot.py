@@ -2,7 +2,7 @@
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
         [--kind decoding|pipeline|serve|serve_replicas|replica_sim|retrieval|events|draft_agreement|profile|
-               prompt_order|exactness|logprobs]
+               prompt_order|exactness|logprobs|answer_quality]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
@@ -39,6 +39,7 @@ PLOTTERS = {
     "rows_kernels": "lookahead_rag.bench.rows_kernels_plot",
     "attention_kernels": "lookahead_rag.bench.attention_kernels_plot",
     "device": "lookahead_rag.bench.device_plot",
+    "answer_quality": "lookahead_rag.bench.answer_quality_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

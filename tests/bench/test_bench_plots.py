@@ -136,7 +136,24 @@ def _logprobs() -> dict[str, Any]:
             "tie_gap": 1e-4, "passes": passes}
 
 
+def _answer_quality() -> dict[str, Any]:
+    def served(order: str, held: float | None) -> dict[str, Any]:
+        return {"order": order, "k": 3, "gold_in_prompt_pct": held, "squad_em": 10.0, "squad_f1": 30.0,
+                "wrongly_abstained_pct": 5.0, "abstained_pct": 60.0, "answered_anyway_pct": 40.0}
+
+    def past(f1: float, per_step: float) -> dict[str, Any]:
+        return {"squad_em": 5.0, "squad_f1": f1, "tokens_per_step": per_step, "tokens_per_s": 8.0}
+    return {"kind": "answer_quality", "model": "tiny", "cpu": "Test CPU", "machine": "Linux, 2 cores", "threads": 2,
+            "dataset": "test", "questions": 4, "unanswerable_questions": 2, "tenants": 1, "max_new_tokens": 8,
+            "retrieval": {"recall@1": 75.0, "recall@3": 100.0, "recall@5": 100.0, "recall@10": 100.0},
+            "gold": {"squad_em": 25.0, "squad_f1": 40.0, "wrongly_abstained_pct": 0.0},
+            "served": [served("canonical", 100.0), served("score", None)],
+            "past": {"prompt_all": past(10.0, 2.5), "prompt": past(30.0, 2.4), "drafts": past(30.0, 2.4),
+                     "none": past(30.0, 1.5), "drafts_equal_none": True}}
+
+
 RESULTS = {
+    "answer quality": _answer_quality,
     "logprobs": _logprobs,
     "exactness": _exactness,
     "prompt order": _prompt_order,
@@ -162,7 +179,8 @@ RESULTS = {
                                                 "rows": {"hf_static": {"tok_s": 500.0}}},
                            "batched_float32": {"skipped": "out of time"}}},
 }
-KINDS = {"logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
+KINDS = {"answer quality": "answer_quality",
+         "logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
          "draft agreement": "draft_agreement",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",

@@ -1,0 +1,211 @@
+"""The answer-quality benchmark (what it measures and its command line: bench/answer_quality_args.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from lookahead_core import DecodingConfig, TokenTrie
+from lookahead_core.models import load_model
+from tqdm import tqdm
+
+from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, read_jsonl
+from lookahead_rag.bench.engine_runner import SchedulerRunner
+from lookahead_rag.bench.plot import write_outputs
+from lookahead_rag.bench.prompt_order import ORDERS, retriever_cores, unanswerable_pool
+from lookahead_rag.bench.serve_hf import greedy
+from lookahead_rag.bench.serve_load import Question, Workload, load_workload
+from lookahead_rag.bench.squad_eval import abstains, quality_row, score
+from lookahead_rag.services.retriever.citations import CitedPassage, cite
+from lookahead_rag.services.retriever.core import RetrieverCore
+from lookahead_rag.services.retriever.prompt import Passage, build_prompt
+from lookahead_rag.v1 import events_pb2
+
+RECALL_AT = (1, 3, 5, 10)
+PERCENT = 100.0
+DIGITS = 1
+# past answers: every one in the prompt (as before issue 45: none filtered out), in the prompt where their
+# passages support them ([retriever] past_answers_in_prompt), as drafts only (the default), not at all
+PAST_SETTINGS = ("prompt_all", "prompt", "drafts", "none")
+PAST_MODE = "hierarchical"
+
+
+def pct(n: int, d: int) -> float | None:
+    return round(n / d * PERCENT, DIGITS) if d else None
+
+
+class Answerer:
+    """Plain greedy answers of prompts, each distinct prompt answered once."""
+
+    def __init__(self, model: Any, tok: Any, max_new: int) -> None:
+        self.model, self.tok, self.max_new = model, tok, max_new
+        self.done: dict[tuple[int, ...], str] = {}
+
+    def __call__(self, ids: Sequence[int]) -> str:
+        key = tuple(ids)
+        if key not in self.done:
+            self.done[key] = self.tok.decode(greedy(self.model, key, self.max_new), skip_special_tokens=True).strip()
+        return self.done[key]
+
+
+def recall(core: RetrieverCore, pool: Sequence[Question], gold: dict[str, str]) -> dict[str, float | None]:
+    """recall@k of each question's own paragraph in the retriever's search (any chunk of its document)."""
+    ranks = []
+    for q in pool:
+        found = [c.chunk.doc_id for c in core.search(q.tenant, q.question, max(RECALL_AT))]
+        ranks.append(found.index(gold[q.qid]) if gold[q.qid] in found else None)
+    return {f"recall@{k}": pct(sum(r is not None and r < k for r in ranks), len(ranks)) for k in RECALL_AT}
+
+
+def gold_ids(core: RetrieverCore, tok: Any, q: Question, doc: dict[str, Any], max_new: int) -> list[int]:
+    """The prompt the retriever would build with the question's own paragraph as its one passage."""
+    s = core.settings
+    passage = Passage(doc.get("title", ""), doc["text"], 1.0, doc["id"], 0)
+    return build_prompt(tok, q.question, [passage], [], core.prompt_budget(max_new), s.system_prompt,
+                        s.min_truncated_tokens).ids
+
+
+def answer_row(answers: Sequence[str], refs: Sequence[list[str]]) -> dict[str, Any]:
+    """EM / F1 of answers to answerable questions, and how many wrongly abstained."""
+    row = quality_row([score(a, r) for a, r in zip(answers, refs, strict=True)])
+    return {**row, "wrongly_abstained_pct": pct(sum(abstains(a) for a in answers), len(answers))}
+
+
+def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unanswerable: Sequence[Question],
+           gold: dict[str, str], refs: dict[str, list[str]], k: int, max_new: int) -> dict[str, Any]:
+    """One served setting (a core's passage order, k): gold paragraph in the prompt, EM / F1, abstention."""
+    held, answers = 0, []
+    for q in tqdm(pool, desc=f"served {core.settings.passage_order.value} k={k}"):
+        r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
+        held += gold[q.qid] in {c.chunk.doc_id for c in r.chunks}
+        answers.append(answer(r.prompt_ids))
+    said = [abstains(answer(core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new).prompt_ids))
+            for q in unanswerable]
+    return {"order": core.settings.passage_order.value, "k": k, "gold_in_prompt_pct": pct(held, len(pool)),
+            **answer_row(answers, [refs[q.qid] for q in pool]),
+            "abstained_pct": pct(sum(said), len(said)), "answered_anyway_pct": pct(len(said) - sum(said), len(said)),
+            "answers": answers}
+
+
+def feed_back(core: RetrieverCore, q: Question, text: str, chunks: Sequence[Any], every: bool) -> None:
+    """The finished answer as the product feeds it back: a GenerationCompleted with its citations
+    (``every``: one made up where none was found, so every answer may be shown, as before issue 45)."""
+    event = events_pb2.GenerationCompleted(event_id=uuid.uuid4().hex, tenant=q.tenant, question=q.question,
+                                           answer_text=text, doc_ids=sorted({c.chunk.doc_id for c in chunks}))
+    for c in cite(text, [CitedPassage(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.text) for c in chunks]):
+        event.citations.add(doc_id=c.doc_id, chunk_id=c.chunk_id, start=c.start, end=c.end, quote=c.quote)
+    if every and not event.citations:
+        event.citations.add(doc_id="", chunk_id="", start=0, end=0, quote="")
+    core.sessions.apply(event)
+
+
+def past_study(base: RetrieverCore, wl: Workload, model: Any, tok: Any, pool: Sequence[Question],
+               refs: dict[str, list[str]], rounds: int, max_new: int) -> dict[str, Any]:
+    """Past answers in the prompt / as drafts only / not at all, over ``rounds`` passes of ``pool``."""
+    cfg = DecodingConfig(max_new_tokens=max_new, mode=PAST_MODE)
+    out: dict[str, Any] = {}
+    for setting in PAST_SETTINGS:
+        core = RetrieverCore(base.settings.model_copy(update={"past_answers_in_prompt": setting.startswith("prompt")}),
+                             embedder=base.embedder, tokenizer=tok, limits=base.limits, served=base.served)
+        for tenant, docs in wl.docs.items():
+            core.ingest(tenant, docs)
+        runner = SchedulerRunner(model, tok, cfg, TokenTrie(cfg.trie) if setting != "none" else None)
+        answers, tokens, steps, wall, past_shown = [], 0, 0, 0.0, 0
+        for _ in range(rounds):
+            for q in tqdm(pool, desc=f"past answers: {setting}"):
+                r = core.retrieve(q.tenant, q.question, m=2, max_new_tokens=max_new)
+                past_shown += bool(r.sessions)
+                start = time.perf_counter()
+                ids, n_steps, _ = runner(r.prompt_ids)
+                wall += time.perf_counter() - start
+                text = tok.decode(ids, skip_special_tokens=True).strip()
+                tokens, steps = tokens + len(ids), steps + n_steps
+                answers.append(text)
+                feed_back(core, q, text, r.chunks, every=setting == "prompt_all")
+        runner.close()
+        core.close()
+        out[setting] = {**answer_row(answers, [refs[q.qid] for _ in range(rounds) for q in pool]),
+                        "tokens": tokens, "tokens_per_step": round(tokens / max(steps, 1), 2),
+                        "tokens_per_s": round(tokens / max(wall, 1e-9), 2), "prompts_with_past_answers": past_shown,
+                        "answers": answers}
+    out["drafts_equal_none"] = out["drafts"]["answers"] == out["none"]["answers"]  # lossless drafting
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
+    unanswerable = unanswerable_pool(args, wl)
+    rows = {str(q.get("id")): q for q in read_jsonl(args.questions)}
+    corpus = {r["id"]: r for r in read_jsonl(args.corpus)}
+    gold = {q.qid: rows[q.qid]["doc_id"] for q in wl.pool}
+    refs = {q.qid: list(rows[q.qid].get("answers") or []) for q in wl.pool}
+    model, tok = load_model(args.model, **placement(args))
+    answer = Answerer(model, tok, args.max_new_tokens)
+    with tempfile.TemporaryDirectory(prefix="bench-quality-") as root:
+        cores = retriever_cores(Path(root), args, wl, tok, ORDERS)
+        canonical = cores[ORDERS[0]]
+        ks = args.ks or [canonical.limits.resolve_k(0)]
+        retrieval = recall(canonical, wl.pool, gold)
+        gold_answers = [answer(gold_ids(canonical, tok, q, corpus[gold[q.qid]], args.max_new_tokens))
+                        for q in tqdm(wl.pool, desc="gold paragraph")]
+        settings = [served(core, answer, wl.pool, unanswerable, gold, refs, k, args.max_new_tokens)
+                    for k in ks for core in cores.values()]
+        past = (past_study(canonical, wl, model, tok, wl.pool[: args.past], refs, args.past_rounds,
+                           args.max_new_tokens) if args.past else None)
+        system_prompt = canonical.settings.system_prompt
+        for core in cores.values():
+            core.close()
+    device = args.device
+    return {
+        "kind": "answer_quality", "model": args.model,
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
+        "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
+        "questions": len(wl.pool), "unanswerable_questions": len(unanswerable), "tenants": len(wl.docs),
+        "max_new_tokens": args.max_new_tokens, "system_prompt": system_prompt, "retrieval": retrieval,
+        "gold": {**answer_row(gold_answers, [refs[q.qid] for q in wl.pool]), "answers": gold_answers},
+        "served": settings, "past": past,
+        "ids": [q.qid for q in wl.pool],
+    }
+
+
+COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %", ".1f"),
+           ("squad_em", "EM %", ".1f"), ("squad_f1", "F1 %", ".1f"), ("wrongly_abstained_pct", "abstained (ans.) %",
+                                                                     ".1f"),
+           ("abstained_pct", "abstained (unans.) %", ".1f"), ("tokens_per_step", "tok/step", ".2f"),
+           ("tokens_per_s", "tok/s", ".2f")]
+
+
+def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = [{"setting": "gold paragraph", **data["gold"]}]
+    rows += [{"setting": f"served {s['order']} k={s['k']}", **s} for s in data["served"]]
+    for name in PAST_SETTINGS:
+        if data.get("past"):
+            rows.append({"setting": f"past answers: {name}", **data["past"][name]})
+    return rows
+
+
+def report(args: argparse.Namespace) -> int:
+    """Run, print the table, and write the JSON and its PNG when asked."""
+    data = run(args)
+    print()
+    print(", ".join(f"{k} {v}%" for k, v in data["retrieval"].items()))
+    print_table([{c: r.get(c) for c, _, _ in COLUMNS} for r in table_rows(data)], COLUMNS)
+    print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['questions']} "
+          f"answerable + {data['unanswerable_questions']} unanswerable questions, {data['max_new_tokens']} new tokens")
+    write_outputs(data, args.json, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    from lookahead_rag.bench.answer_quality_args import main
+
+    raise SystemExit(main(sys.argv[1:]))

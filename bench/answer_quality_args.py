@@ -1,0 +1,64 @@
+"""Answer quality end to end: what the served path loses between the question's paragraph and the prompt.
+
+    lookahead-rag-bench quality [--corpus C.jsonl --questions Q.jsonl] [--limit 40] [--unanswerable 10] \\
+        [--max-new-tokens 32] [--ks 3] [--past 0 --past-rounds 2] [--system-prompt TEXT] \\
+        [--model NAME] [--threads N] [--json out.json] [--png out.png]
+
+On the first ``--limit`` answerable questions (file order) and the first ``--unanswerable`` ones the file
+marks ``"answerable": false``, with the retriever set up as bench serve sets it up (one tenant, or one per
+article with --tenants-by-title):
+
+- retrieval: recall@1/3/5/10 of the question's own paragraph (any chunk of its ``doc_id``) in the
+  retriever's search, and the share of served prompts that hold it;
+- answers (plain greedy, transformers' generate, at most --max-new-tokens): SQuAD EM / F1 of the
+  answerable questions prompted with their own paragraph alone ("gold") and with the served prompt
+  (retrieved passages, each passage order: canonical and score, at each k of --ks); answers that wrongly
+  say the documents do not hold it; on the unanswerable ones, the share that say so (abstained) and
+  the share answered anyway;
+- past answers (``--past N``: the first N answerable questions asked ``--past-rounds`` times in a row
+  through the engine, hierarchical drafting, each answer fed back as the product feeds it): EM / F1,
+  tokens per step and tok/s with past answers in the prompt (``[retriever] past_answers_in_prompt``),
+  as drafts only (the request trie keeps every past output: the draft cache's role) and not at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from lookahead_rag.bench.common import add_model_args, workload_parser
+from lookahead_rag.bench.dataset import dataset_from_args
+
+DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
+DEFAULT_MAX_NEW_TOKENS = 32  # SQuAD answers are a few words; a grounded reply rarely needs more
+DEFAULT_UNANSWERABLE = 10
+DEFAULT_PAST_ROUNDS = 2  # the demo's shape: the same questions again once their answers are remembered
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = workload_parser("lookahead-rag-bench quality", __doc__)
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="the first N answerable questions")
+    p.add_argument("--unanswerable", type=int, default=DEFAULT_UNANSWERABLE,
+                   help="the first N unanswerable questions (abstained / answered anyway)")
+    p.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS, help="greedy answer length cap")
+    p.add_argument("--ks", default="", help="passages retrieved, comma-separated (default: [limits] default_k)")
+    p.add_argument("--past", type=int, default=0, help="past-answer study: the first N answerable questions (0: off)")
+    p.add_argument("--past-rounds", type=int, default=DEFAULT_PAST_ROUNDS, help="times the past-answer questions "
+                   "are asked in a row")
+    p.add_argument("--system-prompt", default=None, help="the retriever's system prompt for this run")
+    add_model_args(p)
+    args = p.parse_args(argv)
+    if args.limit < 1 or args.max_new_tokens < 1 or args.unanswerable < 0 or args.past < 0 or args.past_rounds < 1:
+        p.error("--limit, --max-new-tokens and --past-rounds must be positive, --unanswerable and --past not negative")
+    try:
+        args.ks = [int(k) for k in args.ks.split(",") if k.strip()]
+    except ValueError:
+        p.error("--ks: comma-separated integers")
+    args.dataset = dataset_from_args(p, args).name
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv or [])
+    from lookahead_rag.bench.answer_quality import report  # torch: loaded once the arguments are parsed
+
+    return report(args)

@@ -1,0 +1,48 @@
+"""``lookahead-rag-bench quality``'s PNG: retrieval recall@k; EM / F1 with the gold paragraph and served;
+abstention on unanswerable questions; past answers in the prompt / as drafts / not at all (EM, F1, speed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lookahead_rag.bench.plot_common import TITLE_FONT, figure, grouped_bars, known, save, title
+
+QUALITY = {"squad_em": "EM", "squad_f1": "F1"}
+ABSTAIN = {"abstained_pct": "unanswerable: said so", "answered_anyway_pct": "unanswerable: answered anyway",
+           "wrongly_abstained_pct": "answerable: wrongly said so"}
+PAST_QUALITY = {"squad_em": "EM %", "squad_f1": "F1 %"}
+PAST_SPEED = {"tokens_per_step": "tokens per step", "tokens_per_s": "tok/s"}
+
+
+def plot(data: dict[str, Any], path: str) -> None:
+    """Four panels (three without a past-answer study)."""
+    past = data.get("past") or {}
+    past_names = [n for n in ("prompt_all", "prompt", "drafts", "none") if n in past]
+    fig, axes = figure(4 if past_names else 3)
+    recall, quality, abstain = axes[:3]
+    r = data.get("retrieval") or {}
+    grouped_bars(recall, list(r), {"% of questions": list(r.values())}, lambda v: f"{v:.0f}%")
+    served = data.get("served") or []
+    held = ", ".join(f"{s['order']} k={s['k']}: {known(s.get('gold_in_prompt_pct'))}%" for s in served)
+    recall.set_title(f"own paragraph in the top k (search)\nin the prompt: {held}", fontsize=TITLE_FONT)
+    recall.set_ylabel("recall (%)")
+    names = ["gold", *[f"{s['order']}\nk={s['k']}" for s in served]]
+    rows = [data.get("gold") or {}, *served]
+    grouped_bars(quality, names, {label: [row.get(k) for row in rows] for k, label in QUALITY.items()})
+    quality.set_title(f"answerable questions, greedy, {known(data.get('max_new_tokens'))} new tokens at most",
+                      fontsize=TITLE_FONT)
+    quality.set_ylabel("SQuAD score (%), max over reference answers")
+    grouped_bars(abstain, names[1:], {label: [s.get(k) for s in served] for k, label in ABSTAIN.items()})
+    abstain.set_title(f"abstention: {known(data.get('unanswerable_questions'))} unanswerable questions",
+                      fontsize=TITLE_FONT)
+    abstain.set_ylabel("% of answers")
+    if past_names:
+        ax = axes[3]
+        series = {label: [past[n].get(k) for n in past_names] for k, label in PAST_QUALITY.items()}
+        series |= {label: [past[n].get(k) for n in past_names] for k, label in PAST_SPEED.items()}
+        grouped_bars(ax, [f"past answers:\n{n}" for n in past_names], series)
+        ax.set_title("past answers accumulating (engine, hierarchical)", fontsize=TITLE_FONT)
+        ax.set_ylabel("% (EM, F1) / tokens per step / tok/s")
+    what = (f"Answer quality end to end: {known(data.get('questions'))} answerable questions, "
+            f"{known(data.get('tenants'))} tenant(s)\ndata: {known(data.get('dataset'))}")
+    save(fig, path, title(data, what, "the same model handed the question's own paragraph (gold)"))
