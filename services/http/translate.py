@@ -195,12 +195,20 @@ def documents(final: FinalInfo) -> list[Json]:
              "score": round(c.score, SCORE_DIGITS), "text": c.text} for c in final.documents]
 
 
+def citations(final: FinalInfo) -> list[Json]:
+    """The documents' passages that support the answer (the ``citations`` extension field): ids and the
+    character span of the supporting text in the chunk's text (empty in a safe stream)."""
+    return [{"doc_id": c.doc_id, "chunk_id": c.chunk_id, "start": c.start, "end": c.end, "quote": c.quote}
+            for c in final.citations]
+
+
 def completion(reply: Reply, final: FinalInfo) -> Json:
     """The whole answer as one ``chat.completion``."""
     choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
                     "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
     body = {**reply.head("chat.completion"), "choices": [choice], "usage": usage(final),
-            "documents": documents(final), **conversation(reply, final), **decoding(final)}
+            "documents": documents(final), "citations": citations(final), **conversation(reply, final),
+            **decoding(final)}
     if reply.token_ids:
         choice["token_ids"] = list(final.output_ids)
         body["prompt_token_ids"] = list(final.prompt_ids)
@@ -247,6 +255,7 @@ class StreamTranslator:
         out = [] if self.started else [self._chunk(self._delta(""), token_ids=[])]
         last = self._chunk({}, finish_reason(final.stats.finish_reason))
         last["documents"] = documents(final)
+        last["citations"] = citations(final)
         last.update(conversation(self.reply, final))
         last.update(decoding(final))
         if self.reply.token_ids:  # known only once the answer is done, like the documents
