@@ -261,21 +261,26 @@ def test_citations_are_marked_inline_and_a_bad_upload_is_one_line(served: Served
     from selenium.webdriver.common.by import By
 
     browser.get(f"{served.base}/")
-    answer = "The okapi's tongue is blue. It eats leaves."
+    answer = "It eats leaves, with its tongue. The okapi lives in the Congo."
     docs = [{"doc_id": "zebra.md", "chunk_id": "zebra.md#0", "title": "Zebras", "source": "", "score": 0.2,
              "text": "Zebras have stripes."},
             {"doc_id": "okapi.md", "chunk_id": "okapi.md#0", "title": "The okapi", "source": "", "score": 0.7,
              "text": "It eats leaves with its long blue tongue."}]
-    citations = [{"doc_id": "okapi.md", "chunk_id": "okapi.md#0", "start": 0, "end": 14, "quote": "It eats leaves"}]
+    # the shape the finish chunk carries (services/http/translate.citations): the span in the passage's text, and
+    # its quote, found in the answer as the server matched it (case and punctuation between words aside)
+    citations = [{"doc_id": "okapi.md", "chunk_id": "okapi.md#0", "start": 0, "end": 14, "quote": "it eats leaves"}]
     marks = browser.execute_script("return citeMarks(arguments[0], arguments[1], arguments[2])", answer, citations,
                                    docs)
-    assert marks == [{"at": len(answer), "n": 1}]  # after its sentence (the last), the second document
+    first_sentence = answer.index(".") + 1
+    assert marks == [{"at": first_sentence, "n": 1}]  # after the sentence holding it, the second document
     assert browser.execute_script("return citeMarks('x', [{chunk_id: 'gone'}, 7, null], arguments[0])", docs) == []
     browser.execute_script("""const view = addTurn('q');
         renderText(view, arguments[0], citeMarks(arguments[0], arguments[1], arguments[2]));
         renderSources(view, arguments[2], arguments[1]);""", answer, citations, docs)
     link = browser.find_element(By.CSS_SELECTOR, ".answer .cite")
     assert link.text == "[2]" and link.get_attribute("href").endswith("#answer-1-doc-2")
+    assert browser.execute_script("return document.querySelector('.answer .text').textContent") == (
+        answer[:first_sentence] + "[2]" + answer[first_sentence:])
     assert browser.find_element(By.CSS_SELECTOR, "#answer-1-doc-2 mark").text == "It eats leaves"
 
     bad = tmp_path / "bad.jsonl"
