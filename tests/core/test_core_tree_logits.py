@@ -64,8 +64,8 @@ def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool
     prefill = RaggedPlan([Segment(kv, 0, 0, causal_visible(past))])
     ragged(runner, past_tokens, list(range(past)), prefill, [past - 1])
     kv.length = past
-    step = pack_step(StepPlan([Decode("r", tree, len(tree), ROOT, past, None, [], 0)], []), {"r": kv}, torch.float32,
-                     torch.device("cpu"))
+    step = pack_step(StepPlan([Decode("r", tree, len(tree), ROOT, past, None, [], 0)], []), {"r": kv})
+    step.attention.finalize(torch.float32, torch.device("cpu"))  # what the CPU backend does before its forward
     out = ragged(runner, step.ids, step.positions if positions else None, step.attention, step.keep)
     assert out.shape[0] == len(tree) + 1
     return out

@@ -107,8 +107,7 @@ def _ancestors_or_self(parents: list[int], node: int) -> set[int]:
 def packed_tree(tree: DraftTree, root: int, past: int) -> PackedStep:
     """The engine's packed row of one request verifying ``tree`` below ``root`` over ``past`` cached entries."""
     kv = SimpleNamespace(length=past)  # never read when packing: the segment only points at it
-    return pack_step(StepPlan([Decode("r", tree, len(tree), root, past, None, [], 0)], []), {"r": kv},  # type: ignore[dict-item]
-                     torch.float32, torch.device("cpu"))
+    return pack_step(StepPlan([Decode("r", tree, len(tree), root, past, None, [], 0)], []), {"r": kv})  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
