@@ -18,6 +18,7 @@ import grpc
 
 from lookahead_rag.services.events.forget import CLOCK_SKEW_MS, MS_PER_S, forget_event
 from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, GENERATOR_GROUP, RETRIEVER_GROUP
+from lookahead_rag.services.retriever.sessions import SessionRecord
 from lookahead_rag.v1 import generator_pb2, retriever_pb2, retriever_pb2_grpc
 from tests.pipeline.helpers import QUESTION, RunningPipeline, module_loop, module_pipeline
 
@@ -48,11 +49,11 @@ async def forget(p: RunningPipeline, tenant: str, doc_id: str = "") -> str:
     return reply.event_id
 
 
-async def past_sessions(p: RunningPipeline, tenant: str, question: str = QUESTION) -> list[retriever_pb2.PastSession]:
-    async with grpc.aio.insecure_channel(p.target("retriever")) as channel:
-        request = retriever_pb2.RetrieveRequest(tenant=tenant, question=question, k=1, m=SESSIONS_M, max_new_tokens=N)
-        reply = await retriever_pb2_grpc.RetrieverStub(channel).Retrieve(request, timeout=RPC_TIMEOUT_S)
-    return list(reply.sessions)
+async def past_sessions(p: RunningPipeline, tenant: str, question: str = QUESTION) -> list[SessionRecord]:
+    """The tenant's past sessions the retriever holds for ``question`` (read in process: by default they feed
+    the drafts and stay out of the prompt, so Retrieve does not return them)."""
+    core = p.pipeline.retriever
+    return [hit.session for hit in core.sessions.search(tenant, core.embedder.encode_one(question), SESSIONS_M)]
 
 
 def grounding(final: generator_pb2.FinalInfo) -> list[str]:

@@ -20,8 +20,9 @@ from lookahead_core.threads import new_thread_default, usable_cores
 
 from lookahead_rag.services.draftcache.servicer import SERVICE_NAME as DRAFTCACHE_SERVICE
 from lookahead_rag.services.generator.servicer import SERVICE_NAME as GENERATOR_SERVICE
+from lookahead_rag.services.retriever.past_answers import cut_answer
 from lookahead_rag.services.retriever.servicer import SERVICE_NAME as RETRIEVER_SERVICE
-from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2, retriever_pb2, retriever_pb2_grpc
+from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, generator_pb2
 from tests.pipeline.helpers import QUESTION, RunningPipeline, greedy, module_loop, module_pipeline, params
 
 pytestmark = module_loop
@@ -73,8 +74,8 @@ async def test_answer_streams_plain_greedy_of_the_assembled_prompt(pipe: Running
     assert warm.final.stats.forward_steps < final.stats.forward_steps
 
 
-async def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pipe: RunningPipeline,
-                                                                      tenant: str) -> None:
+async def test_repeated_question_drafts_from_its_past_answer_and_takes_fewer_steps(pipe: RunningPipeline,
+                                                                                tenant: str) -> None:
     first = await pipe.answer(tenant, m=2, max_new_tokens=N)
     assert first.final is not None
     await pipe.drain()
@@ -85,13 +86,17 @@ async def test_repeated_question_uses_the_past_session_and_takes_fewer_steps(pip
     assert list(event.output_ids) == list(first.final.output_ids)
     assert event.tokenizer_id == pipe.generator.tokenizer_id and event.event_id
     assert event.stats.new_tokens == first.final.stats.new_tokens
+    assert list(event.citations) == list(first.final.citations)  # the passages supporting it, in both
+    texts = {d.chunk_id: d.text for d in first.final.documents}
+    assert all(texts[c.chunk_id][c.start:c.end] == c.quote for c in first.final.citations)
     assert [s.outputs for s in pipe.pipeline.draftcache.stats(tenant)] == [1]
     assert pipe.pipeline.retriever.stats(tenant).sessions == 1
 
     second = await pipe.answer(tenant, m=2, max_new_tokens=N)
     final = second.final
     assert final is not None
-    assert first.final.answer_text in pipe.tokenizer.decode(list(final.prompt_ids))
+    # the past answer feeds the drafts, not the prompt ([retriever] past_answers_in_prompt is off): same prompt
+    assert list(final.prompt_ids) == list(first.final.prompt_ids)
     assert list(final.output_ids) == greedy(pipe.model, final.prompt_ids, N)
     assert second.text == final.answer_text
     assert final.stats.forward_steps < first.final.stats.forward_steps
@@ -200,15 +205,13 @@ async def test_tenant_b_answers_never_reach_tenant_a(pipe: RunningPipeline, tena
     assert own.tokens > 0  # control: B's outputs are there for B
     assert other.tokens == 0 and not other.continuations
 
-    async with grpc.aio.insecure_channel(pipe.target("retriever")) as ch:
-        retriever = retriever_pb2_grpc.RetrieverStub(ch)
+    core = pipe.pipeline.retriever  # past sessions feed the drafts, not the prompt: read them in process
 
-        async def sessions(t: str) -> list[str]:
-            req = retriever_pb2.RetrieveRequest(tenant=t, question=CSV_QUESTION, k=1, m=5, max_new_tokens=N)
-            return [s.answer for s in (await retriever.Retrieve(req, timeout=60)).sessions]
+    def sessions(t: str) -> list[str]:
+        return [h.session.answer for h in core.sessions.search(t, core.embedder.encode_one(CSV_QUESTION), 5)]
 
-        assert b1.final.answer_text in await sessions(tenant_b)
-        assert await sessions(tenant_a) == []
+    assert cut_answer(b1.final.answer_text) in sessions(tenant_b)
+    assert sessions(tenant_a) == []
 
     a = await pipe.answer(tenant_a, question=CSV_QUESTION, m=2, max_new_tokens=N)
     assert a.final is not None
