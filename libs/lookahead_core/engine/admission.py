@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from .sched_config import SchedulerConfig
 
 T = TypeVar("T")
 
@@ -115,6 +118,15 @@ class FairQueue(Generic[T]):
     def _drop_if_empty(self, name: str) -> None:
         if not self._tenants[name].entries:
             del self._tenants[name]  # rejoins at the rotation's tail when it next pushes
+
+
+def admits(held: Mapping[str, int], running: Mapping[str, int], tenant: str, need: int,
+           config: SchedulerConfig) -> bool:
+    """Whether a request of ``tenant`` needing ``need`` KV bytes may start beside what runs: ``held`` KV bytes
+    and ``running`` places by tenant. Example: budget 4 MiB, share 0.5, cap 3; a holds 1 MiB in 1 place, b 1 MiB:
+    a request of a needing 1 MiB may (a 2 MiB, all 3 MiB); one needing 1.5 MiB may not (a's share is 2 MiB)."""
+    return (running.get(tenant, 0) < config.tenant_running and sum(held.values()) + need <= config.kv_budget_bytes
+            and held.get(tenant, 0) + need <= config.tenant_kv_bytes)
 
 
 @dataclass

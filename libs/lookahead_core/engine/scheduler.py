@@ -39,7 +39,7 @@ from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
 from ..vocab import check_in_vocab
 from .active import Active, Emitting
-from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
+from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState, admits
 from .apply import Forward, apply_step
 from .finish import eos_ids
 from .gains import GainsModel
@@ -256,24 +256,19 @@ class StepScheduler:
             self._end(req)
 
     def _pop_admissible(self) -> list[ServeRequest]:
-        """Waiting requests that may start now, fairest tenant first: within max_running, a tenant's running cap,
-        and the KV budget of the engine and of the tenant (a request that does not fit waits; others pass it)."""
+        """Waiting requests that may start now, fairest tenant first, within max_running and ``admission.admits``
+        (a tenant's running cap, the engine's and the tenant's KV budget): one that does not fit waits."""
         cfg, out = self.config, []
         held: Counter[str] = Counter()  # KV bytes by tenant: running, then popped here
         for r in self.running:
             held[r.req.tenant] += r.kv.nbytes
+        per_tenant = Counter(r.req.tenant for r in self.running)  # running places by tenant, popped ones added
         while len(self.running) + len(out) < cfg.max_running:
-            per_tenant = Counter(r.req.tenant for r in self.running) + Counter(r.tenant for r in out)
-
-            def fits(req: ServeRequest, per_tenant: Counter[str] = per_tenant) -> bool:
-                need = self._kv_need(req)
-                return (per_tenant[req.tenant] < cfg.tenant_running and sum(held.values()) + need <= cfg.kv_budget_bytes
-                        and held[req.tenant] + need <= cfg.tenant_kv_bytes)
-
-            req = self.queue.pop(per_tenant, fits)
+            req = self.queue.pop(per_tenant, lambda r: admits(held, per_tenant, r.tenant, self._kv_need(r), cfg))
             if req is None:
                 break
             held[req.tenant] += self._kv_need(req)
+            per_tenant[req.tenant] += 1
             out.append(req)
         self._admitting = len(out)
         return out
