@@ -140,8 +140,7 @@ class GeneratorCore:
         return SchedulerConfig(
             max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
             prefill_chunk=s.prefill_chunk, ttft_target_s=s.ttft_target_s, prefill_tree_share=s.prefill_tree_share,
-            prefix_cache_bytes=s.prefix_cache_mb * MIB,
-            prefix_tenant_share=s.prefix_cache_tenant_share,
+            prefix_cache_bytes=s.prefix_cache_mb * MIB, prefix_tenant_share=s.prefix_cache_tenant_share,
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
             backend=s.backend, exact_numerics=s.exact_numerics, exact_tile_rows=s.exact_tile_rows,
             kv_slot_tokens=s.kv_slot_tokens, kv_budget_bytes=s.kv_budget_mb * MIB, kv_tenant_share=s.kv_tenant_share,
