@@ -19,6 +19,7 @@ from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.backend.base import CPU, GENERIC
 from lookahead_core.forward.backend.choice import backend_name
 from lookahead_core.forward.backend.pool import KVTooLong
+from lookahead_core.forward.kernels import CostCurve
 from lookahead_core.models import load_model
 
 from tests.core.helpers import (
@@ -141,17 +142,37 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
 
 
 def test_a_request_longer_than_a_slot_fails_alone(scheduler_of) -> None:
-    # prompt + max_new_tokens + a step over the slot's 160 entries: that request ends with KVTooLong, its
-    # neighbour is greedy's
+    # prompt + max_new_tokens + a step over the slot's 160 entries: refused with KVTooLong at submit, before it
+    # queues; its neighbour is greedy's
     model = tiny_model("llama")
     short = random_prompt(random.Random(1))
     sched = scheduler_of(model, generic())
+    with pytest.raises(KVTooLong, match="pool slot holds 160"):
+        sched.submit(request(short, Client(), max_new_tokens=150))
+    client = Client()
+    req = request(short, client, max_new_tokens=12)
+    with eos_as(model, None):
+        run_all(sched, [req], [client])
+        assert client.error is None and req.output == greedy(model, short, 12)
+    assert sched.backend.pool.free == sched.config.max_running  # the refused request never took a slot
+
+
+def test_a_flat_cost_widens_only_what_fits_its_slot(scheduler_of) -> None:
+    # a flat measured cost (a launch-bound device) widens draft budgets to 128, but never past the slot: the
+    # request whose widened step would overflow its 160 entries keeps its configured 6 and is served, not refused
+    model = tiny_model("llama")
+    sched = scheduler_of(model, generic(adaptive=False))
+    sched.backend._curve = CostCurve((1, 64, 256), {GENERIC: (0.01, 0.01, 0.01)})  # flat
+    short = random_prompt(random.Random(2))[:16]
+    long = random_prompt(random.Random(5))[:40]
     clients = [Client(), Client()]
-    reqs = [request(short, clients[0], max_new_tokens=150), request(short, clients[1], max_new_tokens=12)]
+    reqs = [request(short, clients[0], max_new_tokens=12, mode=DraftMode.PARALLEL),  # 16 + 12 + 1 + 128 = 157 fits
+            request(long, clients[1], max_new_tokens=80, mode=DraftMode.PARALLEL)]  # 40 + 80 + 1 + 128 does not
     with eos_as(model, None):
         run_all(sched, reqs, clients)
-        assert isinstance(clients[0].error, KVTooLong) and "pool slot holds 160" in str(clients[0].error)
-        assert clients[1].error is None and reqs[1].output == greedy(model, short, 12)
+        assert [c.error for c in clients] == [None, None]
+        assert [r.output for r in reqs] == [greedy(model, short, 12), greedy(model, long, 80)]
+    assert [r.config.decoding_length for r in reqs] == [128, 6]
 
 
 def test_the_one_place_that_chooses() -> None:

@@ -5,12 +5,11 @@
     logits = forward(...)          # run.py: ONE forward for every request; choose() the token after each row
     apply_step(plan, packed, ...)  # apply.py: accept each path, compact its KV, emit; finish prefills
 
-Continuous batching: requests join and leave between steps; waiting requests sit in a bounded queue
-with fair share by tenant. Draft budgets adapt to load: each request's expected tokens per step for
-every budget comes from its own recent accepted paths, the cost of a forward of n tokens from a
-measurement on this machine at start-up, and ``split_budget`` picks the budgets that maximize tokens
-per second. ``start()`` runs the steps on the engine's own thread (the service); ``start(thread=False)``
-leaves them to callers of ``step()`` (the batch-1 ``LookaheadDecoder`` drives it from its caller).
+Continuous batching: requests join and leave between steps; waiting requests sit in a bounded queue with fair
+share by tenant. Draft budgets adapt to load: each request's expected tokens per step for every budget comes from
+its own recent accepted paths, a forward's cost from a measurement at start-up, and ``split_budget`` picks the
+budgets that maximize tokens per second. ``start()`` runs the steps on the engine's own thread (the service);
+``start(thread=False)`` leaves them to callers of ``step()`` (the batch-1 ``LookaheadDecoder``).
 """
 
 from __future__ import annotations
@@ -28,12 +27,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from ..forward.backend.base import Backend
 from ..forward.backend.choice import make_backend
 from ..forward.backend.generic import GenericConfig
-from ..forward.backend.pool import KVTooLong
+from ..forward.backend.pool import KVTooLong, check_fits
 from ..forward.kernels import KernelSet
 from ..forward.support import check_supported
 from ..kv.kvstore import KVShape
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
-from ..proposers.build import build_drafting, drafting_spec
+from ..proposers.build import DraftingSpec, build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
 from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
@@ -137,7 +136,9 @@ class StepScheduler:
     def submit(self, req: ServeRequest) -> None:
         """Queue a request; raises QueueFull at once past the queue, SchedulerClosed when closing, KVTooLong when
         its KV could never fit a tenant's share of the engine's KV budget."""
-        need, most = self._kv_need(req), self.config.tenant_kv_bytes
+        capacity = Active.capacity(req, self._spec(req))
+        check_fits(capacity, self.backend.max_capacity)  # longer than a pool slot: refused before it queues
+        need, most = capacity * self.shape.bytes_per_token, self.config.tenant_kv_bytes
         if need > most:
             raise KVTooLong(f"the request needs {need / MIB:.0f} MiB of KV (prompt + max_new_tokens + a step) but a "
                             f"tenant's running requests may hold {most / MIB:.0f} MiB: shorten it")
@@ -186,8 +187,7 @@ class StepScheduler:
 
     def state(self) -> SchedulerState:
         with self._cv:
-            running = list(self.running)
-            waiting = len(self.queue)
+            running, waiting = list(self.running), len(self.queue)
         kv = sum(r.kv.nbytes for r in running)
         return SchedulerState(waiting, len(running) + self._admitting, kv, self.forwards, self.prefix_hit_tokens)
 
@@ -275,9 +275,14 @@ class StepScheduler:
 
     def _kv_need(self, req: ServeRequest) -> int:
         """Bytes of KV ``req`` holds once admitted: its capacity (prompt, answer, one step) by the model's entry."""
-        curve = self.backend.curve
-        spec = drafting_spec(req.config, curve.cost if curve is not None else None, self.backend.widest_tree)
-        return Active.capacity(req, spec) * self.shape.bytes_per_token
+        return Active.capacity(req, self._spec(req)) * self.shape.bytes_per_token
+
+    def _spec(self, req: ServeRequest) -> DraftingSpec:
+        """``req``'s drafting: its budget widened where the measured cost is flat, but back at its configured
+        width where the widened step would not fit the backend's slot (the widening never refuses a request)."""
+        cost, most = self.backend.curve.cost if self.backend.curve is not None else None, self.backend.max_capacity
+        spec = drafting_spec(req.config, cost, self.backend.widest_tree)
+        return spec if most is None or Active.capacity(req, spec) <= most else drafting_spec(req.config, cost)
 
     def _take_running(self) -> list[Active]:
         with self._cv:
@@ -290,8 +295,7 @@ class StepScheduler:
         that cannot be built fails alone. Its cached prompt prefix is looked up in ``_step``, the one place."""
         try:
             check_in_vocab(req.prompt_ids, self.vocab_size)
-            curve = self.backend.curve  # sizes a default Jacobi window by measured cost
-            spec = drafting_spec(req.config, curve.cost if curve is not None else None, self.backend.widest_tree)
+            spec = self._spec(req)  # a default Jacobi window sized by measured cost
             chooser = TokenChooser.for_request(
                 self.generation_config, spec.config, len(req.prompt_ids), req.stats.seed, self.device
             )
@@ -377,8 +381,7 @@ class StepScheduler:
 
     def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int],
                step: dict[str, Active], out: Emitting) -> None:
-        """Count the forward, apply its results (apply.py) to the step's requests (``step``: by id), end the
-        requests that finished."""
+        """Count the forward, apply its results (apply.py) to the step's requests (by id), end those finished."""
         ran = Forward(len(packed), len(plan.ids), self.backend.kernel_name(len(packed)))
         self.forwards += 1
         self.forward_sizes[ran.tokens] += 1

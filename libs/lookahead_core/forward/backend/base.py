@@ -30,6 +30,7 @@ class Backend(Protocol):
     name: str  # CPU or GENERIC
     kernels: KernelSet  # the twins its forwards run through (hooks and the step profile watch them)
     widest_tree: int  # draft budget a flat measured cost may widen a request's to (0: the configured width)
+    max_capacity: int | None  # most entries ``kv_for`` grants a request (None: no bound but memory)
 
     @property
     def curve(self) -> CostCurve | None:

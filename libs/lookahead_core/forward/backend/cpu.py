@@ -26,6 +26,7 @@ class CpuBackend:
 
     name = CPU
     widest_tree = 0  # the configured draft budgets: tuned on CPUs, where every row costs
+    max_capacity = None  # a request's cache is its own tensor, sized at admission
 
     def __init__(self, model: nn.Module, kernels: KernelSet | None = None, threads: int | None = None) -> None:
         self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION, threads=threads)

@@ -81,6 +81,7 @@ class TorchBackend:
         self.kernels = KernelSet(model, POOLED_ATTENTION, (STOCK,))
         self.pool = KVPool(self.shape, config.slots, config.slot_tokens)
         self._curve: CostCurve | None = None
+        self.max_capacity: int | None = config.slot_tokens  # a request's cache is one pool slot
 
     @property
     def curve(self) -> CostCurve | None:

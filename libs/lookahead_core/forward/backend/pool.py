@@ -19,6 +19,14 @@ import torch
 from ...kv.kvstore import KVShape, RequestKV
 
 
+def check_fits(capacity: int, slot_tokens: int | None) -> None:
+    """Raise KVTooLong when a request needing ``capacity`` entries can never fit a slot of ``slot_tokens``
+    (None: no slot bound)."""
+    if slot_tokens is not None and capacity > slot_tokens:
+        raise KVTooLong(f"the request needs {capacity} KV entries (prompt + max_new_tokens + one step) but a "
+                        f"pool slot holds {slot_tokens}: shorten it or raise [generator] kv_slot_tokens")
+
+
 class KVPoolFull(RuntimeError):
     """Every slot of the pool is held by a running request."""
 
@@ -70,9 +78,7 @@ class KVPool:
 
     def take(self, capacity: int) -> SlotKV:
         """A free slot for a request that needs ``capacity`` entries (its lowest free index)."""
-        if capacity > self.slot_tokens:
-            raise KVTooLong(f"the request needs {capacity} KV entries (prompt + max_new_tokens + one step) but a "
-                             f"pool slot holds {self.slot_tokens}: shorten it or raise [generator] kv_slot_tokens")
+        check_fits(capacity, self.slot_tokens)
         if not self._free:
             raise KVPoolFull(f"all {self.slots} KV pool slots are held")
         return SlotKV(self, self._free.pop(), capacity)
