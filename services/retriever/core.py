@@ -35,7 +35,9 @@ from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
+from lookahead_rag.services.retriever.hybrid import HybridConfig, hybrid_search
 from lookahead_rag.services.retriever.index import TenantIndex
+from lookahead_rag.services.retriever.lexical import LexicalIndexes
 from lookahead_rag.services.retriever.prompt import Passage, PastAnswer, PromptTooLong, build_prompt
 from lookahead_rag.services.retriever.sessions import PastSessions, ScoredSession
 from lookahead_rag.services.retriever.settings import RetrieverSettings
@@ -134,7 +136,9 @@ class RetrieverCore:
         saved = self._store.load_sessions()
         if saved is not None:
             self.sessions.restore(saved)
-        self._lock = self.documents.lock  # guards _indexes and every TenantIndex in it
+        self._lock = self.documents.lock  # guards _indexes and every TenantIndex in it (and _lexical)
+        self._lexical = LexicalIndexes(s.bm25_k1, s.bm25_b)  # each tenant's BM25, rebuilt after a change
+        self._hybrid = HybridConfig(s.hybrid_depth, s.rrf_k)
     # ---- validation -------------------------------------------------------------------------------
 
     def _check_documents(self, documents: Sequence[Document]) -> None:
@@ -193,13 +197,18 @@ class RetrieverCore:
 
     # ---- retrieve ---------------------------------------------------------------------------------
     def search(self, tenant: str, question: str, k: int) -> list[ScoredChunk]:
-        """Top-k chunks of the tenant for the question (embedding + FAISS), best first."""
-        return self._search(tenant, self.embedder.encode_one(question), k)
+        """Top-k chunks of the tenant for the question (embedding + FAISS, and BM25 with [retriever] hybrid)."""
+        return self._search(tenant, question, self.embedder.encode_one(question), k)
 
-    def _search(self, tenant: str, query: Any, k: int) -> list[ScoredChunk]:
+    def _search(self, tenant: str, text: str, query: Any, k: int) -> list[ScoredChunk]:
+        """The one search: FAISS best first, or with ``hybrid`` FAISS and BM25 fused (hybrid.py)."""
         with self._lock:
             index = self._indexes.get(tenant)
-            return index.search(query, k) if index is not None else []
+            if index is None:
+                return []
+            if self.settings.hybrid:
+                return hybrid_search(index, self._lexical, text, query, k, self._hybrid)
+            return index.search(query, k)
 
     def prompt_budget(self, max_new_tokens: int) -> int:
         """Prompt tokens available once ``max_new_tokens`` are reserved in the context window."""
@@ -233,8 +242,9 @@ class RetrieverCore:
         if unknown_tenant:
             notes.append(f"tenant {tenant!r} has no documents")
         start = time.perf_counter()
-        query = self.embedder.encode_one(retrieval_query(question, history, s.followup_max_words))  # [1, dim]
-        found = self._search(tenant, query, k)
+        text = retrieval_query(question, history, s.followup_max_words)
+        query = self.embedder.encode_one(text)  # [1, dim]
+        found = self._search(tenant, text, query, k)
         past = self.sessions.search(tenant, query, m, supported_only=True) if s.past_answers_in_prompt else []
         retrieve_ms = (time.perf_counter() - start) * MS_PER_S
         budget = self.prompt_budget(max_new)

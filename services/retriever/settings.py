@@ -13,6 +13,7 @@ from pydantic_settings import SettingsConfigDict
 from lookahead_rag.services.common.ports import RETRIEVER_GRPC_PORT, RETRIEVER_METRICS_PORT
 from lookahead_rag.services.common.settings import ServerSettings, metrics_port_field, port_field
 from lookahead_rag.services.retriever.corpus import bundled_vectors_path
+from lookahead_rag.services.retriever.fusion import RRF_K
 from lookahead_rag.services.retriever.prompt import PassageOrder
 
 
@@ -72,6 +73,14 @@ class RetrieverSettings(ServerSettings):
     hnsw_m: int = Field(32, ge=2, description="HNSW: neighbours per node")
     hnsw_ef_construction: int = Field(80, ge=1, description="HNSW: candidate list size while building")
     hnsw_ef_search: int = Field(64, ge=1, description="HNSW: candidate list size while searching")
+    hybrid: bool = Field(
+        False,
+        description="search each tenant's chunks by BM25 beside FAISS and fuse the two rankings by reciprocal rank",
+    )
+    hybrid_depth: int = Field(50, ge=1, description="hybrid: chunks each ranking contributes before fusion")
+    rrf_k: int = Field(RRF_K, ge=0, description="hybrid: reciprocal rank fusion's constant (1 / (rrf_k + rank))")
+    bm25_k1: float = Field(1.5, ge=0, description="hybrid: BM25 term-frequency saturation (bm25s's default)")
+    bm25_b: float = Field(0.75, ge=0, le=1, description="hybrid: BM25 length normalization (bm25s's default)")
     torch_threads: int = Field(
         0,
         ge=0,
