@@ -27,6 +27,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "simulated replicas from measured costs: round robin vs tenant vs bounded-load hashing"),
     "device": (f"{PKG}.device_args", "the engine on a GPU (any device) beside HF generate, prompt lookup and static "
                "batching: step cost by width, one stream, batched; fp32 and bf16 (exact numerics)"),
+    "hog": (f"{PKG}.hog_args", "one tenant at its worst (longest prompts, every stream) beside another: the other's "
+            "prefix hits and first-token time against it alone"),
     "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

@@ -40,6 +40,7 @@ PLOTTERS = {
     "attention_kernels": "lookahead_rag.bench.attention_kernels_plot",
     "device": "lookahead_rag.bench.device_plot",
     "answer_quality": "lookahead_rag.bench.answer_quality_plot",
+    "hog": "lookahead_rag.bench.hog_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

@@ -178,6 +178,13 @@ RESULTS = {
                            "batched_bfloat16": {"running": 16, "prompts": 48,
                                                 "rows": {"hf_static": {"tok_s": 500.0}}},
                            "batched_float32": {"skipped": "out of time"}}},
+    "hog": lambda: {"kind": "hog", "model": "tiny", "threads": 2, "cpu": "Test CPU", "machine": "Linux, 2 cores",
+                    "requests": 8, "concurrency": 2, "hog_streams": 32,
+                    "runs": {"plain": {"goodput_tokens_per_s": 40.0, "ttft_p50_s": 0.3, "prefix_hit_tokens": 900,
+                                       "mean_accepted_per_step": 2.1},
+                             "hog": {"goodput_tokens_per_s": 30.0, "ttft_p50_s": None, "prefix_hit_tokens": 880,
+                                     "mean_accepted_per_step": 2.0, "hog_prompt_tokens": 5000}},
+                    "targets": {"prefix_hits_kept": 0.98, "ttft_p50_rise_chunks": None}},
 }
 KINDS = {"answer quality": "answer_quality",
          "logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
@@ -185,7 +192,7 @@ KINDS = {"answer quality": "answer_quality",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",
          "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels",
-         "attention kernels": "attention_kernels", "device": "device"}
+         "attention kernels": "attention_kernels", "device": "device", "hog": "hog"}
 
 
 @pytest.mark.parametrize("name", list(RESULTS))
