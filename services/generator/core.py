@@ -144,7 +144,7 @@ class GeneratorCore:
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
             backend=s.backend, exact_numerics=s.exact_numerics, exact_tile_rows=s.exact_tile_rows,
             kv_slot_tokens=s.kv_slot_tokens, kv_budget_bytes=s.kv_budget_mb * MIB, kv_tenant_share=s.kv_tenant_share,
-            max_running_per_tenant=s.max_running_per_tenant,
+            max_running_per_tenant=s.max_running_per_tenant, prefill_half_life_s=s.prefill_half_life_s,
         )
 
     @property

@@ -177,3 +177,34 @@ def test_fair_prefill_splits_the_room_by_tenant() -> None:
     assert fair_prefill([10, 20, 30], ["a", "b", "a"], 256) == [10, 20, 30]
     # no room: nothing
     assert fair_prefill([10], ["a"], 0) == [0]
+
+
+def test_fair_prefill_serves_the_least_recently_used_tenant_first() -> None:
+    from lookahead_core.engine.plan import fair_prefill
+
+    # a prefilled 5000 tokens lately, b nothing: b's prompt takes the whole room
+    assert fair_prefill([300, 300], ["a", "b"], 256, {"a": 5000.0}) == [0, 256]
+    # b needs 40 of it: a gets what is left
+    assert fair_prefill([300, 40], ["a", "b"], 256, {"a": 5000.0}) == [216, 40]
+    # equal usage: split evenly, as without usage
+    assert fair_prefill([300, 300], ["a", "b"], 256, {"a": 7.0, "b": 7.0}) == [128, 128]
+    # three tenants: the two unused ones split the room, the heavy one waits
+    assert fair_prefill([300, 300, 300], ["a", "b", "c"], 256, {"a": 900.0}) == [0, 128, 128]
+    # usage of tenants with nothing to prefill changes nothing
+    assert fair_prefill([300], ["a"], 256, {"a": 900.0, "z": 1.0}) == [256]
+
+
+def test_tenant_usage_decays_by_its_half_life_and_forgets_idle_tenants() -> None:
+    from lookahead_core.engine.usage import TenantUsage, decayed
+
+    assert decayed(100.0, 10.0, 10.0) == 50.0  # one half-life: half
+    assert decayed(100.0, 30.0, 10.0) == 12.5  # three: an eighth
+    assert decayed(100.0, -1.0, 10.0) == 100.0  # a clock that went back: unchanged
+    usage = TenantUsage(half_life_s=10.0)
+    usage.charge([("a", 256), ("b", 64), ("a", 256)], now=100.0)  # a step's grants, a tenant twice
+    assert usage.at(100.0) == {"a": 512.0, "b": 64.0}
+    assert usage.at(110.0) == {"a": 256.0, "b": 32.0}  # ten seconds: halved
+    assert usage.at(200.0) == {"a": 0.5 ** 10 * 512.0} or usage.at(200.0) == {}  # b below one token: forgotten
+    assert "b" not in usage.at(200.0)
+    with pytest.raises(ValueError, match="half_life_s"):
+        TenantUsage(half_life_s=0.0)

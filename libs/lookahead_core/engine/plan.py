@@ -9,7 +9,7 @@ running never touch a request; ``apply.apply_step`` looks each one up again by i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..drafting.draft import DraftTree, within_vocab
@@ -84,25 +84,32 @@ class StepLimits:
     prefill_tree_share: float = math.inf  # while prompts prefill, trees add at most this share to a step's time
 
 
-def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int) -> list[int]:
-    """Prompt tokens each prefilling request gets this step: ``room`` split evenly between tenants (a tenant
-    needing less leaves the rest to the others: max-min fair), each tenant's share filled in its requests' order.
-    Example: needs (300, 300, 40), tenants (a, a, b), room 256 -> (216, 0, 40): b's 40 fit in its half, a takes
-    the rest; needs (300, 300), tenants (a, b), room 256 -> (128, 128)."""
+def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int,
+                 usage: Mapping[str, float] | None = None) -> list[int]:
+    """Prompt tokens each prefilling request gets this step: the tenants by recent ``usage`` (decayed prompt
+    tokens, engine/usage.py; None or absent: 0), the least used first, each taking what it needs of what is
+    left; tenants of equal usage split their room evenly (a tenant needing less leaves the rest to the others:
+    max-min fair), each tenant's share filled in its requests' order.
+    Examples: needs (300, 300, 40), tenants (a, a, b), room 256 -> (216, 0, 40): b's 40 fit in its half, a takes
+    the rest; needs (300, 300), tenants (a, b), room 256 -> (128, 128); the same with usage {a: 5000} ->
+    (0, 256): b used less lately, so its prompt goes first."""
+    usage = usage or {}
     order = list(dict.fromkeys(tenants))  # tenants in their first request's order
     demand = {t: sum(n for n, u in zip(needs, tenants, strict=True) if u == t) for t in order}
     given = dict.fromkeys(order, 0)
-    left, hungry = room, [t for t in order if demand[t] > 0]
-    while left > 0 and hungry:
-        share = max(1, left // len(hungry))
-        for t in list(hungry):
-            give = min(share, demand[t] - given[t], left)
-            given[t] += give
-            left -= give
-            if given[t] == demand[t]:
-                hungry.remove(t)
-            if not left:
-                break
+    left = room
+    for level in sorted({usage.get(t, 0.0) for t in order}):  # the least used tenants first
+        hungry = [t for t in order if usage.get(t, 0.0) == level and demand[t] > 0]
+        while left > 0 and hungry:
+            share = max(1, left // len(hungry))
+            for t in list(hungry):
+                give = min(share, demand[t] - given[t], left)
+                given[t] += give
+                left -= give
+                if given[t] == demand[t]:
+                    hungry.remove(t)
+                if not left:
+                    break
     out = []
     for need, t in zip(needs, tenants, strict=True):
         take = min(need, given[t])
@@ -111,14 +118,15 @@ def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int) -> lis
     return out
 
 
-def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int) -> list[Chunk]:
+def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int,
+                   usage: Mapping[str, float] | None = None) -> list[Chunk]:
     """The next prompt chunks of prefilling requests within the prefill chunk and the forward (each of the
-    ``decoding`` requests keeps at least its root's place), the room shared fairly by tenant (``fair_prefill``:
-    one tenant's long prompts never hold back another's first token for all of them)."""
+    ``decoding`` requests keeps at least its root's place), the room shared fairly by tenant, the least recently
+    served first (``fair_prefill``: one tenant's long prompts never hold back another's first token)."""
     room = max(0, min(limits.prefill_chunk, limits.max_tokens - decoding))
     prefilling = [r for r in live if r.req.phase is Phase.PREFILL]
     grants = fair_prefill([len(r.prompt_ids) - r.prefilled for r in prefilling],
-                          [r.req.tenant for r in prefilling], room)
+                          [r.req.tenant for r in prefilling], room, usage)
     return [Chunk(r.id, r.prompt_ids, r.prefilled, r.prefilled + g)
             for r, g in zip(prefilling, grants, strict=True) if g > 0]
 
@@ -131,20 +139,22 @@ def pending(live: Sequence[Active], target_s: float, now: float) -> list[Pending
 
 
 def plan_step(live: Sequence[Active], limits: StepLimits, gains: GainsModel | None,
-              cost: Callable[[int], float] | None, now: float = 0.0) -> StepPlan:
+              cost: Callable[[int], float] | None, now: float = 0.0, usage: Mapping[str, float] | None = None
+              ) -> StepPlan:
     """This step: every prefill chunk that fits, and every decoding request's tree within the forward.
 
     Prefill chunks come first and each decode keeps its root. With a measured ``cost``, the forward is
     capped so that every prefilling request still meets ``limits.ttft_target_s`` (ttft.step_ceiling) and so
     that its trees add at most ``limits.prefill_tree_share`` to its time (ttft.share_ceiling;
-    ``now``: time.perf_counter()). Trees are drafted best-first in what is left (a budget of q keeps a
-    tree's first q nodes; each request's base budget is reserved before an earlier one's confident copy
-    may extend past its own), then split by expected gain against ``cost``: the decodes' own tokens
-    per second, the prefill chunks left out, since their tokens are work that is due anyway and would
-    make every tree token look free (``split_budget``; ``gains`` None or no curve: every tree as drafted).
+    ``now``: time.perf_counter(); ``usage``: each tenant's recent prefill, ``fair_prefill``). Trees are drafted
+    best-first in what is left (a budget of q keeps a tree's first q nodes; each request's base budget is
+    reserved before an earlier one's confident copy may extend past its own), then split by expected gain
+    against ``cost``: the decodes' own tokens per second, the prefill chunks left out, since their tokens are
+    work that is due anyway and would make every tree token look free (``split_budget``; ``gains`` None or no
+    curve: every tree as drafted).
     """
     decoding = [r for r in live if r.req.phase is Phase.DECODE]
-    chunks = prefill_chunks(live, limits, len(decoding))
+    chunks = prefill_chunks(live, limits, len(decoding), usage)
     if not decoding:
         return StepPlan([], chunks)
     base = sum(c.end - c.first for c in chunks)

@@ -49,6 +49,7 @@ from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose
 from .sched_config import MIB, SchedulerConfig
+from .usage import TenantUsage
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class StepScheduler:
                               tenant_share=cfg.prefix_tenant_share)
         )
         self.gains = GainsModel()
+        self.usage = TenantUsage(cfg.prefill_half_life_s)  # each tenant's recent prefill: the least used goes first
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the forward can embed
         self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s,
@@ -296,22 +298,19 @@ class StepScheduler:
         try:
             check_in_vocab(req.prompt_ids, self.vocab_size)
             spec = self._spec(req)  # a default Jacobi window sized by measured cost
-            chooser = TokenChooser.for_request(
-                self.generation_config, spec.config, len(req.prompt_ids), req.stats.seed, self.device
-            )
+            chooser = TokenChooser.for_request(self.generation_config, spec.config, len(req.prompt_ids),
+                                               req.stats.seed, self.device)
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = self.backend.kv_for(Active.capacity(req, spec))  # the backend may refuse it (too long, no room)
             active = Active(req, spec, drafting, kv, chooser, self.eos)
             req.advance(Phase.PREFILL)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
-            req.error = exc
-            with self._cv:
-                self._admitting -= 1
-            self._end(req)
-            return
+            req.error, active = exc, None
         with self._cv:
             self._admitting -= 1
-            self.running.append(active)
+            self.running += [active] if active is not None else []
+        if active is None:
+            self._end(req)
 
     def _end(self, req: ServeRequest, active: Active | None = None) -> None:
         """Free a request's place and cache, and tell its caller (exactly once)."""
@@ -365,10 +364,11 @@ class StepScheduler:
         adaptive = self.config.adaptive and curve is not None
         with phases("draft"):
             plan = plan_step(live, self.limits, self.gains if adaptive else None,
-                             curve.cost if adaptive and curve is not None else None, time.perf_counter())
+                             curve.cost if adaptive and curve is not None else None, started, self.usage.at(started))
         if plan.empty:
             return
         step = {active.id: active for active in live}  # the plan names its requests by id
+        self.usage.charge(((step[c.id].req.tenant, c.end - c.first) for c in plan.chunks), started)
         with phases("pack"):
             packed = pack_step(plan, {i: active.kv for i, active in step.items()})
         with phases.forward(packed.attention):
