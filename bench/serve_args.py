@@ -5,7 +5,7 @@
         [--kafka HOST:PORT] [--model NAME] [--threads N] [--seed S] [--ways on,off,serial_hf] \\
         [--temperature T --top-p P --top-k K] [--record REQUESTS.json] [--replay REQUESTS.json [--replay-from C:WAY]]
     lookahead-rag-bench serve --replay REQUESTS.json --replicas 2 --routing round_robin,tenant [--tenants 8] \\
-        --concurrency 4 --threads 2 --json out.json     # real replicas behind Caddy: bench/serve_replicas.py
+        --concurrency 4 --threads 2 --json out.json     # real replicas behind HAProxy: bench/serve_replicas.py
 
 Without --corpus/--questions it serves the small bundled set (bench/data: 44 questions, so the
 pool is 44): a smoke test; quote figures measured on a named dataset. The three services run in
@@ -53,6 +53,7 @@ from __future__ import annotations
 import argparse
 
 from lookahead_rag.bench.common import add_placement_args, parse_workload, workload_parser
+from lookahead_rag.bench.haproxy_proxy import BALANCE_FACTOR, TENANT_MAX_IN_FLIGHT
 from lookahead_rag.bench.serve_record import DEFAULT_WAY, ReplayError, load_replay, parse_source
 
 WAYS = ("on", "on_tls", "on_safe", "off", "serial_hf")  # run in this order: serial_hf replays on's prompts
@@ -93,14 +94,16 @@ def parse_args(argv: list[str], doc: str | None = None) -> argparse.Namespace:
                    help=f"the recorded level and way whose prompts --replay sends (default: the first level's "
                         f"{DEFAULT_WAY})")
     p.add_argument("--replicas", type=int, default=0,
-                   help="N > 0: N generator processes behind the Caddy proxy, per --routing (needs --replay; "
+                   help="N > 0: N generator processes behind the HAProxy proxy, per --routing (needs --replay; "
                         "bench/serve_replicas.py); 0: the one-process stack")
     p.add_argument("--routing", default="round_robin,tenant", help="with --replicas: comma-separated proxy "
                    "routings compared side by side: round_robin (the baseline), tenant (hash on x-tenant)")
     p.add_argument("--tenants", type=int, default=0,
                    help="with --replicas: give the prompts N synthetic tenants (each distinct prompt one, by hash)")
-    p.add_argument("--max-in-flight", type=int, default=16,
-                   help="with --replicas: calls one replica takes before its tenants spill to the next one")
+    p.add_argument("--tenant-max-in-flight", type=int, default=TENANT_MAX_IN_FLIGHT,
+                   help="with --replicas: calls one tenant may have in flight through the proxy")
+    p.add_argument("--balance-factor", type=int, default=BALANCE_FACTOR,
+                   help="with --replicas, tenant routing: no replica above this %% of the average load")
     seed_help = "fixes the request sequence and, with --temperature > 0, is every request's sampling seed"
     args = parse_workload(p, argv, seed_help)
     ways = [w.strip() for w in args.ways.split(",") if w.strip()]

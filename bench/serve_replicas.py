@@ -3,12 +3,13 @@ behind the real proxy, one routing against another on the same prompts.
 
 For each concurrency level and each routing, on fresh processes (cold caches): the shared draft cache
 and N ``lookahead-rag serve generator`` processes (the engine threads split between them:
-``--threads`` / N each, at least one; bench/replica_set.py), and Caddy running deploy/caddy/Caddyfile
-with that routing (bench/caddy_proxy.py): ``round_robin`` (each call to the next replica, the
-baseline) or ``tenant`` (rendezvous hashing of the ``x-tenant`` header, bounded by
-``--max-in-flight`` calls per replica). The closed-loop clients (bench/serve_client.py) send the
-replayed prompts with ``Generate(prompt_ids)`` through the proxy, their tenant as ``x-tenant``;
-a request that fails before its first token is sent again (up to ATTEMPTS).
+``--threads`` / N each, at least one; bench/replica_set.py), and HAProxy running
+deploy/haproxy/haproxy.cfg with that routing (bench/haproxy_proxy.py): ``round_robin`` (each call to the
+next replica, the baseline) or ``tenant`` (consistent hashing of the ``x-tenant`` header with bounded
+loads: no replica above ``--balance-factor`` % of the average). Either way no tenant has more than
+``--tenant-max-in-flight`` calls in flight (more: RESOURCE_EXHAUSTED at once). The closed-loop clients
+(bench/serve_client.py) send the replayed prompts with ``Generate(prompt_ids)`` through the proxy, their
+tenant as ``x-tenant``; a request that fails before its first token is sent again (up to ATTEMPTS).
 
 ``--tenants N`` gives the prompts N synthetic tenants: each distinct prompt belongs to one, by a hash
 of its ids, so a repeated question comes back from the same tenant (0 keeps the recorded tenants).
@@ -31,8 +32,8 @@ from typing import Any
 
 import grpc
 
-from lookahead_rag.bench.caddy_proxy import CaddyProxy, ProxyConfig
 from lookahead_rag.bench.common import cpu_name, machine, print_table
+from lookahead_rag.bench.haproxy_proxy import HaproxyProxy, ProxyConfig
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.replica_costs import measure
 from lookahead_rag.bench.replica_set import ReplicaConfig, ReplicaSet, lar_binary
@@ -74,7 +75,7 @@ def kafka_env(run: str) -> dict[str, str]:
     return {f"LAR_KAFKA_{k}": values[k] for k in KAFKA_RUN_ENV}
 
 
-async def _load(proxy: CaddyProxy, prompts: list[ReplayPrompt], c: int, args: argparse.Namespace,
+async def _load(proxy: HaproxyProxy, prompts: list[ReplayPrompt], c: int, args: argparse.Namespace,
                 routing: str) -> tuple[list[RequestRecord], float]:
     async with grpc.aio.insecure_channel(proxy.grpc_target) as channel:
         stub = generator_pb2_grpc.GeneratorStub(channel)
@@ -94,8 +95,8 @@ def one_run(root: Path, prompts: list[ReplayPrompt], c: int, routing: str, args:
                                                                        topic=f"bench-replicas.{run}"))))
     with ReplicaSet(cfg) as replicas:
         proxy_cfg = ProxyConfig(replicas.grpc_upstreams(), replicas.http_upstreams(), routing,
-                                args.max_in_flight, log=cfg.root / "caddy.log")
-        with CaddyProxy(proxy_cfg) as proxy:
+                                args.tenant_max_in_flight, args.balance_factor, log=cfg.root / "haproxy.log")
+        with HaproxyProxy(proxy_cfg) as proxy:
             records, wall = asyncio.run(_load(proxy, prompts, c, args, routing))
     summary = summarize(records, wall, {})
     summary["retries"] = sum(r.retries for r in records)
@@ -148,8 +149,10 @@ def run(args: argparse.Namespace) -> int:
         "threads": args.threads or threads_per_replica(args) * args.replicas, "replicas": args.replicas,
         "threads_per_replica": threads_per_replica(args), "tenants": len({p.tenant for p in prompts}),
         "requests": len(prompts), "max_new_tokens": args.max_new_tokens, "replay": args.replayed.describe(),
-        "max_in_flight": args.max_in_flight, "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
-        "proxy": "caddy (deploy/caddy/Caddyfile)", "baseline": BASELINE, "levels": levels, "ratios": ratios(levels),
+        "tenant_max_in_flight": args.tenant_max_in_flight, "balance_factor": args.balance_factor,
+        "bus": f"kafka {args.kafka}" if args.kafka else "in-process",
+        "proxy": "haproxy (deploy/haproxy/haproxy.cfg)", "baseline": BASELINE, "levels": levels,
+        "ratios": ratios(levels),
     }
     print()
     print_table(_rows(levels), COLUMNS)

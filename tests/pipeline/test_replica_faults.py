@@ -1,11 +1,12 @@
-"""Two real generator replicas (processes) behind the real proxy (deploy/caddy/Caddyfile, tenant routing),
+"""Two real generator replicas (processes) behind the real proxy (deploy/haproxy/haproxy.cfg, tenant routing),
 a shared draft cache and Kafka; one replica is SIGKILLed while it has requests in flight.
 
 What must hold: no request that had not streamed a token fails (the client sends it again, the proxy
 takes it to the replica left); every answer a client received was published exactly once (outbox +
 Kafka: the dead replica's outbox drains when it comes back on its own data directory); the shared draft
 cache applied each event once; and the dead replica's tenants are served again (warm caches) on their
-new home. Skips with the reason when caddy (the ``routing`` extra) or the tansu broker is missing.
+new home. Skips with the reason when haproxy (tests/proxy_fakes.py: required under LAR_PROXY_TESTS=required)
+or the tansu broker is missing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import grpc
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from lookahead_rag.bench.caddy_proxy import CaddyMissingError, CaddyProxy, ProxyConfig, caddy_binary
+from lookahead_rag.bench.haproxy_proxy import HaproxyProxy, ProxyConfig
 from lookahead_rag.bench.replica_set import ReplicaConfig, ReplicaSet
 from lookahead_rag.bench.serve_client import one_request
 from lookahead_rag.bench.serve_load import ReplayPrompt
@@ -28,6 +29,7 @@ from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.events.kafka.topics import all_topics
 from lookahead_rag.v1 import draftcache_pb2, draftcache_pb2_grpc, events_pb2, generator_pb2_grpc
 from tests.kafka.helpers import require_tansu
+from tests.proxy_fakes import require_haproxy
 
 pytestmark = [pytest.mark.slow, pytest.mark.kafka]
 
@@ -49,11 +51,8 @@ def prompt(i: int) -> ReplayPrompt:
 
 
 @pytest.fixture(scope="module")
-def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaSet, CaddyProxy, str]]:
-    try:
-        caddy_binary()
-    except CaddyMissingError as exc:
-        pytest.skip(f"the proxy is not installed: {exc}")
+def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaSet, HaproxyProxy, str]]:
+    require_haproxy()
     binary = require_tansu()
     root = tmp_path_factory.mktemp("replica-faults")
     with LocalBroker(binary=binary, log_path=root / "tansu.log") as broker:
@@ -62,16 +61,12 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ReplicaS
         cfg = ReplicaConfig(root, replicas=2, threads=1, kafka=broker.bootstrap,
                             generator={"calibrate_kernels": "false"},
                             limits={"default_max_new_tokens": str(NEW_TOKENS)})
-        with ReplicaSet(cfg) as replicas, CaddyProxy(ProxyConfig(replicas.grpc_upstreams(), replicas.http_upstreams(),
-                                                                  "tenant", log=root / "caddy.log")) as proxy:
+        with ReplicaSet(cfg) as replicas, HaproxyProxy(ProxyConfig(
+                replicas.grpc_upstreams(), replicas.http_upstreams(), "tenant", log=root / "haproxy.log")) as proxy:
             yield replicas, proxy, broker.bootstrap
 
 
-def in_flight(proxy: CaddyProxy, address: str) -> int:
-    return next((int(u["num_requests"]) for u in proxy.upstreams() if u["address"] == address), 0)
-
-
-async def load_and_kill(replicas: ReplicaSet, proxy: CaddyProxy) -> tuple[list[RequestRecord], int]:
+async def load_and_kill(replicas: ReplicaSet, proxy: HaproxyProxy) -> tuple[list[RequestRecord], int]:
     """Send every request; once KILL_AFTER have answered, SIGKILL the replica with the most in flight.
     Returns the records and the killed replica's index."""
     records: list[RequestRecord] = []
@@ -87,7 +82,7 @@ async def load_and_kill(replicas: ReplicaSet, proxy: CaddyProxy) -> tuple[list[R
         while True:  # the kill: mid-load, on a replica that holds requests now
             if all(c.done() for c in clients):
                 pytest.fail("every request ended before the kill: nothing was in flight to lose")
-            loads = [in_flight(proxy, a) for a in replicas.grpc_upstreams()]
+            loads = [proxy.in_flight(a) for a in replicas.grpc_upstreams()]
             if len(records) >= KILL_AFTER and max(loads) > 0:
                 break
             await asyncio.sleep(POLL_S)
@@ -131,7 +126,7 @@ async def applied_outputs(target: str, at_least: int) -> int:
 
 
 def test_a_replica_killed_mid_load_loses_no_request_and_no_event(
-        proxied: tuple[ReplicaSet, CaddyProxy, str]) -> None:
+        proxied: tuple[ReplicaSet, HaproxyProxy, str]) -> None:
     replicas, proxy, bootstrap = proxied
     records, victim = asyncio.run(load_and_kill(replicas, proxy))
     # no request failed before its first token: only streams cut mid-way (they had tokens) may fail
@@ -152,7 +147,7 @@ def test_a_replica_killed_mid_load_loses_no_request_and_no_event(
 
 
 def test_after_the_kill_and_the_restart_each_tenant_stays_on_one_replica_and_each_reports_its_load(
-        proxied: tuple[ReplicaSet, CaddyProxy, str]) -> None:
+        proxied: tuple[ReplicaSet, HaproxyProxy, str]) -> None:
     replicas, proxy, _ = proxied
     proxy.wait_healthy()  # the restarted replica is back in the proxy's pool: its tenants go home
 

@@ -1,30 +1,39 @@
-"""The tenant-routing proxy configurations in deploy/: the Caddyfile the tests and the benchmark run
-(caddy adapts it; it hashes on the same header our clients send; its gRPC health check is the
-length-prefixed empty HealthCheckRequest and accepts SERVING only) and the Kubernetes Gateway API
-manifests (deploy/k8s/routing: the routes reach the generator Service's ports, every policy hashes on
-x-tenant and targets a route that exists, the kustomization lists every file)."""
+"""The tenant-routing proxy configurations in deploy/: the HAProxy file the tests and the benchmark run
+(haproxy -c accepts it for both routings; it hashes on the same header our clients send; its gRPC health
+check, HTTP/2 spoken byte by byte, is the length-prefixed empty HealthCheckRequest and passes on SERVING
+only, and a draining replica leaves the pool) and the Kubernetes Gateway API manifests
+(deploy/k8s/routing: the routes reach the generator Service's ports, every policy hashes on x-tenant and
+targets a route that exists, the kustomization lists every file)."""
 
 from __future__ import annotations
 
-import json
+import asyncio
 import os
 import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
 from grpc_health.v1 import health_pb2
 
-from lookahead_rag.bench.caddy_proxy import DEPLOY_CADDY, CaddyMissingError, caddy_binary
+from lookahead_rag.bench.haproxy_proxy import HAPROXY_CFG, HaproxyProxy, ProxyConfig, haproxy_binary, proxy_env
 from lookahead_rag.services.common.ports import GRPC_PORTS, HTTP_PORT
 from lookahead_rag.services.common.rpc.tenant_route import TENANT_METADATA
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.v1 import generator_pb2
+from tests.proxy_fakes import FakeReplica, hold, require_haproxy
 
 ROUTING = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "routing"
 GENERATOR_SERVICE = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # HTTP/2's client connection preface
+SETTINGS, HEADERS, DATA = 4, 1, 0  # HTTP/2 frame types
+END_STREAM, END_HEADERS = 1, 4  # HTTP/2 frame flags
+FRAME_HEADER = 9  # bytes before an HTTP/2 frame's payload
+CALLS = 4  # calls sent after a replica drained
+CALL_S = 5.0  # deadline of one call's first answer
 
 
 def grpc_frame(message: Any) -> bytes:
@@ -33,53 +42,75 @@ def grpc_frame(message: Any) -> bytes:
     return b"\x00" + len(body).to_bytes(4, "big") + body
 
 
-def adapted(routing: str) -> dict[str, Any]:
-    """The Caddyfile as caddy's JSON, for two upstreams and ``routing``."""
-    try:
-        binary = caddy_binary()
-    except CaddyMissingError as exc:
-        pytest.skip(f"the proxy is not installed: {exc}")
-    env = {**os.environ, "PROXY_ROUTING": routing, "PROXY_DIR": str(DEPLOY_CADDY),
-           "PROXY_GRPC_UPSTREAMS": "h2c://10.0.0.1:50053 h2c://10.0.0.2:50053",
-           "PROXY_HTTP_UPSTREAMS": "10.0.0.1:8080 10.0.0.2:8080"}
-    out = subprocess.run([str(binary), "adapt", "--config", str(DEPLOY_CADDY / "Caddyfile")], env=env,
-                         capture_output=True, check=True, timeout=30)
-    return dict(json.loads(out.stdout))
+def checked(routing: str) -> subprocess.CompletedProcess[str]:
+    """haproxy -c on the shipped file for two upstreams and ``routing``."""
+    require_haproxy()
+    cfg = ProxyConfig(["10.0.0.1:50053", "10.0.0.2:50053"], ["10.0.0.1:8080", "10.0.0.2:8080"], routing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROXY_")} | proxy_env(cfg, 50050, 8088, 8404)
+    return subprocess.run([str(haproxy_binary()), "-c", "-f", str(HAPROXY_CFG)], env=env, capture_output=True,
+                          text=True, timeout=30)
 
 
-def proxies(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """listen address -> its reverse_proxy handler."""
-    servers = config["apps"]["http"]["servers"].values()
-    return {s["listen"][0]: s["routes"][0]["handle"][0] for s in servers}
+@pytest.mark.parametrize("routing", ["tenant", "round_robin"])
+def test_haproxy_accepts_the_file_for_both_routings(routing: str) -> None:
+    out = checked(routing)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
-def test_caddy_hashes_each_door_on_the_clients_tenant_header_with_bounded_load() -> None:
-    doors = proxies(adapted("tenant"))
-    assert set(doors) == {":50050", ":8088"}
-    for handler in doors.values():
-        policy = handler["load_balancing"]["selection_policy"]
-        assert policy["policy"] == "header" and policy["field"] == TENANT_METADATA == HttpSettings().tenant_header
-        assert handler["health_checks"]["passive"]["unhealthy_request_count"] > 0  # the bound: spill past it
-        assert len(handler["upstreams"]) == 2
-    assert doors[":50050"]["transport"]["versions"][0] == "h2c"  # gRPC to the replicas in cleartext HTTP/2
+def test_haproxy_hashes_each_door_on_the_clients_tenant_header_with_bounded_loads() -> None:
+    text = HAPROXY_CFG.read_text()
+    hashed = re.findall(r"^\s*balance hdr\(([^)]+)\)$", text, re.M)
+    assert hashed == [TENANT_METADATA] * 2 and HttpSettings().tenant_header == TENANT_METADATA
+    assert len(re.findall(r"^\s*hash-balance-factor ", text, re.M)) == 2  # bounded loads on both doors
+    assert re.search(r"track-sc0 req\.hdr\(x-tenant\)", text)  # the per-tenant count
 
 
-def test_caddy_round_robin_is_the_same_file_with_another_policy() -> None:
-    doors = proxies(adapted("round_robin"))
-    assert {h["load_balancing"]["selection_policy"]["policy"] for h in doors.values()} == {"round_robin"}
+def frames(raw: bytes) -> list[tuple[int, int, bytes]]:
+    """(type, flags, payload) of each HTTP/2 frame in ``raw``."""
+    out = []
+    while raw:
+        size = int.from_bytes(raw[:3], "big")
+        out.append((raw[3], raw[4], raw[FRAME_HEADER:FRAME_HEADER + size]))
+        raw = raw[FRAME_HEADER + size:]
+    return out
 
 
-def test_caddy_checks_grpc_health_and_only_serving_passes() -> None:
-    active = proxies(adapted("tenant"))[":50050"]["health_checks"]["active"]
-    assert active["uri"] == "/grpc.health.v1.Health/Check" and active["method"] == "POST"
-    # the request body file is exactly an empty HealthCheckRequest in gRPC framing
-    assert (DEPLOY_CADDY / "grpc-health-check.bin").read_bytes() == grpc_frame(health_pb2.HealthCheckRequest())
-    expect = re.compile(active["expect_body"].encode())
+def test_haproxy_speaks_a_grpc_health_check_and_only_serving_passes() -> None:
+    text = HAPROXY_CFG.read_text()
+    sent = bytes.fromhex(re.search(r"tcp-check send-binary ([0-9a-f]+)", text).group(1))  # type: ignore[union-attr]
+    assert sent.startswith(PREFACE)
+    (settings, _, _), (headers, header_flags, block), (data, data_flags, body) = frames(sent[len(PREFACE):])
+    assert (settings, headers, data) == (SETTINGS, HEADERS, DATA)
+    assert header_flags & END_HEADERS and data_flags & END_STREAM
+    for literal in (b"/grpc.health.v1.Health/Check", b"application/grpc", b"te", b"trailers"):
+        assert literal in block
+    assert body == grpc_frame(health_pb2.HealthCheckRequest())  # an empty request, length-prefixed
+    expect = bytes.fromhex(re.search(r"tcp-check expect binary ([0-9a-f]+)", text).group(1))  # type: ignore[union-attr]
     status = health_pb2.HealthCheckResponse
-    assert expect.search(grpc_frame(status(status=status.SERVING)))
+    assert expect == grpc_frame(status(status=status.SERVING))
     for other in (status.NOT_SERVING, status.UNKNOWN, status.SERVICE_UNKNOWN):
-        assert not expect.search(grpc_frame(status(status=other)))
-    assert proxies(adapted("tenant"))[":8088"]["health_checks"]["active"]["uri"] == "/health"
+        assert expect not in grpc_frame(status(status=other))
+
+
+@pytest.mark.asyncio
+async def test_a_draining_replica_leaves_the_pool_and_the_other_takes_its_calls(tmp_path: Path) -> None:
+    require_haproxy()
+    fakes = [FakeReplica("r1"), FakeReplica("r2")]
+    for fake in fakes:
+        await fake.start()
+    proxy = HaproxyProxy(ProxyConfig([f.grpc_address for f in fakes], [f.http_address for f in fakes],
+                                     "round_robin", log=tmp_path / "haproxy.log"))
+    try:
+        await asyncio.to_thread(proxy.start)  # both passed the gRPC health check
+        await fakes[0].drain()  # NOT_SERVING, still serving: the proxy's next check takes it out
+        await asyncio.to_thread(proxy.wait_unhealthy, fakes[0].grpc_address)
+        async with grpc.aio.insecure_channel(proxy.grpc_target) as channel:
+            places = [(await asyncio.wait_for(hold(channel, f"t{i}", now=True), CALL_S))[0] for i in range(CALLS)]
+        assert places == ["r2"] * CALLS
+    finally:
+        proxy.stop()
+        for fake in fakes:
+            await fake.stop()
 
 
 def k8s_routing() -> list[dict[str, Any]]:

