@@ -5,9 +5,9 @@ Requests arrive as a Poisson stream; each comes from one of ``tenants`` tenants 
 popularity. The proxy picks a replica:
 
 - ``round_robin``: the next replica in turn (what a plain balancer does);
-- ``tenant``: rendezvous hashing of the tenant (Caddy's ``lb_policy header``): the highest-ranked replica;
+- ``tenant``: rendezvous hashing of the tenant (a plain hash of ``x-tenant``): the highest-ranked replica;
 - ``bounded``: the same ranking, skipping a replica with more than ``bound`` x the mean calls in flight
-  (consistent hashing with bounded loads; Caddy's ``unhealthy_request_count``, Envoy's hash_balance_factor).
+  (consistent hashing with bounded loads: HAProxy's hash-balance-factor, Envoy's hash_balance_factor).
 
 A replica works like the engine: back-to-back steps while it has work; each step admits waiting requests
 up to ``max_running``, prefills the admitted ones whole (``prefill_s_per_token`` per token the prefix

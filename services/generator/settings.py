@@ -64,6 +64,8 @@ class GeneratorSettings(ServerSettings):
                               "prompt + max_new_tokens + a step); past it requests wait in the queue")
     kv_tenant_share: float = Field(0.5, gt=0, le=1, description="fraction of kv_budget_mb one tenant's running "
                                    "requests may hold; a request needing more is refused (INVALID_ARGUMENT)")
+    # the proxy's PROXY_TENANT_MAX_IN_FLIGHT (deploy/haproxy, default 4) caps one tenant's calls over all
+    # replicas before they get here: keep it well below this per-replica place count (below max_running)
     max_running_per_tenant: int = Field(0, ge=0, description="running requests one tenant may hold (0: three "
                                         "quarters of max_running, so other tenants' arrivals always find a place)")
     prefill_half_life_s: float = Field(10.0, gt=0, description="how fast a tenant's recent prefill is forgotten: "
@@ -113,7 +115,7 @@ class GeneratorSettings(ServerSettings):
         200.0, gt=0, description="safe stream: one chunk per tick of this many ms (longer than decoding a chunk)"
     )
     safe_stream_chunk_tokens: int = Field(4, ge=1, le=256, description="safe stream: tokens per chunk")
-    # behind a proxy that routes by tenant (deploy/caddy, deploy/k8s/routing; docs/SECURITY.md)
+    # behind a proxy that routes by tenant (deploy/haproxy, deploy/k8s/routing; docs/SECURITY.md)
     tenant_routing: bool = Field(False, description="replicas behind a proxy hashing x-tenant: every gRPC and "
                                  "HTTP call must send it, once (INVALID_ARGUMENT / 400 otherwise)")
 

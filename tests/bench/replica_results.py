@@ -16,7 +16,7 @@ def serve_replicas() -> dict[str, Any]:
 
     return {"kind": "serve_replicas", "model": "tiny", "device": "cpu", "cpu": "Test CPU",
             "machine": "Linux, 2 cores", "threads": 2, "replicas": 2, "threads_per_replica": 1, "tenants": 8,
-            "requests": 32, "max_new_tokens": 32, "bus": "in-process", "proxy": "caddy", "baseline": "round_robin",
+            "requests": 32, "max_new_tokens": 32, "bus": "in-process", "proxy": "haproxy", "baseline": "round_robin",
             "levels": {"4": {"round_robin": way(20.0, 1000), "tenant": way(24.0, 2500)}}}
 
 

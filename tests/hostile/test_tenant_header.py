@@ -1,8 +1,8 @@
 """Issue 46, finding 5: the ``x-tenant`` routing header can be neither doubled nor, behind a tenant-routing
 proxy, left out.
 
-A proxy hashes the header to pick a tenant's replica (deploy/caddy: the first value; Envoy: every value,
-sorted). Both doors read one value, so a client sending its own tenant and then another's was served
+A proxy hashes the header to pick a tenant's replica (Envoy: every value, sorted; deploy/haproxy
+refuses a second value). Both doors read one value, so a client sending its own tenant and then another's was served
 while an Envoy proxy hashed both: it could steer its calls onto any replica, another tenant's included,
 and read that tenant's cache timing. Without the header the proxy round-robins, which reaches every
 replica the same way. Now both doors refuse more than one value with one line (gRPC INVALID_ARGUMENT,

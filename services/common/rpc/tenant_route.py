@@ -1,21 +1,21 @@
 """The tenant as a routing header: what a proxy hashes on to send each tenant to the replica that holds
-its caches (deploy/caddy/Caddyfile, deploy/k8s/routing/), and the server's check that it tells the truth.
+its caches (deploy/haproxy/haproxy.cfg, deploy/k8s/routing/), and the server's check that it tells the truth.
 
     stub.Answer(request, metadata=(*call_metadata(key), *tenant_metadata(request.tenant)))   # a client
     interceptors = [*server_interceptors(registry, auth), TenantRouteInterceptor()]         # a server
 
 The header is ``x-tenant`` on both doors: gRPC metadata here, the HTTP endpoint's ``[http]
 tenant_header`` there (where it *is* the request's tenant). At most one value: proxies disagree on
-several (Caddy hashes the first, Envoy all of them sorted), so a second value would let a client steer
-its call to a replica of its choosing while the server read the first; more than one is INVALID_ARGUMENT
-(one line) on every call. It is optional unless the server runs behind a tenant-routing proxy
-(``[generator] tenant_routing``, the ``required`` flag here): a call without it would be balanced by the
-proxy's fallback (round robin), onto any replica. A call that sends it must name the request's own
-``tenant``, which the auth guard (outermost) has already checked against the caller's credential: so a
-header naming any other tenant is PERMISSION_DENIED before the handler runs, and a client cannot pick
-another tenant's replica (to read timing from its caches) while asking for its own. A request without a
-tenant field (Stats over every tenant, Snapshot) needs a credential for every tenant already, so its
-header is neither compared nor required.
+several (Envoy hashes all of them sorted; deploy/haproxy refuses more than one itself), so a second
+value would let a client steer its call to a replica of its choosing while the server read the first;
+more than one is INVALID_ARGUMENT (one line) on every call. It is optional unless the server runs behind
+a tenant-routing proxy (``[generator] tenant_routing``, the ``required`` flag here): a call without it
+would be balanced by the proxy's fallback (round robin), onto any replica. A call that sends it must
+name the request's own ``tenant``, which the auth guard (outermost) has already checked against the
+caller's credential: so a header naming any other tenant is PERMISSION_DENIED before the handler runs,
+and a client cannot pick another tenant's replica (to read timing from its caches) while asking for its
+own. A request without a tenant field (Stats over every tenant, Snapshot) needs a credential for every
+tenant already, so its header is neither compared nor required.
 """
 
 from __future__ import annotations
