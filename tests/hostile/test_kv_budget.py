@@ -72,3 +72,44 @@ def test_one_tenant_cannot_take_every_running_place() -> None:
         pass
     assert all(r.error is None for r in [*reqs, late])
     sched.close()
+
+
+def held_bytes(sched: StepScheduler) -> dict[str, int]:
+    """Bytes of KV tensors each tenant's running requests hold (measured on the tensors, not the estimate)."""
+    out: dict[str, int] = {}
+    for active in sched.running:
+        kv = active.kv
+        out[active.req.tenant] = out.get(active.req.tenant, 0) + sum(
+            t.numel() * t.element_size() for t in (*kv.keys, *kv.values))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_no_mix_of_requests_holds_more_kv_than_the_budget(seed: int) -> None:
+    # three tenants send 16 requests of random prompt and answer lengths at once, some too long for a tenant's
+    # share: after every step the KV tensors the running requests hold stay within the engine's budget and each
+    # tenant's share; every request either finished without error or was refused at submit, none is lost
+    rng = random.Random(seed)
+    probe = engine()
+    budget = 6 * probe._kv_need(ask("a", max_new=32))  # room for about six middling requests
+    probe.close()
+    sched = engine(max_running=8, kv_budget_bytes=budget, kv_tenant_share=0.5)
+    accepted, refused = [], 0
+    for i in range(16):
+        req = ServeRequest(random_prompt(rng), DecodingConfig(max_new_tokens=rng.choice([4, 32, 96, 400])),
+                           tenant="abc"[i % 3])
+        try:
+            sched.submit(req)
+            accepted.append(req)
+        except KVTooLong:
+            refused += 1
+    while True:
+        more = sched.step()
+        held = held_bytes(sched)
+        assert sum(held.values()) <= budget
+        assert all(b <= sched.config.tenant_kv_bytes for b in held.values())
+        if not more:
+            break
+    sched.close()
+    assert refused > 0 and len(accepted) + refused == 16  # the mix tried to exceed it
+    assert all(r.phase is Phase.DONE and r.error is None for r in accepted)
