@@ -32,6 +32,7 @@ from lookahead_rag.services.common.model_settings import ModelSettings
 from lookahead_rag.services.common.rules.context import context_room
 from lookahead_rag.services.common.rules.conversation import Message, check_history, retrieval_query
 from lookahead_rag.services.common.rules.limits import RequestLimits
+from lookahead_rag.services.retriever.adaptive_k import passages_to_keep
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
@@ -245,6 +246,7 @@ class RetrieverCore:
         text = retrieval_query(question, history, s.followup_max_words)
         query = self.embedder.encode_one(text)  # [1, dim]
         found = self._search(tenant, text, query, k)
+        found = found[: passages_to_keep([c.score for c in found], s.passage_min_score_ratio, s.min_passages)]
         past = self.sessions.search(tenant, query, m, supported_only=True) if s.past_answers_in_prompt else []
         retrieve_ms = (time.perf_counter() - start) * MS_PER_S
         budget = self.prompt_budget(max_new)

@@ -81,6 +81,14 @@ class RetrieverSettings(ServerSettings):
     rrf_k: int = Field(RRF_K, ge=0, description="hybrid: reciprocal rank fusion's constant (1 / (rrf_k + rank))")
     bm25_k1: float = Field(1.5, ge=0, description="hybrid: BM25 term-frequency saturation (bm25s's default)")
     bm25_b: float = Field(0.75, ge=0, le=1, description="hybrid: BM25 length normalization (bm25s's default)")
+    passage_min_score_ratio: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="adaptive k: of the k passages found, stop at the first scoring below this fraction of the "
+        "best (0: keep all k; the prompt budget still cuts)",
+    )
+    min_passages: int = Field(1, ge=1, description="adaptive k: passages kept whatever their scores")
     torch_threads: int = Field(
         0,
         ge=0,
