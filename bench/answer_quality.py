@@ -13,9 +13,10 @@ from typing import Any
 
 import torch
 from lookahead_core import DecodingConfig, TokenTrie
-from lookahead_core.models import load_model
+from lookahead_core.models import load_model, load_tokenizer
 from tqdm import tqdm
 
+from lookahead_rag.bench.answer_quality_search import compare_searches, pct, search_names, with_distractors
 from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, read_jsonl
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.plot import write_outputs
@@ -28,17 +29,10 @@ from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.prompt import Passage, build_prompt
 from lookahead_rag.v1 import events_pb2
 
-RECALL_AT = (1, 3, 5, 10)
-PERCENT = 100.0
-DIGITS = 1
 # past answers: every one in the prompt (as before issue 45: none filtered out), in the prompt where their
 # passages support them ([retriever] past_answers_in_prompt), as drafts only (the default), not at all
 PAST_SETTINGS = ("prompt_all", "prompt", "drafts", "none")
 PAST_MODE = "hierarchical"
-
-
-def pct(n: int, d: int) -> float | None:
-    return round(n / d * PERCENT, DIGITS) if d else None
 
 
 class Answerer:
@@ -53,15 +47,6 @@ class Answerer:
         if key not in self.done:
             self.done[key] = self.tok.decode(greedy(self.model, key, self.max_new), skip_special_tokens=True).strip()
         return self.done[key]
-
-
-def recall(core: RetrieverCore, pool: Sequence[Question], gold: dict[str, str]) -> dict[str, float | None]:
-    """recall@k of each question's own paragraph in the retriever's search (any chunk of its document)."""
-    ranks = []
-    for q in pool:
-        found = [c.chunk.doc_id for c in core.search(q.tenant, q.question, max(RECALL_AT))]
-        ranks.append(found.index(gold[q.qid]) if gold[q.qid] in found else None)
-    return {f"recall@{k}": pct(sum(r is not None and r < k for r in ranks), len(ranks)) for k in RECALL_AT}
 
 
 def gold_ids(core: RetrieverCore, tok: Any, q: Question, doc: dict[str, Any], max_new: int) -> list[int]:
@@ -143,25 +128,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
+    if args.distractors:
+        wl = with_distractors(wl, read_jsonl(args.distractors))
     unanswerable = unanswerable_pool(args, wl)
     rows = {str(q.get("id")): q for q in read_jsonl(args.questions)}
     corpus = {r["id"]: r for r in read_jsonl(args.corpus)}
     gold = {q.qid: rows[q.qid]["doc_id"] for q in wl.pool}
     refs = {q.qid: list(rows[q.qid].get("answers") or []) for q in wl.pool}
-    model, tok = load_model(args.model, **placement(args))
+    model, tok = (None, load_tokenizer(args.model)) if args.recall_only else load_model(args.model, **placement(args))
     answer = Answerer(model, tok, args.max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="bench-quality-") as root:
-        cores = retriever_cores(Path(root), args, wl, tok, ORDERS)
+        cores = retriever_cores(Path(root), args, wl, tok, ORDERS[:1] if args.recall_only else ORDERS)
         canonical = cores[ORDERS[0]]
         ks = args.ks or [canonical.limits.resolve_k(0)]
-        retrieval = recall(canonical, wl.pool, gold)
+        searches, passages = compare_searches(canonical, wl, search_names(args.hybrid, canonical.settings.hybrid),
+                                              gold, ks, args.max_new_tokens, args.min_score_ratio)
+        retrieval = next(iter(searches.values()))
+        answers = not args.recall_only
         gold_answers = [answer(gold_ids(canonical, tok, q, corpus[gold[q.qid]], args.max_new_tokens))
-                        for q in tqdm(wl.pool, desc="gold paragraph")]
+                        for q in tqdm(wl.pool if answers else [], desc="gold paragraph")]
         settings = [served(core, answer, wl.pool, unanswerable, gold, refs, k, args.max_new_tokens)
-                    for k in ks for core in cores.values()]
+                    for k in (ks if answers else []) for core in cores.values()]
         past = (past_study(canonical, wl, model, tok, wl.pool[: args.past], refs, args.past_rounds,
-                           args.max_new_tokens) if args.past else None)
+                           args.max_new_tokens) if args.past and answers else None)
         system_prompt = canonical.settings.system_prompt
+        indexed_chunks = canonical.stats().chunks
         for core in cores.values():
             core.close()
     device = args.device
@@ -171,7 +162,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
         "questions": len(wl.pool), "unanswerable_questions": len(unanswerable), "tenants": len(wl.docs),
         "max_new_tokens": args.max_new_tokens, "system_prompt": system_prompt, "retrieval": retrieval,
-        "gold": {**answer_row(gold_answers, [refs[q.qid] for q in wl.pool]), "answers": gold_answers},
+        "retrieval_by_search": searches, "passages_by_search": passages, "indexed_chunks": indexed_chunks,
+        "distractors": args.distractors or None,
+        "gold": ({**answer_row(gold_answers, [refs[q.qid] for q in wl.pool]), "answers": gold_answers}
+                 if answers else None),
         "served": settings, "past": past,
         "ids": [q.qid for q in wl.pool],
     }
@@ -185,7 +179,7 @@ COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %
 
 
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
-    rows = [{"setting": "gold paragraph", **data["gold"]}]
+    rows = [{"setting": "gold paragraph", **data["gold"]}] if data.get("gold") else []
     rows += [{"setting": f"served {s['order']} k={s['k']}", **s} for s in data["served"]]
     for name in PAST_SETTINGS:
         if data.get("past"):
@@ -197,10 +191,14 @@ def report(args: argparse.Namespace) -> int:
     """Run, print the table, and write the JSON and its PNG when asked."""
     data = run(args)
     print()
-    print(", ".join(f"{k} {v}%" for k, v in data["retrieval"].items()))
+    for name, found in data["retrieval_by_search"].items():
+        print(f"{name}: " + ", ".join(f"{k} {v}%" for k, v in found.items()))
+        shown = data["passages_by_search"][name]
+        print(f"{name}: passages per prompt " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     print_table([{c: r.get(c) for c, _, _ in COLUMNS} for r in table_rows(data)], COLUMNS)
     print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['questions']} "
-          f"answerable + {data['unanswerable_questions']} unanswerable questions, {data['max_new_tokens']} new tokens")
+          f"answerable + {data['unanswerable_questions']} unanswerable questions, {data['max_new_tokens']} new tokens, "
+          f"{data['indexed_chunks']} chunks indexed")
     write_outputs(data, args.json, args.png)
     return 0
 

@@ -2,6 +2,7 @@
 
     lookahead-rag-bench quality [--corpus C.jsonl --questions Q.jsonl] [--limit 40] [--unanswerable 10] \\
         [--max-new-tokens 32] [--ks 3] [--past 0 --past-rounds 2] [--system-prompt TEXT] \\
+        [--hybrid off,on] [--min-score-ratio 0.8] [--distractors D.jsonl] [--recall-only] \\
         [--model NAME] [--threads N] [--json out.json] [--png out.png]
 
 On the first ``--limit`` answerable questions (file order) and the first ``--unanswerable`` ones the file
@@ -9,7 +10,12 @@ marks ``"answerable": false``, with the retriever set up as bench serve sets it 
 article with --tenants-by-title):
 
 - retrieval: recall@1/3/5/10 of the question's own paragraph (any chunk of its ``doc_id``) in the
-  retriever's search, and the share of served prompts that hold it;
+  retriever's search, and the share of served prompts that hold it, for each search of ``--hybrid``
+  (off: FAISS alone, on: FAISS + BM25 fused by reciprocal rank; default: [retriever] hybrid), over the
+  corpus alone or with ``--distractors`` (a JSONL corpus added to every tenant: bench/distractors.py
+  writes one of real text), at a fixed k and with each adaptive-k ratio of ``--min-score-ratio``
+  ([retriever] passage_min_score_ratio: the passages kept while near the best score, and how many);
+  ``--recall-only`` stops there (no model is loaded, no answer generated);
 - answers (plain greedy, transformers' generate, at most --max-new-tokens): SQuAD EM / F1 of the
   answerable questions prompted with their own paragraph alone ("gold") and with the served prompt
   (retrieved passages, each passage order: canonical and score, at each k of --ks); answers that wrongly
@@ -31,6 +37,7 @@ from lookahead_rag.bench.dataset import dataset_from_args
 DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
 DEFAULT_MAX_NEW_TOKENS = 32  # SQuAD answers are a few words; a grounded reply rarely needs more
 DEFAULT_UNANSWERABLE = 10
+SEARCHES = {"off": "dense", "on": "hybrid"}  # --hybrid value -> the search's name in the results
 DEFAULT_PAST_ROUNDS = 2  # the demo's shape: the same questions again once their answers are remembered
 
 
@@ -45,6 +52,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--past-rounds", type=int, default=DEFAULT_PAST_ROUNDS, help="times the past-answer questions "
                    "are asked in a row")
     p.add_argument("--system-prompt", default=None, help="the retriever's system prompt for this run")
+    p.add_argument("--hybrid", default="", help="searches compared, comma-separated: off (FAISS), on (+ BM25); "
+                   "default: [retriever] hybrid")
+    p.add_argument("--min-score-ratio", default="", help="adaptive-k ratios compared with the fixed k, "
+                   "comma-separated ([retriever] passage_min_score_ratio)")
+    p.add_argument("--distractors", default="", help="JSONL documents added to every tenant (bench/distractors.py)")
+    p.add_argument("--recall-only", action="store_true", help="retrieval figures only: no model, no answers")
     add_model_args(p)
     args = p.parse_args(argv)
     if args.limit < 1 or args.max_new_tokens < 1 or args.unanswerable < 0 or args.past < 0 or args.past_rounds < 1:
@@ -53,6 +66,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.ks = [int(k) for k in args.ks.split(",") if k.strip()]
     except ValueError:
         p.error("--ks: comma-separated integers")
+    args.hybrid = [v.strip() for v in args.hybrid.split(",") if v.strip()]
+    try:
+        args.min_score_ratio = [float(r) for r in args.min_score_ratio.split(",") if r.strip()]
+    except ValueError:
+        p.error("--min-score-ratio: comma-separated numbers")
+    if any(not 0 <= r <= 1 for r in args.min_score_ratio):
+        p.error("--min-score-ratio: each within [0, 1]")
+    if set(args.hybrid) - set(SEARCHES):
+        p.error(f"--hybrid: comma-separated {' and '.join(SEARCHES)}")
     args.dataset = dataset_from_args(p, args).name
     return args
 

@@ -20,14 +20,24 @@ def plot(data: dict[str, Any], path: str) -> None:
     past_names = [n for n in ("prompt_all", "prompt", "drafts", "none") if n in past]
     fig, axes = figure(4 if past_names else 3)
     recall, quality, abstain = axes[:3]
-    r = data.get("retrieval") or {}
-    grouped_bars(recall, list(r), {"% of questions": list(r.values())}, lambda v: f"{v:.0f}%")
+    by_search = data.get("retrieval_by_search") or {"search": data.get("retrieval") or {}}
+    groups = list(dict.fromkeys(key for found in by_search.values() for key in found))
+    grouped_bars(recall, [g.replace("_", "\n").replace(" ", "\n") for g in groups],
+                 {name: [found.get(g) for g in groups] for name, found in by_search.items()}, lambda v: f"{v:.0f}%")
     served = data.get("served") or []
     held = ", ".join(f"{s['order']} k={s['k']}: {known(s.get('gold_in_prompt_pct'))}%" for s in served)
-    recall.set_title(f"own paragraph in the top k (search)\nin the prompt: {held}", fontsize=TITLE_FONT)
-    recall.set_ylabel("recall (%)")
+    answered = f"; answered with: {held}" if held else ""
+    recall.set_title(f"own paragraph in the top k chunks (recall@k) and in the served prompt (in_prompt@k)\n"
+                     f"{known(data.get('indexed_chunks'))} chunks indexed{answered}", fontsize=TITLE_FONT)
+    recall.set_ylabel("% of answerable questions")
     names = ["gold", *[f"{s['order']}\nk={s['k']}" for s in served]]
     rows = [data.get("gold") or {}, *served]
+    if not data.get("gold"):  # --recall-only: no answers were generated
+        for ax in (quality, abstain):
+            ax.set_axis_off()
+            ax.set_title("no answers generated (--recall-only)", fontsize=TITLE_FONT)
+        save(fig, path, title(data, _what(data), "dense search (FAISS) and hybrid (FAISS + BM25, RRF)"))
+        return
     grouped_bars(quality, names, {label: [row.get(k) for row in rows] for k, label in QUALITY.items()})
     quality.set_title(f"answerable questions, greedy, {known(data.get('max_new_tokens'))} new tokens at most",
                       fontsize=TITLE_FONT)
@@ -43,6 +53,10 @@ def plot(data: dict[str, Any], path: str) -> None:
         grouped_bars(ax, [f"past answers:\n{n}" for n in past_names], series)
         ax.set_title("past answers accumulating (engine, hierarchical)", fontsize=TITLE_FONT)
         ax.set_ylabel("% (EM, F1) / tokens per step / tok/s")
-    what = (f"Answer quality end to end: {known(data.get('questions'))} answerable questions, "
-            f"{known(data.get('tenants'))} tenant(s)\ndata: {known(data.get('dataset'))}")
-    save(fig, path, title(data, what, "the same model handed the question's own paragraph (gold)"))
+    save(fig, path, title(data, _what(data), "the same model handed the question's own paragraph (gold)"))
+
+
+def _what(data: dict[str, Any]) -> str:
+    extra = f" + distractors {data['distractors']}" if data.get("distractors") else ""
+    return (f"Answer quality end to end: {known(data.get('questions'))} answerable questions, "
+            f"{known(data.get('tenants'))} tenant(s)\ndata: {known(data.get('dataset'))}{extra}")
