@@ -8,9 +8,13 @@ targets a route that exists, the kustomization lists every file)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
+import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +28,7 @@ from lookahead_rag.services.common.ports import GRPC_PORTS, HTTP_PORT
 from lookahead_rag.services.common.rpc.tenant_route import TENANT_METADATA
 from lookahead_rag.services.http.settings import HttpSettings
 from lookahead_rag.v1 import generator_pb2
-from tests.proxy_fakes import FakeReplica, hold, require_haproxy
+from tests.proxy_fakes import HTTP_ROUTE, FakeReplica, hold, require_haproxy
 
 ROUTING = Path(__file__).resolve().parents[2] / "deploy" / "k8s" / "routing"
 GENERATOR_SERVICE = generator_pb2.DESCRIPTOR.services_by_name["Generator"].full_name
@@ -34,6 +38,7 @@ END_STREAM, END_HEADERS = 1, 4  # HTTP/2 frame flags
 FRAME_HEADER = 9  # bytes before an HTTP/2 frame's payload
 CALLS = 4  # calls sent after a replica drained
 CALL_S = 5.0  # deadline of one call's first answer
+TENANTS = 12  # tenants whose replica is looked up on both doors
 
 
 def grpc_frame(message: Any) -> bytes:
@@ -92,25 +97,49 @@ def test_haproxy_speaks_a_grpc_health_check_and_only_serving_passes() -> None:
         assert expect not in grpc_frame(status(status=other))
 
 
-@pytest.mark.asyncio
-async def test_a_draining_replica_leaves_the_pool_and_the_other_takes_its_calls(tmp_path: Path) -> None:
+@asynccontextmanager
+async def fakes_behind_the_proxy(tmp_path: Path, routing: str) -> AsyncIterator[tuple[list[FakeReplica], HaproxyProxy]]:
+    """Two stand-in replicas and the shipped proxy over them, every replica through its health checks."""
     require_haproxy()
     fakes = [FakeReplica("r1"), FakeReplica("r2")]
     for fake in fakes:
         await fake.start()
     proxy = HaproxyProxy(ProxyConfig([f.grpc_address for f in fakes], [f.http_address for f in fakes],
-                                     "round_robin", log=tmp_path / "haproxy.log"))
+                                     routing, log=tmp_path / "haproxy.log"))
     try:
-        await asyncio.to_thread(proxy.start)  # both passed the gRPC health check
+        await asyncio.to_thread(proxy.start)
+        yield fakes, proxy
+    finally:
+        proxy.stop()
+        for fake in fakes:
+            await fake.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_draining_replica_leaves_the_pool_and_the_other_takes_its_calls(tmp_path: Path) -> None:
+    async with fakes_behind_the_proxy(tmp_path, "round_robin") as (fakes, proxy):
         await fakes[0].drain()  # NOT_SERVING, still serving: the proxy's next check takes it out
         await asyncio.to_thread(proxy.wait_unhealthy, fakes[0].grpc_address)
         async with grpc.aio.insecure_channel(proxy.grpc_target) as channel:
             places = [(await asyncio.wait_for(hold(channel, f"t{i}", now=True), CALL_S))[0] for i in range(CALLS)]
         assert places == ["r2"] * CALLS
-    finally:
-        proxy.stop()
-        for fake in fakes:
-            await fake.stop()
+
+
+def http_replica(base: str, tenant: str) -> str:
+    """The stand-in replica the OpenAI door sends ``tenant`` to."""
+    request = urllib.request.Request(base + HTTP_ROUTE, headers={TENANT_METADATA: tenant})
+    with urllib.request.urlopen(request, timeout=CALL_S) as reply:
+        return str(json.loads(reply.read())["name"])
+
+
+@pytest.mark.asyncio
+async def test_a_tenants_two_doors_lead_to_the_same_replica_and_both_replicas_get_tenants(tmp_path: Path) -> None:
+    async with fakes_behind_the_proxy(tmp_path, "tenant") as (_, proxy):
+        async with grpc.aio.insecure_channel(proxy.grpc_target) as channel:
+            by_grpc = [(await asyncio.wait_for(hold(channel, f"t{i}", now=True), CALL_S))[0] for i in range(TENANTS)]
+        by_http = [await asyncio.to_thread(http_replica, proxy.http_base, f"t{i}") for i in range(TENANTS)]
+        assert by_grpc == by_http  # the same ring on both doors: a tenant's caches are on one replica
+        assert set(by_grpc) == {"r1", "r2"}
 
 
 def k8s_routing() -> list[dict[str, Any]]:
