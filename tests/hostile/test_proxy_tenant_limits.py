@@ -24,12 +24,12 @@ import grpc
 import pytest
 import pytest_asyncio
 
-from lookahead_rag.bench.haproxy_proxy import HaproxyProxy, ProxyConfig
+from lookahead_rag.bench.haproxy_proxy import BALANCE_FACTOR, HaproxyProxy, ProxyConfig
 from tests.proxy_fakes import HTTP_ROUTE, FakeReplica, hold, require_haproxy
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 CAP = 3  # PROXY_TENANT_MAX_IN_FLIGHT of the limits proxy
-FACTOR = 125  # PROXY_BALANCE_FACTOR (%)
+FACTOR = BALANCE_FACTOR  # PROXY_BALANCE_FACTOR (%): the shipped default
 UNCAPPED = 1000  # the tenant cap of the bounded-loads proxy: only the balance rule acts
 CANDIDATES = 40  # tenant names tried to find two homed on each replica
 MAX_HOT = 8  # calls of one hot tenant before it must have spilled (the previous proxy's bound: 16)
@@ -142,7 +142,7 @@ async def test_bounded_loads_keep_tenants_home_while_even_and_spill_past_the_fac
         for tenant, expected in ((hot, "r1"), (home["r2"][0], "r2"), (neighbour, "r1")):
             where, call = await asyncio.wait_for(hold(channel, tenant), CALL_S)
             held.append(call)
-            assert where == expected, (tenant, where)  # r1 at 2 of 3 calls: within 125 % of the average
+            assert where == expected, (tenant, where)  # r1 at 2 of 3 calls: within the factor
         await settle(proxy, replicas, held)
         # a hot tenant loads its replica until the bound moves its calls to the next one, long before
         # the previous proxy's fixed 16; it goes on until r1 holds two of its calls
