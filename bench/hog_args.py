@@ -48,6 +48,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse(argv or [])  # --help exits here, before torch is imported
     from lookahead_rag.bench.hog import run  # torch: only once the benchmark runs
 
-    return run(parse(argv or []))
+    return run(args)

@@ -203,8 +203,9 @@ def test_cancel_running_and_waiting(scheduler_of) -> None:
     clients = [Client(gate=gate), Client(), Client()]
     with eos_as(model, None):
         reqs = [request(p, c, max_new_tokens=16) for p, c in zip(prompts, clients, strict=True)]
-        for r in reqs:
-            sched.submit(r)
+        with sched._cv:  # all three queued before the engine's next look: 0 and 1 are admitted in one step
+            for r in reqs:
+                sched.submit(r)
         assert wait_for(lambda: reqs[2].phase is Phase.WAITING and reqs[0].output)  # step held at request 0
         assert [sched.holds(r) for r in reqs] == [True, True, False]  # running: their KV; waiting: none yet
         sched.cancel(reqs[2])
