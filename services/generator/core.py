@@ -82,7 +82,10 @@ from lookahead_rag.services.generator.safe_stream import (
 from lookahead_rag.services.generator.settings import GeneratorSettings
 
 log = logging.getLogger(__name__)
-
+# [generator] settings passed to the engine's SchedulerConfig under the same name
+ENGINE_FIELDS = ("max_running", "max_waiting", "max_tokens_per_forward", "prefill_chunk", "ttft_target_s",
+                 "prefill_tree_share", "backend", "exact_numerics", "exact_tile_rows", "kv_slot_tokens",
+                 "kv_tenant_share", "max_running_per_tenant", "usage_half_life_s", "prefill_lead_s")
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
 MIB = 1 << 20
@@ -137,14 +140,11 @@ class GeneratorCore:
 
     @staticmethod
     def _scheduler_config(s: GeneratorSettings) -> SchedulerConfig:
+        same = {name: getattr(s, name) for name in ENGINE_FIELDS}  # [generator] fields named as the engine's
         return SchedulerConfig(
-            max_running=s.max_running, max_waiting=s.max_waiting, max_tokens_per_forward=s.max_tokens_per_forward,
-            prefill_chunk=s.prefill_chunk, ttft_target_s=s.ttft_target_s, prefill_tree_share=s.prefill_tree_share,
-            prefix_cache_bytes=s.prefix_cache_mb * MIB, prefix_tenant_share=s.prefix_cache_tenant_share,
+            **same, prefix_cache_bytes=s.prefix_cache_mb * MIB, prefix_tenant_share=s.prefix_cache_tenant_share,
             adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
-            backend=s.backend, exact_numerics=s.exact_numerics, exact_tile_rows=s.exact_tile_rows,
-            kv_slot_tokens=s.kv_slot_tokens, kv_budget_bytes=s.kv_budget_mb * MIB, kv_tenant_share=s.kv_tenant_share,
-            max_running_per_tenant=s.max_running_per_tenant, prefill_half_life_s=s.prefill_half_life_s,
+            kv_budget_bytes=s.kv_budget_mb * MIB,
         )
 
     @property

@@ -68,8 +68,10 @@ class GeneratorSettings(ServerSettings):
     # replicas before they get here: keep it well below this per-replica place count (below max_running)
     max_running_per_tenant: int = Field(0, ge=0, description="running requests one tenant may hold (0: three "
                                         "quarters of max_running, so other tenants' arrivals always find a place)")
-    prefill_half_life_s: float = Field(10.0, gt=0, description="how fast a tenant's recent prefill is forgotten: "
-                                       "each step's prompt room goes to the tenants that used least of it lately")
+    usage_half_life_s: float = Field(10.0, gt=0, description="how fast a tenant's recent engine time is forgotten: "
+                                     "each step's prompt room goes to the tenants that used least of it lately")
+    prefill_lead_s: float = Field(2.0, ge=0, description="engine seconds a tenant may have used beyond a tenant "
+                                  "decoding now and still prefill beside its steps (more: its prompt waits)")
     kv_slot_tokens: int = Field(2048, ge=1, description="generic backend: KV entries of one request's pool slot "
                                 "(prompt + max_new_tokens + a step must fit, else INVALID_ARGUMENT)")
     mode: str = Field(

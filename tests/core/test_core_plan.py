@@ -194,17 +194,39 @@ def test_fair_prefill_serves_the_least_recently_used_tenant_first() -> None:
     assert fair_prefill([300], ["a"], 256, {"a": 900.0, "z": 1.0}) == [256]
 
 
-def test_tenant_usage_decays_by_its_half_life_and_forgets_idle_tenants() -> None:
-    from lookahead_core.engine.usage import TenantUsage, decayed
+def test_tenant_usage_decays_by_its_half_life_and_splits_a_forward_by_tokens() -> None:
+    from lookahead_core.engine.usage import TenantUsage, decayed, split_by_tokens
 
     assert decayed(100.0, 10.0, 10.0) == 50.0  # one half-life: half
     assert decayed(100.0, 30.0, 10.0) == 12.5  # three: an eighth
     assert decayed(100.0, -1.0, 10.0) == 100.0  # a clock that went back: unchanged
+    # a forward's seconds by each tenant's tokens in it (a tenant twice: summed)
+    assert split_by_tokens([("a", 300), ("b", 50), ("b", 50)], 0.8) == pytest.approx({"a": 0.6, "b": 0.2})
+    assert split_by_tokens([], 1.0) == {}  # no tokens: nobody charged
     usage = TenantUsage(half_life_s=10.0)
-    usage.charge([("a", 256), ("b", 64), ("a", 256)], now=100.0)  # a step's grants, a tenant twice
-    assert usage.at(100.0) == {"a": 512.0, "b": 64.0}
-    assert usage.at(110.0) == {"a": 256.0, "b": 32.0}  # ten seconds: halved
-    assert usage.at(200.0) == {"a": 0.5 ** 10 * 512.0} or usage.at(200.0) == {}  # b below one token: forgotten
-    assert "b" not in usage.at(200.0)
+    usage.charge([("a", 3), ("b", 1)], 2.0, now=100.0)
+    assert usage.at(100.0) == {"a": 1.5, "b": 0.5}
+    assert usage.at(110.0) == {"a": 0.75, "b": 0.25}  # ten seconds later: halved
+    assert usage.at(1000.0) == {}  # long idle: forgotten, as a new tenant
     with pytest.raises(ValueError, match="half_life_s"):
         TenantUsage(half_life_s=0.0)
+
+
+def test_a_tenant_far_ahead_of_a_decoding_one_waits_with_its_prompt() -> None:
+    from lookahead_core.engine.plan import outweighed, prefill_chunks
+
+    hog = Fake(Phase.PREFILL, prompt=4000, tenant="hog")
+    decoding = Fake(Phase.DECODE, tenant="b")
+    limits = StepLimits(max_tokens=512, prefill_chunk=256, prefill_lead_s=2.0)
+    # the hog used 9 s lately, b 1 s and b is decoding: the hog's prompt waits, b's steps stay short
+    assert outweighed([hog, decoding], {"hog": 9.0, "b": 1.0}, 2.0) == {"hog"}
+    assert prefill_chunks([hog, decoding], limits, 1, {"hog": 9.0, "b": 1.0}) == []
+    # within the lead (2.5 s): it prefills beside b
+    assert [c.end for c in prefill_chunks([hog, decoding], limits, 1, {"hog": 2.5, "b": 1.0})] == [256]
+    # nobody else decoding: it never waits, however much it used
+    assert outweighed([hog], {"hog": 99.0}, 2.0) == set()
+    # its own requests decoding do not hold it back
+    assert outweighed([hog, Fake(Phase.DECODE, tenant="hog")], {"hog": 99.0}, 2.0) == set()
+    # a light tenant's prompt beside a heavy tenant's decode: never held
+    light = Fake(Phase.PREFILL, prompt=300, tenant="b")
+    assert outweighed([light, Fake(Phase.DECODE, tenant="hog")], {"hog": 9.0, "b": 1.0}, 2.0) == set()

@@ -51,3 +51,34 @@ def test_a_light_tenant_beside_a_heavy_one_prefills_about_as_fast_as_alone() -> 
     # the room lately, so it takes all of it: at most one step more, not twice as many (an even split: 10)
     alone = steps_to_first_token(0)
     assert steps_to_first_token(4) <= alone + 1
+
+
+def test_a_heavy_tenants_prompt_stays_out_of_most_of_a_light_tenants_decode_steps() -> None:
+    # tenant a keeps four 512-token prompts prefilling; b's short prompt arrives, then b decodes 24 tokens. With
+    # no lead allowed (prefill_lead_s 0), a's chunks ride only in the steps that let a's engine time catch up with
+    # b's: most of b's decode steps are b's alone (before: every one carried a 64-token chunk of a's)
+    config = SchedulerConfig(calibrate=False, max_running=16, prefill_chunk=64, max_tokens_per_forward=128,
+                             prefill_lead_s=0.0)
+    sizes: list[int] = []
+    sched = StepScheduler(tiny_model("llama"), StubTokenizer(), config,  # type: ignore[arg-type]
+                          on_forward=lambda tokens, _batch: sizes.append(tokens)).start(thread=False)
+    rng = random.Random(1)
+    heavy = [ServeRequest([rng.randrange(3, 200) for _ in range(512)], DecodingConfig(max_new_tokens=4), tenant="a")
+             for _ in range(4)]
+    for req in heavy:
+        sched.submit(req)
+    for _ in range(4):
+        sched.step()
+    light = ServeRequest([rng.randrange(3, 200) for _ in range(40)], DecodingConfig(max_new_tokens=24), tenant="b")
+    sched.submit(light)
+    while not light.output:
+        sched.step()
+    decoding_from = len(sizes)
+    while light.phase is not Phase.DONE:
+        sched.step()
+    with_chunks = [n for n in sizes[decoding_from:] if n > config.prefill_chunk // 2]
+    assert len(with_chunks) <= len(sizes[decoding_from:]) // 2
+    while sched.step():
+        pass
+    sched.close()
+    assert all(r.error is None and r.phase is Phase.DONE for r in [*heavy, light])  # a's prompts still finish

@@ -21,3 +21,17 @@ def test_the_prefill_tree_share_reaches_the_engine() -> None:
 def test_a_negative_prefill_tree_share_is_refused() -> None:
     with pytest.raises(ValidationError, match="prefill_tree_share"):
         GeneratorSettings(prefill_tree_share=-1)
+
+
+def test_every_engine_field_of_the_generator_reaches_the_engine() -> None:
+    # each [generator] setting named as a SchedulerConfig field arrives with its value (a field left out of
+    # ENGINE_FIELDS would keep the engine's default whatever the operator set)
+    from dataclasses import fields
+
+    from lookahead_core.engine.sched_config import SchedulerConfig
+
+    # threads: 0 in the settings means every core, resolved on the way
+    shared = {f.name for f in fields(SchedulerConfig)} & set(GeneratorSettings.model_fields) - {"threads"}
+    settings = GeneratorSettings(usage_half_life_s=3.5, prefill_lead_s=0.25, max_running_per_tenant=5)
+    config = GeneratorCore._scheduler_config(settings)
+    assert {name: getattr(config, name) for name in shared} == {name: getattr(settings, name) for name in shared}

@@ -82,12 +82,13 @@ class StepLimits:
     ttft_target_s: float = math.inf  # while prompts wait, steps stay short enough to meet this (ttft.py)
     vocab_size: int | None = None  # the model's embedding rows: drafted ids at or past it are dropped
     prefill_tree_share: float = math.inf  # while prompts prefill, trees add at most this share to a step's time
+    prefill_lead_s: float = math.inf  # a tenant that used this much more engine time than a decoding one waits
 
 
 def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int,
                  usage: Mapping[str, float] | None = None) -> list[int]:
-    """Prompt tokens each prefilling request gets this step: the tenants by recent ``usage`` (decayed prompt
-    tokens, engine/usage.py; None or absent: 0), the least used first, each taking what it needs of what is
+    """Prompt tokens each prefilling request gets this step: the tenants by recent ``usage`` (decayed engine
+    seconds, engine/usage.py; None or absent: 0), the least used first, each taking what it needs of what is
     left; tenants of equal usage split their room evenly (a tenant needing less leaves the rest to the others:
     max-min fair), each tenant's share filled in its requests' order.
     Examples: needs (300, 300, 40), tenants (a, a, b), room 256 -> (216, 0, 40): b's 40 fit in its half, a takes
@@ -118,13 +119,27 @@ def fair_prefill(needs: Sequence[int], tenants: Sequence[str], room: int,
     return out
 
 
+def outweighed(live: Sequence[Active], usage: Mapping[str, float], lead_s: float) -> set[str]:
+    """Tenants whose prompts wait this step: each used more than ``lead_s`` seconds of the engine lately beyond
+    the least used tenant now decoding, so a chunk of its prompt would slow that tenant's steps again (it
+    prefills once that tenant has caught up; with no one else decoding it never waits). Example: usage
+    {hog: 9.0, b: 1.0}, b decoding, the hog prefilling, lead 2 -> {hog}; lead 10 -> {}."""
+    floor = min((usage.get(r.req.tenant, 0.0) for r in live if r.req.phase is Phase.DECODE), default=None)
+    if floor is None:
+        return set()
+    return {r.req.tenant for r in live
+            if r.req.phase is Phase.PREFILL and usage.get(r.req.tenant, 0.0) > floor + lead_s}
+
+
 def prefill_chunks(live: Sequence[Active], limits: StepLimits, decoding: int,
                    usage: Mapping[str, float] | None = None) -> list[Chunk]:
     """The next prompt chunks of prefilling requests within the prefill chunk and the forward (each of the
     ``decoding`` requests keeps at least its root's place), the room shared fairly by tenant, the least recently
-    served first (``fair_prefill``: one tenant's long prompts never hold back another's first token)."""
+    served first (``fair_prefill``: one tenant's long prompts never hold back another's first token), none for
+    a tenant far ahead of a decoding one (``outweighed``: its prompt would slow that tenant's every step)."""
     room = max(0, min(limits.prefill_chunk, limits.max_tokens - decoding))
-    prefilling = [r for r in live if r.req.phase is Phase.PREFILL]
+    waiting = outweighed(live, usage or {}, limits.prefill_lead_s)
+    prefilling = [r for r in live if r.req.phase is Phase.PREFILL and r.req.tenant not in waiting]
     grants = fair_prefill([len(r.prompt_ids) - r.prefilled for r in prefilling],
                           [r.req.tenant for r in prefilling], room, usage)
     return [Chunk(r.id, r.prompt_ids, r.prefilled, r.prefilled + g)

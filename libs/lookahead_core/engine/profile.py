@@ -178,10 +178,12 @@ class Phases:
             yield
         self.emitted = outputs() - before
 
-    def step(self, started: float, prefill: bool, tokens: int, running: bool) -> None:
-        """Book the step begun at ``started`` (``StepProfile.step``)."""
+    def step(self, started: float, prefill: bool, tokens: int, running: bool) -> float:
+        """Book the step begun at ``started`` (``StepProfile.step``); the time it ended (perf_counter)."""
+        ended = time.perf_counter()
         if self.profile is not None:
             self.profile.step(started, prefill, tokens, self.emitted, running)
+        return ended
 
 
 # The LM head's time goes to the profile of the forward running on this thread (twins are shared by

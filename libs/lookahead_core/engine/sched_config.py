@@ -34,7 +34,8 @@ class SchedulerConfig:
     kv_budget_bytes: int = 2048 * MIB  # request KV all running requests may hold; past it requests wait
     kv_tenant_share: float = 0.5  # of kv_budget_bytes one tenant's running requests may hold
     max_running_per_tenant: int = 0  # running requests one tenant may hold (0: three quarters of max_running)
-    prefill_half_life_s: float = 10.0  # how fast a tenant's recent prefill is forgotten (least used prefill first)
+    usage_half_life_s: float = 10.0  # how fast a tenant's recent engine time is forgotten (least used prefills first)
+    prefill_lead_s: float = 2.0  # engine seconds a tenant may be ahead of a decoding one and still prefill beside it
 
     @property
     def tenant_running(self) -> int:
@@ -55,7 +56,7 @@ class SchedulerConfig:
             raise ValueError("need 1 <= prefill_chunk <= max_tokens_per_forward and ttft_target_s > 0")
         if self.kv_budget_bytes < 1 or not 0 < self.kv_tenant_share <= 1 or self.max_running_per_tenant < 0:
             raise ValueError("need kv_budget_bytes >= 1, 0 < kv_tenant_share <= 1 and max_running_per_tenant >= 0")
-        if not self.prefill_half_life_s > 0:
-            raise ValueError("prefill_half_life_s must be > 0")
+        if not self.usage_half_life_s > 0 or not self.prefill_lead_s >= 0:
+            raise ValueError("need usage_half_life_s > 0 and prefill_lead_s >= 0")
         if not self.prefill_tree_share >= 0:
             raise ValueError("prefill_tree_share must be >= 0 (inf: trees are not capped while prompts prefill)")

@@ -49,7 +49,7 @@ from .profile import Phases, StepProfile, watch_heads
 from .request import Phase, RequestExpired, ServeRequest
 from .run import choose
 from .sched_config import MIB, SchedulerConfig
-from .usage import TenantUsage
+from .usage import TenantUsage, step_tokens
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,11 @@ class StepScheduler:
                               tenant_share=cfg.prefix_tenant_share)
         )
         self.gains = GainsModel()
-        self.usage = TenantUsage(cfg.prefill_half_life_s)  # each tenant's recent prefill: the least used goes first
+        self.usage = TenantUsage(cfg.usage_half_life_s)  # each tenant's recent engine time (fair prefill)
         self.drafts = DraftModels(model, draft_model)  # mode draft-model: the given draft, else self-drafts
         self.vocab_size = model.get_input_embeddings().num_embeddings  # ids the forward can embed
-        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s,
-                                 prefill_tree_share=cfg.prefill_tree_share, vocab_size=self.vocab_size)
+        self.limits = StepLimits(cfg.max_tokens_per_forward, cfg.prefill_chunk, cfg.ttft_target_s, self.vocab_size,
+                                 cfg.prefill_tree_share, cfg.prefill_lead_s)
         # Every request passes through the queue, even onto a free running place: room for both.
         self.queue: FairQueue[ServeRequest] = FairQueue(cfg.max_waiting + cfg.max_running)
         self.running: list[Active] = []
@@ -368,7 +368,6 @@ class StepScheduler:
         if plan.empty:
             return
         step = {active.id: active for active in live}  # the plan names its requests by id
-        self.usage.charge(((step[c.id].req.tenant, c.end - c.first) for c in plan.chunks), started)
         with phases("pack"):
             packed = pack_step(plan, {i: active.kv for i, active in step.items()})
         with phases.forward(packed.attention):
@@ -377,7 +376,8 @@ class StepScheduler:
             predicted = choose(logits, plan, packed, {i: active.chooser for i, active in step.items()})  # [K]
         with phases.applying(lambda: sum(step[i].emitted for i in plan.ids)):
             self._apply(plan, packed, logits, predicted, step, Emitting(self._decode, phases))
-        phases.step(started, bool(plan.chunks), len(packed), bool(self.running))
+        ended = phases.step(started, bool(plan.chunks), len(packed), bool(self.running))
+        self.usage.charge(step_tokens(plan, lambda i: step[i].req.tenant), ended - started, ended)
 
     def _apply(self, plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predicted: list[int],
                step: dict[str, Active], out: Emitting) -> None:
