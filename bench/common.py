@@ -25,6 +25,15 @@ SYSTEM_PROMPT = (
 )  # the bench's grounded-QA instruction
 
 
+def add_draw_args(p: argparse.ArgumentParser, requests: int, what: str) -> None:
+    """--pool, --requests (``requests`` by default, ``what`` its help), --zipf and --seed: a Zipf-drawn request
+    sequence (``serve_load.draw_sequence``)."""
+    p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
+    p.add_argument("--requests", type=int, default=requests, help=what)
+    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
+    p.add_argument("--seed", type=int, default=0, help="fixes the sequence (and whatever else the benchmark draws)")
+
+
 def workload_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     """A benchmark's parser with the workload every decoding benchmark reads: --corpus and --questions
     (default: the bundled set; resolve them with ``lookahead_rag.bench.dataset.dataset_from_args``)."""

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import argparse
 
-from lookahead_rag.bench.common import add_placement_args, workload_parser
+from lookahead_rag.bench.common import add_draw_args, add_placement_args, workload_parser
 from lookahead_rag.bench.dataset import dataset_from_args
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
     p = workload_parser("lookahead-rag-bench hog", __doc__)
-    p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
-    p.add_argument("--requests", type=int, default=24, help="the victim's requests per run")
-    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent of the victim's questions")
-    p.add_argument("--seed", type=int, default=0, help="seed of the victim's sequence and the hog's prompts")
+    add_draw_args(p, 24, "the victim's requests per run")
     p.add_argument("--concurrency", type=int, default=2, help="the victim's closed-loop clients")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens each victim request asks for")
     p.add_argument("--hog-streams", type=int, default=32, help="calls the hog keeps in flight (its stream limit)")

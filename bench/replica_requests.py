@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Any
 
-from lookahead_rag.bench.common import grounded_prompt_ids, read_jsonl, workload_parser, write_json
+from lookahead_rag.bench.common import add_draw_args, grounded_prompt_ids, read_jsonl, workload_parser, write_json
 from lookahead_rag.bench.dataset import dataset_from_args
 from lookahead_rag.bench.serve_load import SINGLE_TENANT, draw_sequence, load_workload
 from lookahead_rag.bench.serve_record import DEFAULT_WAY, FORMAT, KIND, sequence_json
@@ -23,10 +23,7 @@ from lookahead_rag.bench.serve_record import DEFAULT_WAY, FORMAT, KIND, sequence
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = workload_parser("lookahead-rag-bench replica-requests", __doc__)
-    p.add_argument("--requests", type=int, default=32, help="requests in the sequence")
-    p.add_argument("--pool", type=int, default=100, help="the first N answerable questions are drawn from")
-    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent s: rank r has weight 1/r^s")
-    p.add_argument("--seed", type=int, default=0, help="fixes the sequence")
+    add_draw_args(p, 32, "requests in the sequence")
     p.add_argument("--model", default="smollm2-135m-instruct", help="whose tokenizer makes the prompt ids")
     p.add_argument("--out", required=True, help="the requests file to write")
     args = p.parse_args(argv)
