@@ -28,7 +28,8 @@ def test_frozen_objects_are_not_walked_and_garbage_is_collected_first() -> None:
     kept = [Cycle()]  # alive at start-up: frozen
     try:
         frozen = freeze_startup_heap()
-        assert frozen == gc.get_freeze_count() > 0
+        # a frozen object can still die (another test's thread dropping its last reference): never more
+        assert 0 < gc.get_freeze_count() <= frozen
         assert gone() is None  # collected before the freeze
         assert all(o is not kept[0] for o in gc.get_objects())  # frozen: no generation holds it
     finally:
