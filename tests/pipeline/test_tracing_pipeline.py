@@ -92,7 +92,8 @@ async def test_an_http_request_is_one_trace_across_the_services(
     # the finished answer crossed Kafka: both consumers applied it inside the request's trace. Delivery is at
     # least once (a record read again after a rebalance, or resent by the producer, is one more span of the
     # same trace; the appliers drop repeats by event id), so each group counts once, however many spans
-    assert await wait_until(lambda: len(groups()) == CONSUMER_GROUPS, SPAN_WAIT_S), [(s.name, (s.attributes or {}).get("messaging.consumer.group.name")) for s in consumed()]
+    assert await wait_until(lambda: len(groups()) == CONSUMER_GROUPS, SPAN_WAIT_S), [
+        (s.name, (s.attributes or {}).get("messaging.consumer.group.name")) for s in consumed()]
     assert None not in groups(), [s.attributes for s in consumed()]  # every consumer span names its group
     trace = by_trace(spans.get_finished_spans(), root.context.trace_id)
     names = {s.name for s in trace}
