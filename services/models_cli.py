@@ -19,6 +19,9 @@ import sys
 
 from lookahead_core.catalog import BUILTINS, BuiltinModel, SplitWheelGGUF, converted_dir, gguf_of
 
+from lookahead_rag.services.common.model_choice import AUTO
+from lookahead_rag.services.common.model_settings import ModelSettings
+
 EXIT_ERROR = 2  # the exit status of a fetch that failed (one line on stderr says why)
 DTYPE_NAMES = ("float32", "bfloat16", "float16")  # dtypes a model can be converted to
 
@@ -82,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "list":
         _print_table(list_models())
+        print(f"\n[model] name = auto serves here: {ModelSettings(name=AUTO).name}")
         return 0
     from lookahead_core.fetch import FetchError
     from lookahead_core.models import UnsupportedModelError

@@ -1,3 +1,11 @@
-"""Plugins for every test folder (only the root conftest may declare ``pytest_plugins``)."""
+"""Plugins for every test folder (only the root conftest may declare ``pytest_plugins``), and the model the
+tests serve: the 135M built-in, whatever else is fetched on the machine (``[model] name`` defaults to auto,
+the largest built-in the machine can run; a test that checks auto unsets this)."""
+
+import os
+
+from lookahead_core.defaults import DEFAULT_MODEL
+
+os.environ.setdefault("LAR_MODEL_NAME", DEFAULT_MODEL)  # subprocesses (serve all, the fuzzer) inherit it
 
 pytest_plugins = ["tests.kafka.fixtures"]  # the ``broker`` fixture: tests/kafka and tests/pipeline

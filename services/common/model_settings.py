@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from lookahead_core.defaults import DEFAULT_MODEL
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from lookahead_rag.services.common.model_choice import AUTO, Limits, best_model
 from lookahead_rag.services.common.settings import ServiceSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
@@ -25,7 +25,25 @@ class ModelSettings(ServiceSettings):
     model_config = SettingsConfigDict(env_prefix="LAR_MODEL_")
     section: ClassVar[str] = "model"
 
-    name: str = Field(DEFAULT_MODEL, description="served model: built-in name (`lookahead-rag models list`), "
-                      "a .gguf file (converted once), a directory or a hub id")
+    name: str = Field(AUTO, description="served model: built-in name (`lookahead-rag models list`), a .gguf file "
+                      "(converted once), a directory, a hub id, or auto: the largest built-in on this machine "
+                      "that it can run (the auto_* limits)")
     device: str = Field("cpu", pattern=DEVICE_PATTERN, description="where the generator runs it: cpu, cuda or cuda:N")
     dtype: Dtype = Field("float32", description="weights and activations: float32, bfloat16 or float16")
+    # auto: of the free memory, the most the model's working set may take
+    auto_memory_share: float = Field(0.5, gt=0, le=1, description="auto: share of free memory the model may take")
+    # auto: activations, the KV pool and the conversion on top of the weights' bytes
+    auto_working_set_factor: float = Field(1.5, ge=1, description="auto: working set / the weights' bytes")
+    # auto, on a CPU: parameters a core may carry at a usable decode speed (2 cores: the 0.5B, not the 1.5B)
+    auto_params_per_core: int = Field(400_000_000, gt=0, description="auto, on a CPU: parameters per core at most")
+
+    @model_validator(mode="after")
+    def _resolve_auto(self) -> ModelSettings:
+        """name = auto becomes the built-in it picks, so every reader (and every service) sees one name."""
+        if self.name == AUTO:
+            self.name = best_model(self.dtype, self.device, self.limits())
+        return self
+
+    def limits(self) -> Limits:
+        """The auto_* fields as the choice takes them."""
+        return Limits(self.auto_memory_share, self.auto_working_set_factor, self.auto_params_per_core)

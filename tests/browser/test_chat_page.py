@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lookahead_core.defaults import DEFAULT_MODEL
 
 from lookahead_rag.services.common.auth.keys import KeyFile
 from tests.pipeline.helpers import CALL_TIMEOUT_S, unique_tenant
@@ -99,7 +100,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAR_")}
     env.update(HF_HUB_OFFLINE="1", LAR_KAFKA_BOOTSTRAP_SERVERS="", LAR_HTTP_PORT=str(ports["http"]),
                LAR_AUTH_MODE="required", LAR_AUTH_KEYS_FILE=str(keys.path), LAR_AUTH_SERVICE_KEY=service_key,
-               LAR_GENERATOR_CALIBRATE_KERNELS="false", LAR_GENERATOR_ADAPTIVE_SPECULATION="false")
+               LAR_GENERATOR_CALIBRATE_KERNELS="false", LAR_GENERATOR_ADAPTIVE_SPECULATION="false",
+               LAR_MODEL_NAME=DEFAULT_MODEL)  # the 135M, whatever else is fetched here
     for name in ("retriever", "draftcache", "generator"):
         prefix = f"LAR_{name.upper()}_"
         env.update({prefix + "PORT": str(ports[name]), prefix + "METRICS_PORT": "0",
