@@ -16,7 +16,14 @@ from lookahead_core import DecodingConfig, TokenTrie
 from lookahead_core.models import load_model, load_tokenizer
 from tqdm import tqdm
 
-from lookahead_rag.bench.answer_quality_search import compare_searches, pct, search_names, with_distractors
+from lookahead_rag.bench.answer_quality_search import (
+    compare_searches,
+    pct,
+    search_core,
+    search_name,
+    search_names,
+    with_distractors,
+)
 from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, read_jsonl
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.plot import write_outputs
@@ -67,13 +74,16 @@ def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unan
            gold: dict[str, str], refs: dict[str, list[str]], k: int, max_new: int) -> dict[str, Any]:
     """One served setting (a core's passage order, k): gold paragraph in the prompt, EM / F1, abstention."""
     held, answers = 0, []
-    for q in tqdm(pool, desc=f"served {core.settings.passage_order.value} k={k}"):
+    search = search_name(core)
+    for q in tqdm(pool, desc=f"served {search} {core.settings.passage_order.value} k={k}"):
         r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
         held += gold[q.qid] in {c.chunk.doc_id for c in r.chunks}
         answers.append(answer(r.prompt_ids))
     said = [abstains(answer(core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new).prompt_ids))
             for q in unanswerable]
-    return {"order": core.settings.passage_order.value, "k": k, "gold_in_prompt_pct": pct(held, len(pool)),
+    core.close()
+    return {"search": search, "order": core.settings.passage_order.value, "k": k,
+            "gold_in_prompt_pct": pct(held, len(pool)),
             **answer_row(answers, [refs[q.qid] for q in pool]),
             "abstained_pct": pct(sum(said), len(said)), "answered_anyway_pct": pct(len(said) - sum(said), len(said)),
             "answers": answers}
@@ -138,7 +148,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     model, tok = (None, load_tokenizer(args.model)) if args.recall_only else load_model(args.model, **placement(args))
     answer = Answerer(model, tok, args.max_new_tokens)
     with tempfile.TemporaryDirectory(prefix="bench-quality-") as root:
-        cores = retriever_cores(Path(root), args, wl, tok, ORDERS[:1] if args.recall_only else ORDERS)
+        orders = tuple(o for o in ORDERS if o.value in args.orders)
+        cores = retriever_cores(Path(root), args, wl, tok,  # canonical always: the retrieval figures' core
+                                ORDERS[:1] if args.recall_only else tuple(dict.fromkeys((ORDERS[0], *orders))))
         canonical = cores[ORDERS[0]]
         ks = args.ks or [canonical.limits.resolve_k(0)]
         searches, passages = compare_searches(canonical, wl, search_names(args.hybrid, canonical.settings.hybrid),
@@ -147,8 +159,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         answers = not args.recall_only
         gold_answers = [answer(gold_ids(canonical, tok, q, corpus[gold[q.qid]], args.max_new_tokens))
                         for q in tqdm(wl.pool if answers else [], desc="gold paragraph")]
-        settings = [served(core, answer, wl.pool, unanswerable, gold, refs, k, args.max_new_tokens)
-                    for k in (ks if answers else []) for core in cores.values()]
+        names = search_names(args.hybrid, canonical.settings.hybrid)
+        settings = [served(search_core(cores[order], wl, name), answer, wl.pool, unanswerable, gold, refs, k,
+                           args.max_new_tokens)
+                    for name in (names if answers else []) for k in ks for order in orders]
         past = (past_study(canonical, wl, model, tok, wl.pool[: args.past], refs, args.past_rounds,
                            args.max_new_tokens) if args.past and answers else None)
         system_prompt = canonical.settings.system_prompt
@@ -180,7 +194,8 @@ COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %
 
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{"setting": "gold paragraph", **data["gold"]}] if data.get("gold") else []
-    rows += [{"setting": f"served {s['order']} k={s['k']}", **s} for s in data["served"]]
+    rows += [{"setting": f"served {s.get('search', '')} {s['order']} k={s['k']}".replace("  ", " "), **s}
+             for s in data["served"]]
     for name in PAST_SETTINGS:
         if data.get("past"):
             rows.append({"setting": f"past answers: {name}", **data["past"][name]})

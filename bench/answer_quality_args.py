@@ -18,7 +18,8 @@ article with --tenants-by-title):
   ``--recall-only`` stops there (no model is loaded, no answer generated);
 - answers (plain greedy, transformers' generate, at most --max-new-tokens): SQuAD EM / F1 of the
   answerable questions prompted with their own paragraph alone ("gold") and with the served prompt
-  (retrieved passages, each passage order: canonical and score, at each k of --ks); answers that wrongly
+  (retrieved passages by each search of --hybrid, each passage order of --orders, at each k of --ks);
+  answers that wrongly
   say the documents do not hold it; on the unanswerable ones, the share that say so (abstained) and
   the share answered anyway;
 - past answers (``--past N``: the first N answerable questions asked ``--past-rounds`` times in a row
@@ -38,6 +39,7 @@ DEFAULT_LIMIT = 40  # the bundled set's benchmarked questions
 DEFAULT_MAX_NEW_TOKENS = 32  # SQuAD answers are a few words; a grounded reply rarely needs more
 DEFAULT_UNANSWERABLE = 10
 SEARCHES = {"off": "dense", "on": "hybrid"}  # --hybrid value -> the search's name in the results
+ORDER_NAMES = ("canonical", "score", "score_last")  # [retriever] passage_order values --orders takes
 DEFAULT_PAST_ROUNDS = 2  # the demo's shape: the same questions again once their answers are remembered
 
 
@@ -57,6 +59,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--min-score-ratio", default="", help="adaptive-k ratios compared with the fixed k, "
                    "comma-separated ([retriever] passage_min_score_ratio)")
     p.add_argument("--distractors", default="", help="JSONL documents added to every tenant (bench/distractors.py)")
+    p.add_argument("--orders", default=",".join(ORDER_NAMES), help="passage orders answered with, "
+                   f"comma-separated ({', '.join(ORDER_NAMES)}); each costs one answer per question")
     p.add_argument("--recall-only", action="store_true", help="retrieval figures only: no model, no answers")
     add_model_args(p)
     args = p.parse_args(argv)
@@ -73,6 +77,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error("--min-score-ratio: comma-separated numbers")
     if any(not 0 <= r <= 1 for r in args.min_score_ratio):
         p.error("--min-score-ratio: each within [0, 1]")
+    args.orders = [v.strip() for v in args.orders.split(",") if v.strip()]
+    if not args.orders or set(args.orders) - set(ORDER_NAMES):
+        p.error(f"--orders: comma-separated, of {', '.join(ORDER_NAMES)}")
     if set(args.hybrid) - set(SEARCHES):
         p.error(f"--hybrid: comma-separated {' and '.join(SEARCHES)}")
     args.dataset = dataset_from_args(p, args).name

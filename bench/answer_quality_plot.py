@@ -25,12 +25,12 @@ def plot(data: dict[str, Any], path: str) -> None:
     grouped_bars(recall, [g.replace("_", "\n").replace(" ", "\n") for g in groups],
                  {name: [found.get(g) for g in groups] for name, found in by_search.items()}, lambda v: f"{v:.0f}%")
     served = data.get("served") or []
-    held = ", ".join(f"{s['order']} k={s['k']}: {known(s.get('gold_in_prompt_pct'))}%" for s in served)
+    held = ", ".join(f"{_served(s, ' ')}: {known(s.get('gold_in_prompt_pct'))}%" for s in served)
     answered = f"; answered with: {held}" if held else ""
     recall.set_title(f"own paragraph in the top k chunks (recall@k) and in the served prompt (in_prompt@k)\n"
                      f"{known(data.get('indexed_chunks'))} chunks indexed{answered}", fontsize=TITLE_FONT)
     recall.set_ylabel("% of answerable questions")
-    names = ["gold", *[f"{s['order']}\nk={s['k']}" for s in served]]
+    names = ["gold", *[_served(s, "\n") for s in served]]
     rows = [data.get("gold") or {}, *served]
     if not data.get("gold"):  # --recall-only: no answers were generated
         for ax in (quality, abstain):
@@ -54,6 +54,11 @@ def plot(data: dict[str, Any], path: str) -> None:
         ax.set_title("past answers accumulating (engine, hierarchical)", fontsize=TITLE_FONT)
         ax.set_ylabel("% (EM, F1) / tokens per step / tok/s")
     save(fig, path, title(data, _what(data), "the same model handed the question's own paragraph (gold)"))
+
+
+def _served(row: dict[str, Any], sep: str) -> str:
+    """A served setting's label: its search (when recorded), passage order and k."""
+    return sep.join(p for p in (row.get("search"), row["order"], f"k={row['k']}") if p)
 
 
 def _what(data: dict[str, Any]) -> str:

@@ -48,10 +48,15 @@ def search_core(base: RetrieverCore, wl: Workload, name: str, ratio: float = 0.0
     return core
 
 
+def search_name(core: RetrieverCore) -> str:
+    """The name of a core's search in the results: dense or hybrid."""
+    return SEARCHES["on" if core.settings.hybrid else "off"]
+
+
 def recall(core: RetrieverCore, pool: Sequence[Question], gold: dict[str, str]) -> dict[str, float | None]:
     """recall@k of each question's own paragraph in the retriever's search (any chunk of its document)."""
     ranks = []
-    for q in tqdm(pool, desc=f"recall ({'hybrid' if core.settings.hybrid else 'dense'})"):
+    for q in tqdm(pool, desc=f"recall ({search_name(core)})"):
         found = [c.chunk.doc_id for c in core.search(q.tenant, q.question, max(RECALL_AT))]  # chunk ranks
         ranks.append(found.index(gold[q.qid]) if gold[q.qid] in found else None)
     return {f"recall@{k}": pct(sum(r is not None and r < k for r in ranks), len(ranks)) for k in RECALL_AT}

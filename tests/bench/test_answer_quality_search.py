@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from lookahead_rag.bench.answer_quality_search import (
     DISTRACTOR_PREFIX,
     search_names,
@@ -44,3 +46,15 @@ def test_distractors_are_real_docstrings_up_to_the_chunk_count() -> None:
     assert len({d["id"] for d in docs}) == len(docs)
     assert all(d["text"].strip() for d in docs)
     assert not any(part.startswith(SKIPPED_PREFIXES) for d in docs for part in d["id"].split("."))
+
+
+def test_orders_are_checked_and_kept_in_the_order_given() -> None:
+    from lookahead_rag.bench.answer_quality_args import parse_args
+
+    # --orders names the passage orders answered with; none given: all three
+    assert parse_args(["--orders", "score_last,canonical"]).orders == ["score_last", "canonical"]
+    assert parse_args([]).orders == ["canonical", "score", "score_last"]
+    # an unknown order is a usage error (exit 2), not a run without answers
+    with pytest.raises(SystemExit) as exc:
+        parse_args(["--orders", "random"])
+    assert exc.value.code == 2

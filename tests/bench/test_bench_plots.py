@@ -137,9 +137,9 @@ def _logprobs() -> dict[str, Any]:
 
 
 def _answer_quality() -> dict[str, Any]:
-    def served(order: str, held: float | None) -> dict[str, Any]:
-        return {"order": order, "k": 3, "gold_in_prompt_pct": held, "squad_em": 10.0, "squad_f1": 30.0,
-                "wrongly_abstained_pct": 5.0, "abstained_pct": 60.0, "answered_anyway_pct": 40.0}
+    def served(order: str, held: float | None, search: str = "dense") -> dict[str, Any]:
+        return {"search": search, "order": order, "k": 3, "gold_in_prompt_pct": held, "squad_em": 10.0,
+                "squad_f1": 30.0, "wrongly_abstained_pct": 5.0, "abstained_pct": 60.0, "answered_anyway_pct": 40.0}
 
     def past(f1: float, per_step: float) -> dict[str, Any]:
         return {"squad_em": 5.0, "squad_f1": f1, "tokens_per_step": per_step, "tokens_per_s": 8.0}
@@ -147,7 +147,7 @@ def _answer_quality() -> dict[str, Any]:
             "dataset": "test", "questions": 4, "unanswerable_questions": 2, "tenants": 1, "max_new_tokens": 8,
             "retrieval": {"recall@1": 75.0, "recall@3": 100.0, "recall@5": 100.0, "recall@10": 100.0},
             "gold": {"squad_em": 25.0, "squad_f1": 40.0, "wrongly_abstained_pct": 0.0},
-            "served": [served("canonical", 100.0), served("score", None)],
+            "served": [served("canonical", 100.0), served("score", None), served("canonical", 75.0, "hybrid")],
             "past": {"prompt_all": past(10.0, 2.5), "prompt": past(30.0, 2.4), "drafts": past(30.0, 2.4),
                      "none": past(30.0, 1.5), "drafts_equal_none": True}}
 
