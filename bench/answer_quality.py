@@ -16,6 +16,7 @@ from lookahead_core import DecodingConfig, TokenTrie
 from lookahead_core.models import load_model, load_tokenizer
 from tqdm import tqdm
 
+from lookahead_rag.bench.answer_citations import citation_row
 from lookahead_rag.bench.answer_quality_search import (
     compare_searches,
     pct,
@@ -73,18 +74,20 @@ def answer_row(answers: Sequence[str], refs: Sequence[list[str]]) -> dict[str, A
 def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unanswerable: Sequence[Question],
            gold: dict[str, str], refs: dict[str, list[str]], k: int, max_new: int) -> dict[str, Any]:
     """One served setting (a core's passage order, k): gold paragraph in the prompt, EM / F1, abstention."""
-    held, answers = 0, []
+    held, answers, prompts = 0, [], []
     search = search_name(core)
     for q in tqdm(pool, desc=f"served {search} {core.settings.passage_order.value} k={k}"):
         r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
         held += gold[q.qid] in {c.chunk.doc_id for c in r.chunks}
         answers.append(answer(r.prompt_ids))
+        prompts.append([CitedPassage(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.text) for c in r.chunks])
     said = [abstains(answer(core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new).prompt_ids))
             for q in unanswerable]
     core.close()
     return {"search": search, "order": core.settings.passage_order.value, "k": k,
             "gold_in_prompt_pct": pct(held, len(pool)),
             **answer_row(answers, [refs[q.qid] for q in pool]),
+            **citation_row(answers, [refs[q.qid] for q in pool], prompts),
             "abstained_pct": pct(sum(said), len(said)), "answered_anyway_pct": pct(len(said) - sum(said), len(said)),
             "answers": answers}
 
@@ -188,8 +191,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %", ".1f"),
            ("squad_em", "EM %", ".1f"), ("squad_f1", "F1 %", ".1f"), ("wrongly_abstained_pct", "abstained (ans.) %",
                                                                      ".1f"),
-           ("abstained_pct", "abstained (unans.) %", ".1f"), ("tokens_per_step", "tok/step", ".2f"),
-           ("tokens_per_s", "tok/s", ".2f")]
+           ("abstained_pct", "abstained (unans.) %", ".1f"), ("cited_pct", "cited %", ".1f"),
+           ("tokens_per_step", "tok/step", ".2f"), ("tokens_per_s", "tok/s", ".2f")]
 
 
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
