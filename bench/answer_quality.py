@@ -74,17 +74,19 @@ def answer_row(answers: Sequence[str], refs: Sequence[list[str]]) -> dict[str, A
 def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unanswerable: Sequence[Question],
            gold: dict[str, str], refs: dict[str, list[str]], k: int, max_new: int) -> dict[str, Any]:
     """One served setting (a core's passage order, k): gold paragraph in the prompt, EM / F1, abstention."""
-    held, answers, prompts = 0, [], []
+    held, shown, answers, prompts = 0, 0, [], []
     search = search_name(core)
     for q in tqdm(pool, desc=f"served {search} {core.settings.passage_order.value} k={k}"):
         r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
         held += gold[q.qid] in {c.chunk.doc_id for c in r.chunks}
+        shown += len(r.chunks)
         answers.append(answer(r.prompt_ids))
         prompts.append([CitedPassage(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.text) for c in r.chunks])
     said = [abstains(answer(core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new).prompt_ids))
             for q in unanswerable]
     core.close()
     return {"search": search, "order": core.settings.passage_order.value, "k": k,
+            "min_score_ratio": core.settings.passage_min_score_ratio, "passages": round(shown / max(len(pool), 1), 2),
             "gold_in_prompt_pct": pct(held, len(pool)),
             **answer_row(answers, [refs[q.qid] for q in pool]),
             **citation_row(answers, [refs[q.qid] for q in pool], prompts),
@@ -163,9 +165,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gold_answers = [answer(gold_ids(canonical, tok, q, corpus[gold[q.qid]], args.max_new_tokens))
                         for q in tqdm(wl.pool if answers else [], desc="gold paragraph")]
         names = search_names(args.hybrid, canonical.settings.hybrid)
-        settings = [served(search_core(cores[order], wl, name), answer, wl.pool, unanswerable, gold, refs, k,
-                           args.max_new_tokens)
-                    for name in (names if answers else []) for k in ks for order in orders]
+        ratios = [0.0, *[r for r in args.min_score_ratio if r]]  # fixed k, then each adaptive-k ratio
+        settings = [served(search_core(cores[order], wl, name, ratio), answer, wl.pool, unanswerable, gold, refs,
+                           k, args.max_new_tokens)
+                    for name in (names if answers else []) for k in ks for ratio in ratios for order in orders]
         past = (past_study(canonical, wl, model, tok, wl.pool[: args.past], refs, args.past_rounds,
                            args.max_new_tokens) if args.past and answers else None)
         system_prompt = canonical.settings.system_prompt
@@ -192,13 +195,20 @@ COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %
            ("squad_em", "EM %", ".1f"), ("squad_f1", "F1 %", ".1f"), ("wrongly_abstained_pct", "abstained (ans.) %",
                                                                      ".1f"),
            ("abstained_pct", "abstained (unans.) %", ".1f"), ("cited_pct", "cited %", ".1f"),
+           ("passages", "passages", ".2f"),
            ("tokens_per_step", "tok/step", ".2f"), ("tokens_per_s", "tok/s", ".2f")]
+
+
+def served_name(row: dict[str, Any]) -> str:
+    """A served setting as the table names it: search, passage order, k (and the adaptive-k ratio)."""
+    ratio = row.get("min_score_ratio")
+    return " ".join(p for p in ("served", row.get("search"), row["order"], f"k={row['k']}",
+                                f"r={ratio:g}" if ratio else "") if p)
 
 
 def table_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{"setting": "gold paragraph", **data["gold"]}] if data.get("gold") else []
-    rows += [{"setting": f"served {s.get('search', '')} {s['order']} k={s['k']}".replace("  ", " "), **s}
-             for s in data["served"]]
+    rows += [{"setting": served_name(s), **s} for s in data["served"]]
     for name in PAST_SETTINGS:
         if data.get("past"):
             rows.append({"setting": f"past answers: {name}", **data["past"][name]})

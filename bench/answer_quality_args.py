@@ -56,8 +56,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--system-prompt", default=None, help="the retriever's system prompt for this run")
     p.add_argument("--hybrid", default="", help="searches compared, comma-separated: off (FAISS), on (+ BM25); "
                    "default: [retriever] hybrid")
-    p.add_argument("--min-score-ratio", default="", help="adaptive-k ratios compared with the fixed k, "
-                   "comma-separated ([retriever] passage_min_score_ratio)")
+    p.add_argument("--min-score-ratio", default="", help="adaptive-k ratios compared with the fixed k "
+                   "(retrieval and answers), comma-separated ([retriever] passage_min_score_ratio)")
     p.add_argument("--distractors", default="", help="JSONL documents added to every tenant (bench/distractors.py)")
     p.add_argument("--orders", default=",".join(ORDER_NAMES), help="passage orders answered with, "
                    f"comma-separated ({', '.join(ORDER_NAMES)}); each costs one answer per question")
