@@ -3,10 +3,12 @@ abstention on unanswerable questions; past answers in the prompt / as drafts / n
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from lookahead_rag.bench.plot_common import TITLE_FONT, figure, grouped_bars, known, save, title
 
+WRAP = 80  # characters a title line may take before it wraps (the panel's width)
 QUALITY = {"squad_em": "EM", "squad_f1": "F1"}
 ABSTAIN = {"abstained_pct": "unanswerable: said so", "answered_anyway_pct": "unanswerable: answered anyway",
            "wrongly_abstained_pct": "answerable: wrongly said so"}
@@ -26,7 +28,7 @@ def plot(data: dict[str, Any], path: str) -> None:
                  {name: [found.get(g) for g in groups] for name, found in by_search.items()}, lambda v: f"{v:.0f}%")
     served = data.get("served") or []
     held = ", ".join(f"{_served(s, ' ')}: {known(s.get('gold_in_prompt_pct'))}%" for s in served)
-    answered = f"; answered with: {held}" if held else ""
+    answered = "\n" + textwrap.fill(f"answered with: {held}", WRAP) if held else ""
     recall.set_title(f"own paragraph in the top k chunks (recall@k) and in the served prompt (in_prompt@k)\n"
                      f"{known(data.get('indexed_chunks'))} chunks indexed{answered}", fontsize=TITLE_FONT)
     recall.set_ylabel("% of answerable questions")
@@ -58,7 +60,9 @@ def plot(data: dict[str, Any], path: str) -> None:
 
 def _served(row: dict[str, Any], sep: str) -> str:
     """A served setting's label: its search (when recorded), passage order and k."""
-    return sep.join(p for p in (row.get("search"), row["order"], f"k={row['k']}") if p)
+    ratio = row.get("min_score_ratio")
+    return sep.join(p for p in (row.get("search"), row["order"], f"k={row['k']}", f"r={ratio:g}" if ratio else "")
+                    if p)
 
 
 def _what(data: dict[str, Any]) -> str:
