@@ -25,7 +25,7 @@ from lookahead_rag.bench.answer_quality_search import (
     search_names,
     with_distractors,
 )
-from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, read_jsonl
+from lookahead_rag.bench.common import placement, print_table, read_jsonl, run_header
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prompt_order import ORDERS, retriever_cores, unanswerable_pool
@@ -175,11 +175,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         indexed_chunks = canonical.stats().chunks
         for core in cores.values():
             core.close()
-    device = args.device
     return {
-        "kind": "answer_quality", "model": args.model,
-        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
-        "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
+        "kind": "answer_quality", **run_header(args),
         "questions": len(wl.pool), "unanswerable_questions": len(unanswerable), "tenants": len(wl.docs),
         "max_new_tokens": args.max_new_tokens, "system_prompt": system_prompt, "retrieval": retrieval,
         "retrieval_by_search": searches, "passages_by_search": passages, "indexed_chunks": indexed_chunks,

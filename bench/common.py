@@ -122,6 +122,17 @@ def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
 
 
+def run_header(args: argparse.Namespace) -> dict[str, Any]:
+    """What a model benchmark's JSON opens with: the model, where it ran (an accelerator by name), its dtype,
+    torch's threads, the machine, the CPU and the data set (``args``: add_model_args' fields and dataset)."""
+    import torch  # only once a benchmark runs: --help stays fast
+
+    device = args.device
+    return {"model": args.model, "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+            "dtype": args.dtype, "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(),
+            "dataset": args.dataset}
+
+
 def read_jsonl(path: str | Path | Source) -> list[dict[str, Any]]:
     """Rows of a JSONL file, yours or the bundled package data (blank lines skipped)."""
     source = Path(path) if isinstance(path, str | os.PathLike) else path

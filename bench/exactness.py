@@ -20,7 +20,7 @@ from lookahead_core.kv.kvstore import KVShape
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import cpu_name, machine, placement, print_table
+from lookahead_rag.bench.common import placement, print_table, run_header
 from lookahead_rag.bench.engine_runner import TENANT, SchedulerRunner
 from lookahead_rag.bench.exactness_args import CACHE_STATES
 from lookahead_rag.bench.exactness_compare import compare_pass, margin_summary, min_margin
@@ -176,12 +176,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ids = [q.qid for q in wl.pool]
     smallest = [min_margin(r.margins) for r in refs]
     records = [pass_record(p, refs, model, prompts, ids) for p in passes]
-    device = args.device
     return {
         "kind": "exactness",  # what `lookahead-rag-bench plot` draws
-        "model": args.model, "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
-        "dtype": args.dtype,
-        "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
+        **run_header(args),
         "prompts": len(prompts), "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,
         "mode": args.mode, "baseline": BASELINE, "calibrated": args.calibrate,
         "mean_prompt_tokens": round(sum(map(len, prompts)) / max(len(prompts), 1), 1),

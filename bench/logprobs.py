@@ -18,7 +18,7 @@ from lookahead_core.models import load_model
 from lookahead_core.sampling.logprobs import TokenLogprob, token_logprobs
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import cpu_name, machine, placement, print_table
+from lookahead_rag.bench.common import placement, print_table, run_header
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.exactness import closed_loop
 from lookahead_rag.bench.logprobs_compare import DIGITS, compare_logprobs, equal_answers
@@ -132,12 +132,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         off = engine_pass(args, model, tok, prompts, c, logprobs=False)
         on = engine_pass(args, model, tok, prompts, c, logprobs=True)
         records += [pass_record(off, None, refs), pass_record(on, off, refs)]
-    device = args.device
     return {
         "kind": "logprobs",  # what `lookahead-rag-bench plot` draws
-        "model": args.model, "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
-        "dtype": args.dtype,
-        "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
+        **run_header(args),
         "prompts": len(prompts), "limit": args.limit, "max_new_tokens": args.max_new_tokens, "mode": args.mode,
         "top_logprobs": args.top, "concurrency": args.concurrency, "prefix_cache": PREFIX_CACHE,
         "baseline": BASELINE, "calibrated": args.calibrate, "tie_gap": TIE_LOGIT_GAP,

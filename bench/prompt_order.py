@@ -13,7 +13,7 @@ import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import answerable, cpu_name, machine, placement, print_table, read_jsonl
+from lookahead_rag.bench.common import answerable, placement, print_table, read_jsonl, run_header
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prefix_hits import prefix_hits
 from lookahead_rag.bench.serve_hf import greedy
@@ -139,7 +139,6 @@ def question_row(i: int, q: Question, references: list[str], runs: dict[PassageO
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = args.device
     wl = load_workload(args.corpus, args.questions, args.limit, args.tenants_by_title)
     unanswerable = unanswerable_pool(args, wl)
     wl = Workload(wl.docs, [*wl.pool, *unanswerable])
@@ -163,9 +162,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     per_question = [question_row(i, q, references.get(q.qid, []), runs) for i, q in enumerate(wl.pool)]
     return {
         "kind": "prompt_order",  # what `lookahead-rag-bench plot` draws
-        "model": args.model,
-        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
-        "threads": torch.get_num_threads(), "machine": machine(), "cpu": cpu_name(), "dataset": args.dataset,
+        **run_header(args),
         "questions": len(wl.pool) - len(unanswerable), "unanswerable_questions": len(unanswerable),
         "system_prompt": cores_prompt, "tenants": len(wl.docs), "max_new_tokens": args.max_new_tokens,
         "identical_prompts": shared,
