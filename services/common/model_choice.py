@@ -21,6 +21,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes a weight take
 MEMINFO = "/proc/meminfo"  # Linux: MemAvailable, the memory a new process can take without swapping
 MEMINFO_KEY = "MemAvailable:"
 KIB = 1024  # /proc/meminfo counts kB
+UNCHECKED_MEMORY = 1 << 62  # an accelerator's memory as the choice sees it: checked when the model loads
 SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9}  # a parameter count as people quote it: 135M, 1.54B
 
 
@@ -90,7 +91,7 @@ def machine(device: str) -> Machine:
     """This machine as the choice sees it; an accelerator's memory is not read (that needs torch): only
     the CPU limits apply to a CPU."""
     on_cpu = device == "cpu"
-    memory = available_memory() if on_cpu else 1 << 62  # an accelerator: memory is checked when it loads
+    memory = available_memory() if on_cpu else UNCHECKED_MEMORY
     return Machine(memory_bytes=memory, cores=len(os.sched_getaffinity(0)), on_cpu=on_cpu)
 
 
