@@ -58,3 +58,41 @@ def test_final_info_carries_citations_on_the_wire_and_in_the_event() -> None:
     prep = Prepared("acme", "Where did the Norse come from?", [], [], DecodingConfig(), "r1")
     [event_citation] = completed_event(prep, final, "tok", "m", "e1", 0).citations
     assert event_citation == wire
+
+
+# ---- which passage a sentence or a short answer is tied to (issue 52, item 2) ---------------------------
+ECHO = CitedPassage("Echo#0", "Echo#0#0", "Who was the first ruler of Normandy is a question historians of Normandy "
+                    "still argue about, since the first ruler left few records.")
+ROLLO = CitedPassage("Normans#1", "Normans#1#0", OTHER)
+
+
+def test_a_sentence_answer_cites_the_passage_holding_its_new_words_not_the_one_echoing_the_question() -> None:
+    [c] = cite("The first ruler of Normandy was Rollo.", [ECHO, ROLLO], "Who was the first ruler of Normandy?")
+    assert c.chunk_id == "Normans#1#0"
+    assert "Rollo" in c.quote and "911" not in c.quote  # the supporting text, not the whole chunk
+
+
+def test_a_sentence_answer_cites_the_passage_holding_the_short_span_inside_it() -> None:
+    answer = "The Norse raiders who settled there came from Denmark, Iceland and Norway, long ago."
+    [c] = cite(answer, PASSAGES, "From which countries did the Norse originate?")
+    assert c.chunk_id == "Normans#0#0"
+    assert c.quote == "Norse raiders and pirates from Denmark, Iceland and Norway"
+
+
+def test_a_short_answer_cites_the_passage_it_was_copied_from() -> None:
+    capital = CitedPassage("Paris#0", "Paris#0#0", "Paris, on the Seine, is the capital of France.")
+    region = CitedPassage("Normandy#0", "Normandy#0#0", "Normandy is a region in the north of France.")
+    [c] = cite("France", [capital, region], "In what country is Normandy located?")
+    assert c.chunk_id == "Normandy#0#0"  # both hold the word: the one holding the question's words
+    scrambled = CitedPassage("List#0", "List#0#0", "Norway, Denmark and Iceland sent settlers.")
+    [c] = cite("Denmark, Iceland and Norway", [scrambled, PASSAGES[1]])
+    assert c.chunk_id == "Normans#0#0"  # the one holding it word for word, though both hold its words
+
+
+def test_inflections_match_and_the_span_spans_the_matched_words_only() -> None:
+    text = ("Byzantium was weak. The further decline paved the road to a third attack in 1185, when a large Norman "
+            "army invaded Dyrrachium. Later the city recovered and traded with Venice for a century.")
+    [c] = cite("The Normans attacked Dyrrachium in 1185.", [CitedPassage("D", "D#0", text)],
+               "When did the Normans attack Dyrrachium?")
+    assert c.quote == "attack in 1185, when a large Norman army invaded Dyrrachium"
+    assert text[c.start:c.end] == c.quote
