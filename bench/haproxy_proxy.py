@@ -34,6 +34,8 @@ SLOTS = 8  # replicas the file names (PROXY_GRPC_1..8, PROXY_HTTP_1..8)
 SBIN = Path("/usr/sbin/haproxy")  # Debian's place, when /usr/sbin is not on PATH
 TENANT_MAX_IN_FLIGHT = 4  # PROXY_TENANT_MAX_IN_FLIGHT, the file's default
 BALANCE_FACTOR = 150  # PROXY_BALANCE_FACTOR (%), the file's default (as Envoy's in deploy/k8s/routing)
+REQUEST_TIMEOUT_S = 10.0  # PROXY_REQUEST_TIMEOUT, the file's default: a request's headers and body arrive within it
+MS_PER_S = 1000  # HAProxy time values are given here in milliseconds
 START_TIMEOUT_S = 15.0  # until the stats page answers and every upstream has passed a health check
 POLL_S = 0.1  # pause between two looks while starting
 STATS_CALL_S = 2.0  # deadline of one stats request
@@ -66,6 +68,7 @@ class ProxyConfig:
     routing: str = "tenant"  # one of ROUTINGS
     tenant_max_in_flight: int = TENANT_MAX_IN_FLIGHT  # calls one tenant may have in flight through the proxy
     balance_factor: int = BALANCE_FACTOR  # no replica above this % of the average load (tenant routing)
+    request_timeout_s: float = REQUEST_TIMEOUT_S  # a request not whole by then is answered 408, never forwarded
     log: Path | None = None  # haproxy's own log (None: discarded)
     config: Path = HAPROXY_CFG  # the configuration run (deploy/'s)
 
@@ -75,7 +78,8 @@ def proxy_env(cfg: ProxyConfig, grpc_port: int, http_port: int, stats_port: int)
     env = {"PROXY_BIND": HOST, "PROXY_GRPC_PORT": str(grpc_port), "PROXY_HTTP_PORT": str(http_port),
            "PROXY_STATS_PORT": str(stats_port), "PROXY_ROUTING": cfg.routing,
            "PROXY_TENANT_MAX_IN_FLIGHT": str(cfg.tenant_max_in_flight),
-           "PROXY_BALANCE_FACTOR": str(cfg.balance_factor)}
+           "PROXY_BALANCE_FACTOR": str(cfg.balance_factor),
+           "PROXY_REQUEST_TIMEOUT": f"{round(cfg.request_timeout_s * MS_PER_S)}ms"}
     for door, upstreams in (("GRPC", cfg.grpc), ("HTTP", cfg.http)):
         env |= {f"PROXY_{door}_{i}": address for i, address in enumerate(upstreams, start=1)}
     return env

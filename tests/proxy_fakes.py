@@ -14,6 +14,7 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -101,10 +102,26 @@ class FakeReplica:
         self._http.server_close()
 
 
-async def hold(channel: grpc.aio.Channel, tenant: str, now: bool = False) -> tuple[str, grpc.aio.Call | None]:
-    """Open one call for ``tenant``: (the replica that took it, the call, still open unless ``now``),
-    or (the status code's name, None) when it was refused."""
-    call = channel.unary_stream(HOLD_METHOD)(b"now" if now else b"hold", metadata=[("x-tenant", tenant)])
+@asynccontextmanager
+async def fake_replicas(names: tuple[str, ...] = ("r1", "r2")) -> AsyncIterator[list[FakeReplica]]:
+    """Started stand-ins named ``names`` (skipping the test, via require_haproxy, without a proxy)."""
+    require_haproxy()
+    fakes = [FakeReplica(name) for name in names]
+    for fake in fakes:
+        await fake.start()
+    try:
+        yield fakes
+    finally:
+        for fake in fakes:
+            await fake.stop()
+
+
+async def hold(channel: grpc.aio.Channel, tenant: str, now: bool = False,
+               key: str | None = None) -> tuple[str, grpc.aio.Call | None]:
+    """Open one call for ``tenant`` (sending ``authorization: Bearer <key>`` when given): (the replica
+    that took it, the call, still open unless ``now``), or (the status code's name, None) when refused."""
+    metadata = [("x-tenant", tenant)] + ([("authorization", f"Bearer {key}")] if key else [])
+    call = channel.unary_stream(HOLD_METHOD)(b"now" if now else b"hold", metadata=metadata)
     try:
         async for first in call:
             return first.decode(), call

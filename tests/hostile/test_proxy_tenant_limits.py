@@ -25,7 +25,7 @@ import pytest
 import pytest_asyncio
 
 from lookahead_rag.bench.haproxy_proxy import BALANCE_FACTOR, HaproxyProxy, ProxyConfig
-from tests.proxy_fakes import HTTP_ROUTE, FakeReplica, hold, require_haproxy
+from tests.proxy_fakes import HTTP_ROUTE, FakeReplica, fake_replicas, hold
 
 module_loop = pytest.mark.asyncio(loop_scope="module")
 CAP = 3  # PROXY_TENANT_MAX_IN_FLIGHT of the limits proxy
@@ -40,13 +40,8 @@ POLL_S = 0.05  # pause between two looks at the counts
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def replicas() -> AsyncIterator[list[FakeReplica]]:
-    require_haproxy()
-    fakes = [FakeReplica("r1"), FakeReplica("r2")]
-    for fake in fakes:
-        await fake.start()
-    yield fakes
-    for fake in fakes:
-        await fake.stop()
+    async with fake_replicas() as fakes:
+        yield fakes
 
 
 @asynccontextmanager

@@ -67,7 +67,9 @@ def test_haproxy_hashes_each_door_on_the_clients_tenant_header_with_bounded_load
     hashed = re.findall(r"^\s*balance hdr\(([^)]+)\)$", text, re.M)
     assert hashed == [TENANT_METADATA] * 2 and HttpSettings().tenant_header == TENANT_METADATA
     assert len(re.findall(r"^\s*hash-balance-factor ", text, re.M)) == 2  # bounded loads on both doors
-    assert re.search(r"track-sc0 req\.hdr\(x-tenant\)", text)  # the per-tenant count
+    # the per-tenant count, per credential presented: (hash of authorization, x-tenant), on both doors
+    assert len(re.findall(r"set-var\(txn\.slot\) var\(txn\.caller\),concat\(/,txn\.tenant\)", text)) == 2
+    assert len(re.findall(r"track-sc0 var\(txn\.slot\)", text)) == 2
 
 
 def frames(raw: bytes) -> list[tuple[int, int, bytes]]:
