@@ -7,7 +7,8 @@ A thin door to the retriever's own Ingest (the same checks, quota and document e
 ingest``): the tenant is the caller's (``Frontend.tenant_of``), the route needs the ``write`` scope
 (``services.common.auth.scopes``), and the caller's key is sent on to the retriever, which checks it again.
 ``Frontend.ingest`` is how this process reaches a retriever (``services.app`` wires it); without one the
-route is a 503. Errors have the endpoint's shape and status (``services.http.errors``).
+route is a 503. Errors have the endpoint's shape and status (``services.http.errors``); a title or source
+past its ``[limits]`` bound is a 400 here, before the body is sent on.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ async def ingest(front: Frontend, body: IngestRequest, request: Request) -> Resp
         tenant, _ = front.admitted(request, "")
         if front.ingest is None:
             raise FailedPrecondition("this endpoint reaches no retriever: ingest with `lookahead-rag ingest`")
+        for n, doc in enumerate(body.documents):  # [limits]: refused here, before the text travels on
+            front.generator.limits.check_document_fields(f"documents[{n}]", doc.title, doc.source)
         key = bearer_token(request.headers.get(AUTHORIZATION)) if front.auth is not None else None
         counts = await front.ingest(tenant, body.documents, key)
     except Exception as exc:

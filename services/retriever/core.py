@@ -33,6 +33,7 @@ from lookahead_rag.services.common.rules.context import context_room
 from lookahead_rag.services.common.rules.conversation import Message, check_history, retrieval_query
 from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.retriever.adaptive_k import passages_to_keep
+from lookahead_rag.services.retriever.chunking import chunk_spans
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
@@ -155,9 +156,14 @@ class RetrieverCore:
                 raise InvalidArgument(f"{where}: empty text")
             if len(doc.text) > s.max_doc_chars:
                 raise InvalidArgument(f"{where}: text is {len(doc.text)} characters; the limit is {s.max_doc_chars}")
+            self.limits.check_document_fields(where, doc.title, doc.source)
             if doc.id in seen:
                 raise InvalidArgument(f"{where}: id appears twice in one request")
             seen.add(doc.id)
+        chunks = sum(len(chunk_spans(doc.text, s.chunk_chars, s.chunk_overlap)) for doc in documents)
+        if chunks > s.max_chunks_per_request:
+            raise InvalidArgument(f"documents: {len(documents)} documents make {chunks} chunks; the limit is "
+                                  f"{s.max_chunks_per_request} per request (send them in smaller requests)")
 
     def check_ingest(self, tenant: str, documents: Sequence[Document]) -> None:
         """Refuse what ``ingest`` would refuse (InvalidArgument), changing nothing."""

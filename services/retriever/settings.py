@@ -99,6 +99,10 @@ class RetrieverSettings(ServerSettings):
     )
     max_doc_id_chars: int = Field(512, ge=1, description="longer document ids are refused")
     max_doc_chars: int = Field(5_000_000, ge=1, description="longer documents are refused")
+    max_chunks_per_request: int = Field(
+        16_384, ge=1, description="an Ingest whose documents make more chunks is refused (`lookahead-rag ingest`'s "
+        "half-message batches make ~12,000 at the default chunk size)"
+    )
     index_save_interval_s: float = Field(
         10.0, gt=0, description="indexes changed by replicated document events are written this often (and on stop)"
     )

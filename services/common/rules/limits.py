@@ -57,6 +57,8 @@ class RequestLimits(ServiceSettings):
     max_references: int = Field(16, ge=0, description="most references one Generate call may carry")
     max_reference_tokens: int = Field(16_384, ge=0, description="most tokens a Generate call's references may hold")
     max_stop_strings: int = Field(8, ge=0, description="most stop strings a request may carry")
+    max_doc_title_chars: int = Field(512, ge=1, description="longest document title accepted (every chunk repeats it)")
+    max_doc_source_chars: int = Field(2048, ge=1, description="longest document source (its path or URL) accepted")
     max_messages: int = Field(
         1024, ge=1, description="most chat messages one request may carry (a Generate's messages, an answer's "
         "history and its question)"
@@ -126,6 +128,14 @@ class RequestLimits(ServiceSettings):
         """A Generate call's references, tokenized, within max_reference_tokens."""
         if tokens > self.max_reference_tokens:
             raise InvalidArgument(f"references: {tokens} tokens; the limit is {self.max_reference_tokens}")
+
+    def check_document_fields(self, where: str, title: str, source: str) -> None:
+        """A document's title and source within their limits (``where`` names the document in the message);
+        checked where documents enter: the retriever's Ingest and ``POST /v1/documents``."""
+        for name, value, limit in (("title", title, self.max_doc_title_chars),
+                                   ("source", source, self.max_doc_source_chars)):
+            if len(value) > limit:
+                raise InvalidArgument(f"{where}: {name} is {len(value)} characters; the limit is {limit}")
 
     def resolve_k(self, k: int) -> int:
         """Documents to retrieve: 0 means the default."""
