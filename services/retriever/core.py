@@ -37,6 +37,7 @@ from lookahead_rag.services.retriever.chunking import chunk_spans
 from lookahead_rag.services.retriever.doc_events import delete_change, upsert_change
 from lookahead_rag.services.retriever.documents import Document, ScoredChunk
 from lookahead_rag.services.retriever.embeddings import Embedder, Encoder
+from lookahead_rag.services.retriever.encode_gate import GatedEncoder
 from lookahead_rag.services.retriever.hybrid import HybridConfig, hybrid_search
 from lookahead_rag.services.retriever.index import TenantIndex
 from lookahead_rag.services.retriever.lexical import LexicalIndexes
@@ -126,14 +127,16 @@ class RetrieverCore:
             else Embedder(s.embedder_path, batch_size=s.embed_batch_size, progress_min_texts=s.progress_min_texts)
         )
         self.embedder: Encoder = with_cache(encoder, s.vector_cache, getattr(encoder, "name", ""))
+        # every embedding this core asks for takes turns here: ingest in slices, queries first (encode_gate.py)
+        self.encoder: Encoder = GatedEncoder(self.embedder, s.ingest_encode_slice)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.served.name)
         self.tokenizer_id: str = tokenizer_id(self.tokenizer)
         model_ctx = context_window(self.tokenizer, resolve_model_path(self.served.name))
         self.context_tokens: int = min(model_ctx, s.max_context_tokens)
         self._store = IndexStore(s.data_dir)
-        self.documents = TenantIndexes(s, self.embedder, self._store)  # documents change only through it
+        self.documents = TenantIndexes(s, self.encoder, self._store)  # documents change only through it
         self._indexes: dict[str, TenantIndex] = self.documents.indexes  # the same dict (searches read it)
-        self.sessions = PastSessions(self.embedder, s.max_sessions_per_tenant, s.max_remembered_event_ids,
+        self.sessions = PastSessions(self.encoder, s.max_sessions_per_tenant, s.max_remembered_event_ids,
                                      s.tenant_remembered_event_ids)
         saved = self._store.load_sessions()
         if saved is not None:
@@ -205,7 +208,7 @@ class RetrieverCore:
     # ---- retrieve ---------------------------------------------------------------------------------
     def search(self, tenant: str, question: str, k: int) -> list[ScoredChunk]:
         """Top-k chunks of the tenant for the question (embedding + FAISS, and BM25 with [retriever] hybrid)."""
-        return self._search(tenant, question, self.embedder.encode_one(question), k)
+        return self._search(tenant, question, self.encoder.encode_one(question), k)
 
     def _search(self, tenant: str, text: str, query: Any, k: int) -> list[ScoredChunk]:
         """The one search: FAISS best first, or with ``hybrid`` FAISS and BM25 fused (hybrid.py)."""
@@ -250,7 +253,7 @@ class RetrieverCore:
             notes.append(f"tenant {tenant!r} has no documents")
         start = time.perf_counter()
         text = retrieval_query(question, history, s.followup_max_words)
-        query = self.embedder.encode_one(text)  # [1, dim]
+        query = self.encoder.encode_one(text)  # [1, dim]
         found = self._search(tenant, text, query, k)
         found = found[: passages_to_keep([c.score for c in found], s.passage_min_score_ratio, s.min_passages)]
         past = self.sessions.search(tenant, query, m, supported_only=True) if s.past_answers_in_prompt else []

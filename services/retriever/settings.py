@@ -103,6 +103,9 @@ class RetrieverSettings(ServerSettings):
         16_384, ge=1, description="an Ingest whose documents make more chunks is refused (`lookahead-rag ingest`'s "
         "half-message batches make ~12,000 at the default chunk size)"
     )
+    ingest_encode_slice: int = Field(
+        8, ge=1, description="texts an ingest embeds per turn at the encoder; a waiting query's embedding goes first"
+    )
     index_save_interval_s: float = Field(
         10.0, gt=0, description="indexes changed by replicated document events are written this often (and on stop)"
     )

@@ -170,3 +170,25 @@ async def test_a_2_mib_title_is_a_400_over_http_before_it_reaches_the_retriever(
         ok = await http.post("/v1/documents", json={"documents": [{**doc, "title": "Fine"}]})
         assert ok.status_code == HTTPStatus.OK
     assert len(sent) == 1 and sent[0][0].title == "Fine"  # the hostile one never left the door
+
+
+# ---- 3: one tenant's embedding work never holds another's retrieval ---------------------------------------
+
+def test_tenant_b_retrieves_within_its_deadline_while_tenant_a_embeds_1000_chunks(tok: Any) -> None:
+    encoder = SlowEncoder()
+    core = make_core(tok, encoder)
+    core.ingest("b", b_documents())
+    encoder.per_text_s = PER_TEXT_S
+    ingest_a = InThread(lambda: core.ingest("a", a_documents(INGEST_CHUNKS)))
+    try:
+        assert encoder.a_started.wait(WAIT_S)  # A's chunks are being embedded now
+        retrieve_b = InThread(lambda: core.retrieve("b", "Which animal has striped legs?", k=1))
+        answer = retrieve_b.result(RETRIEVE_DEADLINE_S)
+        assert answer is not None, f"tenant B's Retrieve waited past {RETRIEVE_DEADLINE_S} s behind A's ingest"
+        assert [c.chunk.doc_id for c in answer.chunks] and answer.chunks[0].chunk.doc_id.startswith("b-")
+    finally:
+        encoder.per_text_s = 0.0  # let A's ingest finish at once
+    done = ingest_a.result(WAIT_S)
+    assert done is not None and done.chunks == INGEST_CHUNKS  # every chunk embedded, slice by slice
+    index = core.documents.indexes["a"]  # row i's vector is chunk i's, across the slices
+    assert np.allclose(index.vectors, np.stack([unit_vector(c.embedding_text()) for c in index.chunks]))
