@@ -211,12 +211,17 @@ class RetrieverCore:
         return self._search(tenant, question, self.encoder.encode_one(question), k)
 
     def _search(self, tenant: str, text: str, query: Any, k: int) -> list[ScoredChunk]:
-        """The one search: FAISS best first, or with ``hybrid`` FAISS and BM25 fused (hybrid.py)."""
+        """The one search: FAISS best first, or with ``hybrid`` FAISS and BM25 fused (hybrid.py).
+
+        A stale BM25 index is rebuilt outside the lock every tenant's search takes (``LexicalIndexes.prepare``);
+        when the tenant's documents changed again during that build, this one search is FAISS alone."""
         with self._lock:
             index = self._indexes.get(tenant)
-            if index is None:
-                return []
-            if self.settings.hybrid:
+        if index is None:
+            return []
+        hybrid = self.settings.hybrid and self._lexical.prepare(index, self._lock)
+        with self._lock:
+            if hybrid and self._lexical.ready(index):  # ready: hybrid_search builds nothing under the lock
                 return hybrid_search(index, self._lexical, text, query, k, self._hybrid)
             return index.search(query, k)
 

@@ -8,19 +8,25 @@ keeps one per tenant and rebuilds it on the first search after the tenant's inde
 object. A search therefore never reads rows of a deleted document, nor another tenant's rows.
 Forget changes past sessions only (documents stay until deleted), which this index does not hold.
 
-Not thread-safe: the caller holds the lock that guards the tenant indexes (``TenantIndexes.lock``).
+A rebuild never holds the lock every tenant's search takes (``TenantIndexes.lock``): ``prepare`` copies the
+tenant's chunk list under it, builds outside it (one build per tenant at a time, under that tenant's own
+lock) and swaps the result in under it again; a search then finds it ``ready``. ``current`` and ``search``
+(which build in place when stale) are for a caller holding that lock on an index nobody else changes.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import bm25s
 import numpy as np
 
+from lookahead_rag.services.retriever.documents import ChunkRecord
 from lookahead_rag.services.retriever.index import TenantIndex
 
 log = logging.getLogger(__name__)
@@ -71,22 +77,50 @@ class LexicalIndexes:
     def __init__(self, k1: float, b: float) -> None:
         self.k1, self.b = k1, b
         self._built: dict[str, _Built] = {}
+        self._building: dict[str, threading.Lock] = {}  # tenant -> held while its index is built (``prepare``)
+        self._building_lock = threading.Lock()  # guards ``_building``
         self.rebuilds = 0  # how many indexes were built (tests, logs)
+
+    def ready(self, index: TenantIndex) -> bool:
+        """Whether the tenant's lexical index matches ``index``'s chunks as they are now (no build needed)."""
+        built = self._built.get(index.tenant)
+        return (built is not None and built.source is index and built.changes == index.changes
+                and len(built.lexical) == len(index.chunks))  # the length: a change that forgot to count
 
     def current(self, index: TenantIndex) -> LexicalIndex:
         """The lexical index of ``index``'s chunks as they are now (built here if they changed)."""
-        built = self._built.get(index.tenant)
-        stale = (built is None or built.source is not index or built.changes != index.changes
-                 or len(built.lexical) != len(index.chunks))  # the length: a change that forgot to count
-        if not stale and built is not None:
-            return built.lexical
+        if not self.ready(index):
+            self._install(index, index.changes, self._build(index.tenant, index.chunks))
+        return self._built[index.tenant].lexical
+
+    def prepare(self, index: TenantIndex, lock: AbstractContextManager[object]) -> bool:
+        """Make the tenant's lexical index current, building it outside ``lock`` (the lock guarding
+        ``index``, which every tenant's search takes); True when it is ``ready`` on return. False when
+        ``index`` changed while it was being built (the next search builds again)."""
+        with self._building_lock:
+            building = self._building.setdefault(index.tenant, threading.Lock())
+        with building:  # another search of this tenant may have built it while this one waited
+            with lock:
+                if self.ready(index):
+                    return True
+                chunks, changes = list(index.chunks), index.changes  # the list, not the chunks: cheap
+            lexical = self._build(index.tenant, chunks)  # no shared lock held: other tenants search meanwhile
+            with lock:
+                if changes != index.changes:
+                    return False
+                self._install(index, changes, lexical)
+                return True
+
+    def _build(self, tenant: str, chunks: Sequence[ChunkRecord]) -> LexicalIndex:
         start = time.perf_counter()
-        lexical = LexicalIndex([c.embedding_text() for c in index.chunks], self.k1, self.b)
-        self._built[index.tenant] = _Built(index, index.changes, lexical)
-        self.rebuilds += 1
-        log.debug("tenant %r: lexical index of %d chunks built in %.1f ms", index.tenant, len(lexical),
+        lexical = LexicalIndex([c.embedding_text() for c in chunks], self.k1, self.b)
+        log.debug("tenant %r: lexical index of %d chunks built in %.1f ms", tenant, len(lexical),
                   (time.perf_counter() - start) * MS_PER_S)
         return lexical
+
+    def _install(self, index: TenantIndex, changes: int, lexical: LexicalIndex) -> None:
+        self._built[index.tenant] = _Built(index, changes, lexical)
+        self.rebuilds += 1
 
     def search(self, index: TenantIndex, query: str, k: int) -> list[int]:
         """The tenant's top ``k`` rows (of ``index.chunks``) by BM25, best first."""

@@ -15,7 +15,7 @@ import asyncio
 import threading
 import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from http import HTTPStatus
 from typing import Any
 
@@ -31,6 +31,7 @@ from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.http.ingest import DocumentIn, IngestCounts
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
+from lookahead_rag.services.retriever import lexical
 from lookahead_rag.services.retriever.build import retriever_service
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.documents import Document
@@ -192,3 +193,56 @@ def test_tenant_b_retrieves_within_its_deadline_while_tenant_a_embeds_1000_chunk
     assert done is not None and done.chunks == INGEST_CHUNKS  # every chunk embedded, slice by slice
     index = core.documents.indexes["a"]  # row i's vector is chunk i's, across the slices
     assert np.allclose(index.vectors, np.stack([unit_vector(c.embedding_text()) for c in index.chunks]))
+
+
+# ---- 6: a BM25 rebuild never holds another tenant's search ------------------------------------------------
+
+@pytest.fixture
+def held_a_build(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """(building, release): building is set once tenant A's BM25 build starts, which then waits for release."""
+    building, release = threading.Event(), threading.Event()
+    tokens = lexical.tokens
+
+    def held(texts: Sequence[str]) -> list[list[str]]:
+        if len(texts) > 1 and any(A_MARK in text for text in texts):  # A's index, not a query
+            building.set()
+            release.wait(WAIT_S)
+        return tokens(texts)
+
+    monkeypatch.setattr(lexical, "tokens", held)
+    yield building, release
+    release.set()
+
+
+def test_tenant_b_searches_while_tenant_a_rebuilds_its_bm25_index(
+        tok: Any, held_a_build: tuple[threading.Event, threading.Event]) -> None:
+    building, release = held_a_build
+    core = make_core(tok, hybrid=True)
+    core.ingest("b", b_documents())
+    assert core.search("b", "striped legs", 1)  # B's lexical index is built now
+    core.ingest("a", a_documents(3))
+    search_a = InThread(lambda: core.search("a", "zq2", 1))
+    try:
+        assert building.wait(WAIT_S)
+        found = InThread(lambda: core.search("b", "tapir", 1)).result(RETRIEVE_DEADLINE_S)
+        assert found is not None, "tenant B's search waited on tenant A's BM25 rebuild"
+        assert [hit.chunk.doc_id for hit in found] == ["b-tapir"]
+    finally:
+        release.set()
+    assert [hit.chunk.doc_id for hit in search_a.result(WAIT_S)] == ["a-2"]  # BM25 found A's exact code
+
+
+def test_a_change_during_a_rebuild_is_never_searched_stale(
+        tok: Any, held_a_build: tuple[threading.Event, threading.Event]) -> None:
+    building, release = held_a_build
+    core = make_core(tok, hybrid=True)
+    core.ingest("a", a_documents(3))
+    search_a = InThread(lambda: core.search("a", "zq2", 3))
+    try:
+        assert building.wait(WAIT_S)
+        assert InThread(lambda: core.delete("a", ["a-2"])).result(WAIT_S) is not None  # lands mid-build
+    finally:
+        release.set()
+    found = search_a.result(WAIT_S)
+    assert found is not None and "a-2" not in [hit.chunk.doc_id for hit in found]
+    assert [hit.chunk.doc_id for hit in core.search("a", "zq1", 1)] == ["a-1"]  # rebuilt: BM25 again
