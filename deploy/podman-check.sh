@@ -24,9 +24,11 @@ say "building $IMAGE"
 # shellcheck disable=SC2086
 pod build ${BUILD_OPTS:-} -f deploy/Dockerfile -t "$IMAGE" .
 say "starting serve all on 127.0.0.1:$PORT"
-# Plaintext beyond the container's loopback, as docker-compose.yml allows it; published on loopback only.
+# Plaintext and no auth beyond the container's loopback, as docker-compose.yml allows them; published on
+# loopback only.
 # shellcheck disable=SC2086
-pod run -d --name "$NAME" ${RUN_OPTS:-} -p "127.0.0.1:$PORT:8080" -e LAR_TLS_ALLOW_INSECURE=true "$IMAGE"
+pod run -d --name "$NAME" ${RUN_OPTS:-} -p "127.0.0.1:$PORT:8080" -e LAR_TLS_ALLOW_INSECURE=true \
+  -e LAR_AUTH_ALLOW_UNAUTHENTICATED=true "$IMAGE"
 stop() { pod rm -f "$NAME" >/dev/null 2>&1 || true; }
 trap stop EXIT
 base="http://127.0.0.1:$PORT"

@@ -131,8 +131,8 @@ class Pipeline:
             raise ValueError(f"services must be some of {', '.join(SERVICES)}; got {', '.join(names) or 'none'}")
         bind = bind or {}
         credentials = None
-        if grpc_servers:  # before anything starts: refuse plaintext beyond loopback, read the certificates
-            check_bind(listen_hosts(settings, names), settings.tls)
+        if grpc_servers:  # before anything starts: refuse plaintext or no auth beyond loopback; read the certificates
+            check_bind(listen_hosts(settings, names), settings.tls, settings.auth)
             credentials = server_credentials(settings.tls)
         registry = CollectorRegistry() if registry is None else registry
         tracing.setup(settings.tracing, names)  # [tracing]: once per process, before any server or channel

@@ -13,7 +13,8 @@ on meanwhile), then the HTTP endpoint and the servers refuse new calls and in-fl
 their ``shutdown_grace_s``; then the bus drains and state is saved.
 
 Transport security follows ``[tls]`` (services.common.auth.tls): without a server certificate, a host
-other than loopback is refused (exit 2) unless ``allow_insecure = true``, which logs a warning.
+other than loopback is refused (exit 2) unless ``allow_insecure = true``, which logs a warning; so is
+one with ``[auth] mode = "off"``, TLS or not, unless ``[auth] allow_unauthenticated = true`` (a warning).
 Traces go to ``[tracing] otlp_endpoint`` (or $OTEL_EXPORTER_OTLP_ENDPOINT) when one is set
 (services.common.telemetry.tracing); the HTTP endpoint also serves the process's metrics at /metrics.
 """

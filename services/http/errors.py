@@ -56,11 +56,22 @@ class BodyTooLarge(ResourceExhausted):
     """A request body past ``[http] max_body_bytes`` (refused before the rest of it is read)."""
 
 
+class ForeignHost(InvalidArgument):
+    """A Host header naming neither loopback nor ``[http] allowed_hosts`` on a loopback auth-off endpoint
+    (services.http.origin: DNS rebinding)."""
+
+
+class NotJson(InvalidArgument):
+    """A request body without ``Content-Type: application/json`` (services.http.origin)."""
+
+
 BAD_REQUEST = HTTPStatus.BAD_REQUEST
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log and metrics do
 INTERNAL = (HTTPStatus.INTERNAL_SERVER_ERROR, "server_error")
 # exception class -> (HTTP status, OpenAI error type); the first match wins
 STATUSES: tuple[tuple[type[BaseException], int, str], ...] = (
+    (ForeignHost, HTTPStatus.MISDIRECTED_REQUEST, "invalid_request_error"),
+    (NotJson, HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "invalid_request_error"),
     (InvalidArgument, BAD_REQUEST, "invalid_request_error"),
     (Unauthenticated, HTTPStatus.UNAUTHORIZED, "authentication_error"),
     (PermissionDenied, HTTPStatus.FORBIDDEN, "permission_error"),

@@ -12,7 +12,9 @@ For each HTTP request, in order:
    route not in it is refused) and the caller's credential (``Authorization: Bearer <key>``): 401
    without a valid one, 403 without the scope. The caller goes on the request's state
    (``request.state.principal``) for the route to check the tenant.
-3. the body, read up to ``[http] max_body_bytes``: 413 past it, at once for a larger Content-Length
+3. a request with a body (POST, PUT, PATCH) must declare ``Content-Type: application/json``: 415
+   otherwise (``lookahead_rag.services.http.origin``), whatever the installed FastAPI would accept.
+4. the body, read up to ``[http] max_body_bytes``: 413 past it, at once for a larger Content-Length
    and, for a chunked body, as soon as what came passes the limit (nothing more is read). The body
    read is handed on to the application.
 
@@ -32,6 +34,7 @@ from lookahead_rag.services.common.auth import scopes
 from lookahead_rag.services.common.auth.callers import AUTHORIZATION, Authenticator, Principal
 from lookahead_rag.services.common.errors import ServiceError
 from lookahead_rag.services.http import errors
+from lookahead_rag.services.http.origin import check_json
 
 if TYPE_CHECKING:
     from lookahead_rag.services.http.routes import Frontend
@@ -93,11 +96,10 @@ class RequestGuard:
         self.front = front
         self.router = router
 
-    def admit(self, scope: AsgiScope) -> Principal | None:
-        """The caller of an HTTP request, when it may call the route it reaches (None: auth off, an
-        open route, or no route); Unauthenticated or PermissionDenied otherwise."""
+    def admit(self, scope: AsgiScope, path: str | None) -> Principal | None:
+        """The caller of an HTTP request, when it may call the route it reaches, ``path`` (None: auth
+        off, an open route, or no route); Unauthenticated or PermissionDenied otherwise."""
         auth = self.front.auth
-        path = route_of(self.router, scope)
         if auth is None or path is None:
             return None
         method = str(scope.get("method", ""))
@@ -113,8 +115,11 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         limit = self.front.settings.max_body_bytes
+        path = route_of(self.router, scope)
         try:
-            principal = self.admit(scope)
+            principal = self.admit(scope, path)
+            if path is not None:  # no route: FastAPI's 404 or 405, the body unread
+                check_json(scope)
             check_length(scope, limit)
             body = await read_body(receive, limit)
         except ServiceError as exc:

@@ -7,6 +7,8 @@
 
 We bind the socket ourselves (a port in use raises OSError here, where uvicorn would call
 sys.exit) and leave the process's signal handlers alone (``lookahead-rag serve`` owns them).
+Bound to loopback with auth off (``demo --serve``), it serves only a Host naming loopback or
+``[http] allowed_hosts`` (services.http.origin: DNS rebinding).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import uvicorn
 from prometheus_client import CollectorRegistry
 from starlette.types import ASGIApp
 
-from lookahead_rag.services.common.auth.tls import TlsSettings, uvicorn_ssl
+from lookahead_rag.services.common.auth.tls import TlsSettings, is_loopback, uvicorn_ssl
 from lookahead_rag.services.common.telemetry import tracing
 from lookahead_rag.services.http.ingest import Ingest
 from lookahead_rag.services.http.metrics import HttpMetrics, HttpMetricsMiddleware, MetricsRoute
+from lookahead_rag.services.http.origin import HostGuard
 from lookahead_rag.services.http.routes import Frontend, make_app
 from lookahead_rag.services.http.settings import HttpSettings
 
@@ -59,6 +62,14 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def guarded(app: ASGIApp, front: Frontend) -> ASGIApp:
+    """``app`` behind the Host check when the endpoint binds loopback with auth off (services.http.origin:
+    a rebinding page's requests carry its own Host); as it is otherwise (auth decides who is served)."""
+    if front.auth is None and is_loopback(front.settings.host):
+        return HostGuard(app, front.settings.allowed_hosts)
+    return app
+
+
 def serving_app(front: Frontend, registry: CollectorRegistry | None = None) -> ASGIApp:
     """The API (``make_app``; its server spans when tracing is on) behind ``GET /metrics`` and the
     request metrics, both on ``registry`` (None: prometheus_client's default)."""
@@ -89,7 +100,8 @@ class HttpServer:
         sock = bind_socket(settings.host, settings.port if port is None else port)
         bound = int(sock.getsockname()[1])
         front = Frontend(generator, settings, auth, documents)
-        config = uvicorn.Config(serving_app(front, registry), host=settings.host, port=bound, lifespan="off",
+        app = guarded(serving_app(front, registry), front)
+        config = uvicorn.Config(app, host=settings.host, port=bound, lifespan="off",
                                 log_config=None, access_log=settings.access_log, ws="none",
                                 timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
                                 **uvicorn_ssl(tls))

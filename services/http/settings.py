@@ -32,3 +32,7 @@ class HttpSettings(ServiceSettings):
     max_body_bytes: int = Field(DEFAULT_MAX_BODY_BYTES, gt=0,
                                 description="largest request body read (413 past it, chunked bodies too)")
     docs: bool = Field(False, description="serve the API schema (/docs, /redoc, /openapi.json), open to anyone")
+    allowed_hosts: list[str] = Field(
+        default=[], description="Host names served on a loopback bind with auth off, beside localhost, 127.0.0.1 "
+        "and [::1] (any other Host is a 421: DNS rebinding)"
+    )

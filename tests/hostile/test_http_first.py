@@ -233,11 +233,12 @@ async def test_a_refused_caller_is_answered_without_pulling_the_body(tmp_path: P
 async def test_a_chunked_body_is_cut_at_the_limit(tmp_path: Path) -> None:
     app, engine, tokens = app_of(tmp_path)
     pieces = [b" " * PIECE] * (8 * LIMIT // PIECE)  # eight times the limit, no Content-Length
-    got = await asgi_post(app, {"authorization": f"Bearer {tokens['web']}"}, pieces)
+    web = {"authorization": f"Bearer {tokens['web']}", "content-type": "application/json"}
+    got = await asgi_post(app, web, pieces)
     assert got.status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE, got
     assert got.pulled == LIMIT // PIECE + 1  # the piece that passed the limit, and not one more
     # and a declared length past the limit: refused before any of it is pulled
-    declared = {"authorization": f"Bearer {tokens['web']}", "content-length": str(LIMIT + 1)}
+    declared = {**web, "content-length": str(LIMIT + 1)}
     got = await asgi_post(app, declared, [b" " * (LIMIT + 1)])
     assert (got.status, got.pulled) == (HTTPStatus.REQUEST_ENTITY_TOO_LARGE, 0)
     assert engine.calls == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lookahead_rag.services.common.auth.settings import AuthSettings
 from lookahead_rag.services.common.auth.tls import (
     InsecureBindError,
     TlsSettings,
@@ -21,6 +22,11 @@ from tests.services.tls_helpers import LOOPBACK_V4, Pki, server_tls
 pytestmark = pytest.mark.usefixtures("no_lar_env")
 
 
+def keyed() -> AuthSettings:
+    """Auth on: only TLS is in question in these tests (the auth rule: test_hostile_round4_doors.py)."""
+    return AuthSettings(mode="required", keys_file=Path("keys.json"))
+
+
 # --- where a server may listen -------------------------------------------------------------------
 
 
@@ -28,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("no_lar_env")
 def test_loopback_needs_no_tls(host: str, caplog: pytest.LogCaptureFixture) -> None:
     # the embedded demo and the tests: loopback without TLS passes silently
     with caplog.at_level(logging.WARNING):
-        check_bind({"retriever": host}, TlsSettings())
+        check_bind({"retriever": host}, TlsSettings(), AuthSettings())
     assert is_loopback(host) and not caplog.records
 
 
@@ -36,7 +42,7 @@ def test_loopback_needs_no_tls(host: str, caplog: pytest.LogCaptureFixture) -> N
 def test_non_loopback_without_tls_is_refused(host: str) -> None:
     # any other address in plaintext is refused, in one line that says how to fix it
     with pytest.raises(InsecureBindError) as err:
-        check_bind({"draftcache": LOOPBACK_V4, "generator": host}, TlsSettings())
+        check_bind({"draftcache": LOOPBACK_V4, "generator": host}, TlsSettings(), AuthSettings())
     message = str(err.value)
     assert "\n" not in message and "generator" in message and "draftcache" not in message  # loopback is fine
     assert "allow_insecure" in message and "LAR_TLS_CERT_FILE" in message
@@ -45,16 +51,16 @@ def test_non_loopback_without_tls_is_refused(host: str) -> None:
 def test_allow_insecure_lets_it_through_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     # allow_insecure = true: no error, but a WARNING naming what is exposed
     with caplog.at_level(logging.WARNING):
-        check_bind({"http": "0.0.0.0"}, TlsSettings(allow_insecure=True))
+        check_bind({"http": "0.0.0.0"}, TlsSettings(allow_insecure=True), keyed())
     (record,) = caplog.records
     assert record.levelno == logging.WARNING and "http on 0.0.0.0" in record.getMessage()
     assert "WITHOUT TLS" in record.getMessage()
 
 
 def test_non_loopback_with_tls_is_allowed(pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
-    # server TLS on: any address, no warning
+    # server TLS on (and auth required): any address, no warning
     with caplog.at_level(logging.WARNING):
-        check_bind({"generator": "0.0.0.0", "http": "0.0.0.0"}, server_tls(pki))
+        check_bind({"generator": "0.0.0.0", "http": "0.0.0.0"}, server_tls(pki), keyed())
     assert not caplog.records
 
 

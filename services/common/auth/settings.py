@@ -7,7 +7,8 @@
     # service_key: set LAR_AUTH_SERVICE_KEY (a key with every tenant) rather than writing it in the file
 
 ``mode = "off"`` keeps the embedded demo and loopback development working with no set-up; ``serve``
-refuses a non-loopback bind without TLS (services.common.auth.tls), so "off" stays on one machine.
+refuses a non-loopback bind with it, TLS or not (services.common.auth.tls ``check_bind``), unless
+``allow_unauthenticated = true`` (a WARNING each start), so "off" stays on one machine.
 
 A subject is a table ``{ tenants = [...], scopes = [...] }`` (scopes: ``lookahead_rag.services.common.auth.scopes``), or
 a plain tenant list as written before scopes existed: that keeps working, with the scopes it had
@@ -67,6 +68,10 @@ class AuthSettings(ServiceSettings):
     )
     service_key: SecretStr | None = Field(
         None, description="API key this process's own clients send to the other services (needs every tenant: *)"
+    )
+    allow_unauthenticated: bool = Field(
+        False, description="let servers listen beyond loopback with mode = off: anyone who reaches them acts "
+        "for every tenant (logged as a warning)"
     )
 
     @property

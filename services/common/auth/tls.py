@@ -9,9 +9,10 @@ verifies the server against ``ca_file`` and presents ``client_cert_file``/``clie
     server.add_secure_port(address, server_credentials(tls))          # None: TLS is off
     grpc.aio.secure_channel(target, channel_credentials(tls), options=channel_options(tls))
 
-``check_bind`` is the one rule for listening: loopback may go without TLS (the embedded demo and
-the tests need no set-up); any other address needs server TLS, or ``allow_insecure = true``, which
-is logged as a warning.
+``check_bind`` is the one rule for listening: loopback may go without TLS and without auth (the
+embedded demo and the tests need no set-up); any other address needs server TLS, or
+``allow_insecure = true``, and ``[auth] mode = "required"``, or ``[auth] allow_unauthenticated = true``;
+each allowance is logged as a warning. TLS alone is not enough: it hides the traffic, not who sends it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import grpc
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from lookahead_rag.services.common.auth.settings import AuthSettings
 from lookahead_rag.services.common.rpc.channel_config import ChannelSettings
 from lookahead_rag.services.common.rpc.channel_config import channel_options as balancing_options
 from lookahead_rag.services.common.settings import ConfigError, PathArg, ServiceSettings, load_settings
@@ -41,6 +43,11 @@ TARGET_NAME_OVERRIDE = "grpc.ssl_target_name_override"  # gRPC channel option: t
 
 class InsecureBindError(ConfigError):
     """A server would listen on a non-loopback address in plaintext and ``allow_insecure`` is off."""
+
+
+class UnauthenticatedBindError(InsecureBindError):
+    """A server would listen on a non-loopback address with ``[auth] mode = "off"`` and
+    ``allow_unauthenticated`` is off (TLS or not)."""
 
 
 class TlsSettings(ServiceSettings):
@@ -185,16 +192,22 @@ def is_loopback(host: str) -> bool:
         return False  # any other host name may resolve anywhere
 
 
-def check_bind(hosts: Mapping[str, str], tls: TlsSettings) -> None:
-    """Refuse to listen in plaintext beyond loopback: ``hosts`` maps each server (e.g. "retriever",
-    "http") to the address it binds. Raises InsecureBindError (one line) unless server TLS is on or
-    ``allow_insecure`` is set; the latter is logged as a WARNING."""
-    if tls.server_enabled:
-        return
+def check_bind(hosts: Mapping[str, str], tls: TlsSettings, auth: AuthSettings) -> None:
+    """Refuse to listen beyond loopback in plaintext or without auth: ``hosts`` maps each server (e.g.
+    "retriever", "http") to the address it binds. Raises InsecureBindError (one line) unless server TLS
+    is on or ``allow_insecure`` is set, then UnauthenticatedBindError unless ``[auth] mode = "required"``
+    or ``allow_unauthenticated`` is set; each allowance is logged as a WARNING."""
     exposed = {name: host for name, host in hosts.items() if not is_loopback(host)}
     if not exposed:
         return
     where = ", ".join(f"{name} on {host or '*'}" for name, host in exposed.items())
+    _check_plaintext(where, tls)
+    _check_unauthenticated(where, auth)
+
+
+def _check_plaintext(where: str, tls: TlsSettings) -> None:
+    if tls.server_enabled:
+        return
     if not tls.allow_insecure:
         raise InsecureBindError(
             f"[tls] refusing to serve {where} without TLS: set cert_file and key_file "
@@ -203,6 +216,20 @@ def check_bind(hosts: Mapping[str, str], tls: TlsSettings) -> None:
         )
     log.warning("serving %s WITHOUT TLS (allow_insecure = true): anyone on the network can read and "
                 "send every request", where)
+
+
+def _check_unauthenticated(where: str, auth: AuthSettings) -> None:
+    if auth.required:
+        return
+    if not auth.allow_unauthenticated:
+        raise UnauthenticatedBindError(
+            f'[auth] refusing to serve {where} with mode = "off" (TLS or not): anyone who reaches it could '
+            'ingest, delete and read every tenant; set mode = "required" with keys_file or cert_subjects '
+            "(LAR_AUTH_MODE, LAR_AUTH_KEYS_FILE), bind 127.0.0.1, or set allow_unauthenticated = true "
+            "(LAR_AUTH_ALLOW_UNAUTHENTICATED=true)"
+        )
+    log.warning("serving %s WITHOUT AUTHENTICATION ([auth] mode = \"off\", allow_unauthenticated = true): "
+                "anyone who reaches it acts for every tenant", where)
 
 
 # --- command lines (ask, ingest) ---
