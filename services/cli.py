@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": (f"{PKG}.config_cli", "show the effective configuration"),
     "keys": (f"{PKG}.keys_cli", "add, list or revoke the API keys that bind callers to tenants"),
     "models": (f"{PKG}.models_cli", "list the built-in models; fetch (download, check, convert) one"),
+    "kernels": (f"{PKG}.kernels_cli", "compile the C++ kernels once per machine (make setup runs it)"),
 }
 
 
