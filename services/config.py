@@ -21,6 +21,7 @@ from lookahead_rag.services.common.model_settings import ModelSettings
 from lookahead_rag.services.common.rpc.channel_config import ChannelSettings
 from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.settings import (
+    ConfigError,
     LoggingSettings,
     PathArg,
     TracingSettings,
@@ -32,6 +33,7 @@ from lookahead_rag.services.draftcache.settings import DraftCacheSettings
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.http.settings import HttpSettings
+from lookahead_rag.services.retriever.event_size import largest_change_bytes
 from lookahead_rag.services.retriever.settings import RetrieverSettings
 
 # section (TOML table) -> its settings class
@@ -67,6 +69,9 @@ class AllSettings:
     channels: ChannelSettings
     tracing: TracingSettings = field(default_factory=TracingSettings)  # off unless an OTLP endpoint is set
 
+    def __post_init__(self) -> None:
+        check_record_size(self)
+
     @classmethod
     def load(cls, config_file: PathArg = None, **sections: dict[str, Any]) -> AllSettings:
         """Defaults < TOML file < environment < ``sections`` overrides (e.g. generator={"port": 0})."""
@@ -85,4 +90,16 @@ class AllSettings:
             tls=load_settings(TlsSettings, "tls", path, **sections.get("tls", {})),
             channels=load_settings(ChannelSettings, "channels", path, **sections.get("channels", {})),
             tracing=load_settings(TracingSettings, "tracing", path, **sections.get("tracing", {})),
+        )
+
+
+def check_record_size(settings: AllSettings) -> None:
+    """With Kafka on, the largest document event the retriever's limits allow must fit the bus's records
+    (else one such document would never leave the outbox); raises ConfigError naming both settings."""
+    largest = largest_change_bytes(settings.retriever, settings.limits)
+    if settings.kafka.enabled and largest > settings.kafka.max_record_bytes:
+        raise ConfigError(
+            f"[kafka] max_record_bytes {settings.kafka.max_record_bytes} is below the largest document event "
+            f"[retriever] max_doc_chars {settings.retriever.max_doc_chars} and [limits] allow ({largest} bytes): "
+            "raise it (and the topics' max.message.bytes) or lower max_doc_chars"
         )

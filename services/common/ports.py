@@ -34,7 +34,7 @@ EVENTS_TOPIC = "lookahead.generation-completed"
 DLT_SUFFIX = ".DLT"
 EVENTS_DLT_TOPIC = EVENTS_TOPIC + DLT_SUFFIX
 # Kafka: the documents topic (KafkaSettings.documents_topic): DocumentChanged, keyed by (tenant, doc id);
-# every retriever replica reads all of it and a new one rebuilds from it (keep forever, or compact).
+# every retriever replica reads all of it and a new one rebuilds from it (compacted by that key).
 DOCUMENTS_TOPIC = "lookahead.documents"
 DOCUMENTS_DLT_TOPIC = DOCUMENTS_TOPIC + DLT_SUFFIX
 

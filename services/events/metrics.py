@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry
 
 from lookahead_rag.services.common.telemetry.metric_group import LATENCY_BUCKETS, MetricGroup
-from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, EventBus
+from lookahead_rag.services.events.protocols import ChangeCounter, ConsumerCounters, EventApplier, EventBus
 from lookahead_rag.v1 import events_pb2
 
 
@@ -76,12 +76,17 @@ class ConsumerMetrics(MetricGroup):
             self._seen[consumer] = totals
         metrics = (self.applied, self.redelivered, self.replayed, self.apply_errors, self.dead_lettered)
         for metric, now, then in zip(metrics, totals, before, strict=True):
-            moved = now - then if now >= then else now
+            moved = moved_since(now, then)
             if moved:
                 metric.labels(consumer).inc(moved)
             else:
                 metric.labels(consumer)  # exported at 0 from the first sample
         self.set_lag(consumer, counters.lag)
+
+
+def moved_since(total: int, seen: int) -> int:
+    """How far a running total moved since it was ``seen`` (a total that went down restarted its count)."""
+    return total - seen if total >= seen else total
 
 
 class OutboxMetrics(MetricGroup):
@@ -91,7 +96,11 @@ class OutboxMetrics(MetricGroup):
         super().__init__(registry)
         self.depth = self.gauge("outbox_depth", "events stored but not yet acknowledged by Kafka")
         self.sent = self.counter("outbox_sent_events", "events Kafka acknowledged")
+        self.set_aside = self.counter(
+            "outbox_set_aside_events", "events Kafka can never take (too large), moved out of the outbox's way"
+        )
         self._seen_sent = 0
+        self._seen_set_aside = 0
 
     def set_depth(self, depth: int) -> None:
         self.depth.set(depth)
@@ -101,10 +110,15 @@ class OutboxMetrics(MetricGroup):
 
     def observe_sent_total(self, total: int) -> None:
         """Bring ``sent`` up to a flusher's running total (see ConsumerMetrics.observe_counters)."""
-        moved = total - self._seen_sent if total >= self._seen_sent else total
-        self._seen_sent = total
+        moved, self._seen_sent = moved_since(total, self._seen_sent), total
         if moved:
             self.sent.inc(moved)
+
+    def observe_set_aside_total(self, total: int) -> None:
+        """Bring ``set_aside`` up to a flusher's running total (as ``observe_sent_total``)."""
+        moved, self._seen_set_aside = moved_since(total, self._seen_set_aside), total
+        if moved:
+            self.set_aside.inc(moved)
 
 
 def consumer_jobs(bus: EventBus, groups: Iterable[str], metrics: ConsumerMetrics) -> list[Callable[[], None]]:
@@ -121,6 +135,7 @@ def outbox_job(bus: EventBus, metrics: OutboxMetrics) -> Callable[[], None]:
         if outbox is not None:
             metrics.set_depth(outbox.depth)
             metrics.observe_sent_total(outbox.sent)
+            metrics.observe_set_aside_total(outbox.set_aside)
 
     return sample
 
@@ -147,6 +162,11 @@ class ObservedApplier:
             if self._on_applied is not None:
                 self._on_applied(event)
         return applied
+
+    @property
+    def changes(self) -> int:
+        """The wrapped applier's change counter (``ChangeCounter``; 0 when it keeps none)."""
+        return self.applier.changes if isinstance(self.applier, ChangeCounter) else 0
 
     def snapshot(self) -> bytes:
         return bytes(self.applier.snapshot())

@@ -63,6 +63,18 @@ class EventApplier(Protocol):
         ...
 
 
+@runtime_checkable
+class ChangeCounter(Protocol):
+    """An applier whose state also changes outside its events (the draft cache's AddOutput): ``changes``
+    moves with every change, and a consumer saves its snapshot when it moved as when events were applied,
+    so restoring that snapshot at the next start never drops those changes."""
+
+    @property
+    def changes(self) -> int:
+        """A counter bumped by every change of the state, by an event or not."""
+        ...
+
+
 class EventPublisher(Protocol):
     """What the generator needs: a cheap, non-blocking publish."""
 
@@ -114,6 +126,7 @@ class OutboxStats:
 
     depth: int  # events stored but not yet acknowledged by the broker
     sent: int  # events the broker acknowledged since this publisher started (a running total)
+    set_aside: int = 0  # events the broker can never take, set aside since it started (a running total)
 
 
 @dataclass(frozen=True)

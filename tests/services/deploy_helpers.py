@@ -24,7 +24,6 @@ DEPLOYED_SERVER_FIELDS = {"host", "port", "metrics_port"}  # ServerSettings fiel
 DOCUMENTS_DLT_TOPIC = ports.DOCUMENTS_DLT_TOPIC
 ALL_TOPICS = {ports.EVENTS_TOPIC, ports.EVENTS_DLT_TOPIC, ports.DOCUMENTS_TOPIC, DOCUMENTS_DLT_TOPIC}
 MIN_INSYNC_REPLICAS = 2  # k8s topics: acks=all survives the loss of one of 3 replicas
-UNLIMITED = "-1"  # retention.ms that keeps every record
 CONFIGMAP = "lookahead-rag-config"
 TOPIC_JOB = "lookahead-rag-topics"
 HEALTH_TIMEOUT_S = 30  # one run of the compose healthcheck command (a fresh Python imports grpc)

@@ -23,7 +23,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from lookahead_rag.services.common.until_ready import wait_until_ready
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
-from lookahead_rag.services.events.kafka.topics import all_topics
+from lookahead_rag.services.events.kafka.topics import all_topics, topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -157,14 +157,18 @@ async def ensure_topics(
     request_timeout_ms: int = 10_000,
     *,
     security: Mapping[str, Any] | None = None,
+    configs: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
     """Create each topic (name -> partitions) that does not exist yet; ``security``: the TLS/SASL
-    kwargs (``lookahead_rag.services.events.kafka.security.client_security``; None: plaintext)."""
+    kwargs (``lookahead_rag.services.events.kafka.security.client_security``; None: plaintext);
+    ``configs``: topic name -> its topic configuration (``topics.topic_configs``; None: the broker's)."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=request_timeout_ms,
                                 **(security or {}))
     await admin.start()
     try:
-        new = [NewTopic(name, parts, replication_factor) for name, parts in topics.items()]
+        configs = configs or {}
+        new = [NewTopic(name, parts, replication_factor, topic_configs=dict(configs.get(name, {})))
+               for name, parts in topics.items()]
         response = await admin.create_topics(new)
         for name, code, message in response.topic_errors:
             if code not in (NO_ERROR, TOPIC_ALREADY_EXISTS):
@@ -206,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.create_topics:
         settings = KafkaSettings()
         topics = all_topics(settings)
-        asyncio.run(ensure_topics(broker.bootstrap, topics, settings.replication_factor))
+        asyncio.run(ensure_topics(broker.bootstrap, topics, settings.replication_factor,
+                                  configs=topic_configs(settings)))
         print(f"topics: {', '.join(topics)}", flush=True)
     try:
         code = broker.wait()

@@ -14,6 +14,10 @@ Offsets are positions in one cluster's log: when the cluster id changes (the bun
 restarts empty) the saved offsets are dropped and the log is read from the beginning; so are they when
 the applier's ``restore`` raises ``StaleSnapshot`` (its own persisted state does not match the snapshot).
 
+An applier whose state also changes outside its events (``ChangeCounter``: the draft cache's AddOutput)
+has its snapshot saved when its counter moved too (on the same triggers, and on stop), so the state a
+start restores holds those changes.
+
 The group assigns this member its share of the partitions; ``replica_consumer.EveryPartitionRunner``
 takes all of them instead (``_take_partitions``).
 """
@@ -39,7 +43,8 @@ from lookahead_rag.services.events.kafka.record_handler import RecordHandler
 from lookahead_rag.services.events.kafka.security import client_security
 from lookahead_rag.services.events.kafka.settings import KafkaSettings
 from lookahead_rag.services.events.kafka.state import ConsumerState, read_state, state_path, write_state
-from lookahead_rag.services.events.protocols import ConsumerCounters, EventApplier, StaleSnapshot
+from lookahead_rag.services.events.kafka.topics import stream_configs
+from lookahead_rag.services.events.protocols import ChangeCounter, ConsumerCounters, EventApplier, StaleSnapshot
 from lookahead_rag.services.events.streams import GENERATIONS, Stream
 
 log = logging.getLogger(__name__)
@@ -91,11 +96,13 @@ class KafkaConsumerRunner:
         self._positions: dict[int, int] = {}  # partition -> next offset to apply (= what the state covers)
         self._cluster_id = ""
         self._unsaved = 0  # events applied since the last saved state
+        self._saved_changes = 0  # the applier's change counter (ChangeCounter) at the last save or restore
         self._last_save = time.monotonic()
         self._uncommitted: set[TopicPartition] = set()  # applied past the last commit
         self._last_commit = time.monotonic()
         self._lock = asyncio.Lock()  # one of: a batch, a rebalance callback, a save
         self._consumer: AIOKafkaConsumer | None = None
+        self._stream = stream
         self._dlt = DeadLetterSender(self.settings, group)
         self._records = RecordHandler(
             applier, self._dlt, self.counters, self.settings.dlt_max_attempts, self.settings.apply_retry_backoff_s,
@@ -125,16 +132,18 @@ class KafkaConsumerRunner:
                 self._positions = dict(state.offsets)
                 self._cluster_id = state.cluster_id
             log.info("%s: restored state covering offsets %s", self.group, self._positions)
+        self._saved_changes = self._changes()
         self._task = asyncio.create_task(self._run(), name=f"consumer:{self.group}")
 
     async def stop(self) -> None:
         """Graceful: finish the batch, commit, save snapshot+offsets, leave the group."""
         crashed = await self._end_task()
         try:
-            if not crashed and self._consumer is not None:
+            if not crashed:
                 async with self._lock:
-                    await self._commit(self._consumer.assignment())
-                    if self._unsaved:
+                    if self._consumer is not None:
+                        await self._commit(self._consumer.assignment())
+                    if self._unsaved_changes():  # also when it never reached the broker: direct changes
                         await self._save()
         finally:
             await self._close_clients()
@@ -219,7 +228,7 @@ class KafkaConsumerRunner:
             if s.create_topics:  # before subscribing: a metadata request may auto-create it otherwise
                 topics = {self.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
                 await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms,
-                                    security=client_security(s))
+                                    security=client_security(s), configs=stream_configs(s, self._stream))
             await consumer.start()
             self._consumer = consumer
             await self._take_partitions(consumer)
@@ -278,17 +287,26 @@ class KafkaConsumerRunner:
             self._uncommitted.difference_update(offsets)
         self._last_commit = time.monotonic()
 
+    def _changes(self) -> int:
+        return self.applier.changes if isinstance(self.applier, ChangeCounter) else 0
+
+    def _unsaved_changes(self) -> bool:
+        """Events applied, or the applier changed outside them, since the last save."""
+        return self._unsaved > 0 or self._changes() != self._saved_changes
+
     def _save_due(self) -> bool:
         if self._unsaved >= self.settings.snapshot_every_events:
             return True
-        return self._unsaved > 0 and time.monotonic() - self._last_save >= self.settings.snapshot_interval_s
+        return self._unsaved_changes() and time.monotonic() - self._last_save >= self.settings.snapshot_interval_s
 
     async def _save(self) -> None:
         """Write the applier's snapshot with the offsets it covers (caller holds the lock)."""
+        changes = self._changes()  # before the snapshot: a change racing with it is saved next time
         snapshot = self.applier.snapshot()  # taken with the offsets, no await in between
         state = ConsumerState(self.topic, self.group, self._cluster_id, dict(self._positions), snapshot)
         await asyncio.to_thread(write_state, self.state_path, state)
         self._unsaved = 0
+        self._saved_changes = changes
         self._last_save = time.monotonic()
         self.snapshots_written += 1
 
@@ -315,7 +333,7 @@ class KafkaConsumerRunner:
         async with self._lock:
             await self._commit(revoked)
             self._uncommitted.difference_update(revoked)
-            if self._unsaved:
+            if self._unsaved_changes():
                 await self._save()
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:

@@ -57,6 +57,7 @@ class DeadLetterSender:
                 bootstrap_servers=self.settings.bootstrap_servers,
                 acks=self.settings.producer_acks(),
                 client_id=f"{self.settings.client_id}.{self.group}.dlt",
+                max_request_size=self.settings.max_record_bytes,  # a dead letter is as large as its record
                 **client_security(self.settings),
             )
             await producer.start()

@@ -7,6 +7,11 @@ drop the duplicate by event id.
 A row holds the record's key, value and headers (the event's type, its trace context: ``events.records``).
 An outbox file of an older version has no ``headers`` column: opening it adds one, and its rows (headers
 NULL: values in the pre-header format) go through the flusher's ``upgrade`` before they are sent.
+
+A row the broker can never take (larger than the producer's ``max_request_size``, or refused by the
+broker as too large when sent alone) is set aside: moved to the ``outbox_set_aside`` table of the same
+file with its reason, logged at ERROR and counted, so every row behind it is still delivered. Nothing is
+deleted: an operator can read it there (``sqlite3``), raise the limits and re-send it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +45,22 @@ CREATE TABLE IF NOT EXISTS outbox (
     headers TEXT                           -- record headers as JSON [[name, value]]; NULL: an old row
 )
 """
+_SET_ASIDE_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox_set_aside (
+    id INTEGER PRIMARY KEY,                -- its id in outbox
+    key BLOB,
+    value BLOB NOT NULL,
+    created_ms INTEGER NOT NULL,
+    headers TEXT,
+    reason TEXT NOT NULL,                  -- why it could not be sent
+    set_aside_ms INTEGER NOT NULL          -- when it left the outbox
+)
+"""
 _HEADERS_COLUMN = "headers"  # added to outbox files of versions before record headers
 _ADD_HEADERS = f"ALTER TABLE outbox ADD COLUMN {_HEADERS_COLUMN} TEXT"
 HEADER_TEXT_ERRORS = "surrogateescape"  # header bytes <-> JSON text, losslessly for any bytes
 
+SIZE_ERRORS = (MessageSizeTooLargeError, RecordListTooLargeError)  # a record (or its batch) too large to send
 Headers = tuple[tuple[str, bytes], ...]  # Kafka record headers (as events.records.Headers)
 
 
@@ -80,6 +98,7 @@ class Outbox:
         self._lock = threading.Lock()
         self._appender = self._connect(synchronous)
         self._appender.execute(_SCHEMA)
+        self._appender.execute(_SET_ASIDE_SCHEMA)
         columns = {row[1] for row in self._appender.execute("PRAGMA table_info(outbox)")}
         if _HEADERS_COLUMN not in columns:  # an outbox file of an older version
             self._appender.execute(_ADD_HEADERS)
@@ -120,6 +139,22 @@ class Outbox:
                 raise
             self._remover.execute("COMMIT")
 
+    def set_aside(self, row_id: int, reason: str) -> None:
+        """Move a row the broker can never take to ``outbox_set_aside`` (one transaction)."""
+        with self._lock:
+            self._remover.execute("BEGIN")
+            try:
+                self._remover.execute(
+                    "INSERT OR REPLACE INTO outbox_set_aside (id, key, value, created_ms, headers, reason, "
+                    "set_aside_ms) SELECT id, key, value, created_ms, headers, ?, ? FROM outbox WHERE id = ?",
+                    (reason, int(time.time() * MS_PER_S), row_id),
+                )
+                self._remover.execute("DELETE FROM outbox WHERE id = ?", (row_id,))
+            except BaseException:
+                self._remover.execute("ROLLBACK")
+                raise
+            self._remover.execute("COMMIT")
+
     def depth(self) -> int:
         """Rows waiting for an acknowledgement."""
         with self._lock:
@@ -135,6 +170,7 @@ class Outbox:
 class FlusherCounters:
     sent: int = 0  # rows acknowledged by the broker and removed
     send_errors: int = 0  # failed flush rounds (broker unreachable, timeouts)
+    set_aside: int = 0  # rows the broker can never take, moved out of the way (``Outbox.set_aside``)
 
 
 @dataclass(frozen=True)
@@ -174,6 +210,7 @@ class OutboxFlusher:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
         self._stopping = False  # the loop's exit flag: Python 3.11's wait_for can swallow a cancel
+        self._suspects: set[int] = set()  # rows the broker refused as too large alongside others
 
     def wake(self) -> None:
         """Tell the flusher there is a new row (from any thread)."""
@@ -220,7 +257,7 @@ class OutboxFlusher:
         backoff = self._config.backoff_s
         while not self._stopping:
             self._wakeup.clear()  # before reading, so a row appended meanwhile wakes us again
-            rows = self.outbox.pending(self._config.batch_size)
+            rows = self._sendable(self.outbox.pending(self._config.batch_size))
             if not rows:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wakeup.wait(), self._config.poll_interval_s)
@@ -235,6 +272,14 @@ class OutboxFlusher:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, self._config.backoff_max_s)
 
+    def _sendable(self, rows: list[OutboxRow]) -> list[OutboxRow]:
+        """This round's rows: a suspect (refused as too large in a shared round) goes alone, the rows
+        before the first suspect together."""
+        for index, row in enumerate(rows):
+            if row.id in self._suspects:
+                return rows[index : index + 1] if index == 0 else rows[:index]
+        return rows
+
     async def _send(self, rows: list[OutboxRow]) -> None:
         producer = await self._connected()
         acked: list[int] = []
@@ -244,21 +289,40 @@ class OutboxFlusher:
                 acked.append(row_id)
 
         try:
-            futures = []
+            sent: list[tuple[OutboxRow, asyncio.Future[object]]] = []
             for row in rows:
                 if row.headers is None and self._upgrade is not None:
                     row = self._upgrade(row)
                 headers = list(row.headers or ())
-                future = await producer.send(self.topic, row.value, key=row.key, headers=headers or None)
+                try:
+                    future = await producer.send(self.topic, row.value, key=row.key, headers=headers or None)
+                except SIZE_ERRORS as exc:  # over the producer's max_request_size: never sendable
+                    self._set_aside(row, exc)
+                    continue
                 future.add_done_callback(lambda f, row_id=row.id: on_done(f, row_id))
-                futures.append(future)
-            results = await asyncio.gather(*futures, return_exceptions=True)
+                sent.append((row, future))
+            results = await asyncio.gather(*(future for _, future in sent), return_exceptions=True)
         finally:
             self.outbox.remove(acked)  # whatever the broker acknowledged, even if the round fails
             self.counters.sent += len(acked)
-        errors = [r for r in results if isinstance(r, BaseException)]
+        errors: list[BaseException] = []
+        for (row, _), result in zip(sent, results, strict=True):
+            if isinstance(result, SIZE_ERRORS) and len(sent) == 1:
+                self._set_aside(row, result)  # refused by the broker although sent alone
+            elif isinstance(result, SIZE_ERRORS):
+                self._suspects.add(row.id)  # the broker refused its batch: the next rounds send it alone
+            elif isinstance(result, BaseException):
+                errors.append(result)
         if errors:
             raise errors[0]
+
+    def _set_aside(self, row: OutboxRow, exc: BaseException) -> None:
+        self.outbox.set_aside(row.id, repr(exc))
+        self._suspects.discard(row.id)
+        self.counters.set_aside += 1
+        log.error("outbox %s: event %d (key %r, %d bytes) set aside, the broker can never take it (%r); the "
+                  "events behind it are delivered (outbox_set_aside table of %s)", self.topic, row.id, row.key,
+                  len(row.value), exc, self.outbox.path)  # fmt: skip
 
     async def _connected(self) -> AIOKafkaProducer:
         if self._producer is None:

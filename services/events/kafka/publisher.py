@@ -19,6 +19,7 @@ from lookahead_rag.services.events.kafka.broker import ensure_topics
 from lookahead_rag.services.events.kafka.outbox import FlusherConfig, Outbox, OutboxFlusher, OutboxRow
 from lookahead_rag.services.events.kafka.security import client_security
 from lookahead_rag.services.events.kafka.settings import FRAMED_FORMAT, KafkaSettings
+from lookahead_rag.services.events.kafka.topics import stream_configs
 from lookahead_rag.services.events.protocols import OutboxStats
 from lookahead_rag.services.events.records import encode_record, upgrade_legacy
 from lookahead_rag.services.events.streams import GENERATIONS, Event, Stream
@@ -70,8 +71,9 @@ class KafkaPublisher:
         return self.outbox.depth()
 
     def stats(self) -> OutboxStats:
-        """The outbox's depth and the events the broker acknowledged so far (metrics)."""
-        return OutboxStats(depth=self.outbox.depth(), sent=self.flusher.counters.sent)
+        """The outbox's depth, the events the broker acknowledged and those set aside so far (metrics)."""
+        counters = self.flusher.counters
+        return OutboxStats(depth=self.outbox.depth(), sent=counters.sent, set_aside=counters.set_aside)
 
     async def start(self) -> None:
         await self.flusher.start()  # also resends what a previous run left unacknowledged
@@ -92,6 +94,7 @@ class KafkaPublisher:
             enable_idempotence=s.enable_idempotence,
             linger_ms=s.linger_ms,
             request_timeout_ms=s.request_timeout_ms,
+            max_request_size=s.max_record_bytes,  # the largest event a service emits (settings)
             **client_security(s),
         )
 
@@ -99,4 +102,4 @@ class KafkaPublisher:
         s = self.settings
         topics = {s.topic: s.partitions, s.dlt_topic: s.dlt_partitions}
         await ensure_topics(s.bootstrap_servers, topics, s.replication_factor, s.request_timeout_ms,
-                            security=client_security(s))
+                            security=client_security(s), configs=stream_configs(s, self.stream))

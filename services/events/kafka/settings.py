@@ -19,6 +19,10 @@ from lookahead_rag.services.events.protocols import DRAFTCACHE_GROUP, RETRIEVER_
 OUTBOX_FILE = "outbox.sqlite3"
 FRAMED_FORMAT = "framed"  # record_format: the pre-header values (see events.records)
 STATE_DIR = "bus-state"
+MIB = 1024 * 1024
+# The largest DocumentChanged the default [retriever] max_doc_chars (5,000,000 characters, 4 bytes each at
+# most in UTF-8) and [limits] title/source/id allow is ~20 MB; 24 MiB holds it with room for headers.
+DEFAULT_MAX_RECORD_BYTES = 24 * MIB
 
 
 class KafkaSettings(BaseSettings):
@@ -32,7 +36,7 @@ class KafkaSettings(BaseSettings):
     )
     topic: str = Field("lookahead.generation-completed", description="topic of GenerationCompleted events")
     documents_topic: str = Field(
-        "lookahead.documents", description="topic of DocumentChanged events (keep forever, or compact by key)"
+        "lookahead.documents", description="topic of DocumentChanged events (compacted: each document's latest change)"
     )
     dlt_suffix: str = Field(".DLT", description="dead-letter topic = topic + this suffix")
     create_topics: bool = Field(True, description="create the topics and their DLTs on start if missing")
@@ -65,6 +69,10 @@ class KafkaSettings(BaseSettings):
     )
     linger_ms: int = Field(5, ge=0, description="producer batching delay in ms")
     request_timeout_ms: int = Field(10_000, ge=1, description="producer/consumer request timeout in ms")
+    max_record_bytes: int = Field(
+        DEFAULT_MAX_RECORD_BYTES, ge=1, description="largest record the producer sends (its max_request_size) and "
+        "the topics' max.message.bytes; `serve` refuses a [retriever] max_doc_chars whose events exceed it"
+    )
     record_format: Literal["headers", "framed"] = Field(
         "headers", description="'headers': bare protobuf values, the type in a ce_type header; 'framed': the "
         "pre-header values, only while consumers older than headers still run (a rolling upgrade)"
