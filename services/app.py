@@ -153,7 +153,8 @@ class Pipeline:
             from lookahead_core.models import load_model
 
             served = settings.model
-            model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
+            model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device,
+                                                 weights=served.weights)
         if "retriever" in names:
             await pipeline._add(await build_retriever(settings.retriever, settings.limits, bus, registry, tokenizer,
                                                       served=settings.model),

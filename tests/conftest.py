@@ -7,5 +7,8 @@ import os
 from lookahead_core.defaults import DEFAULT_MODEL
 
 os.environ.setdefault("LAR_MODEL_NAME", DEFAULT_MODEL)  # subprocesses (serve all, the fuzzer) inherit it
+# the suite's services serve fp32 (their answers are checked against HF greedy over the same weights); the block
+# kernel's path ([model] weights = "file", the served default) has its own tests (tests/core/test_core_quant.py)
+os.environ.setdefault("LAR_MODEL_WEIGHTS", "float32")
 
 pytest_plugins = ["tests.kafka.fixtures"]  # the ``broker`` fixture: tests/kafka and tests/pipeline

@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .catalog import converted_dir, gguf_of
 from .defaults import DEFAULT_MODEL
+from .forward.quant.load import BFLOAT16, FILE, FLOAT32, INT8, QUANTIZED, WEIGHTS, quantize_model
 from .forward.support import check_supported
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,19 @@ def resolve_model_path(name_or_path: str, dtype: str | None = None) -> str:
     return str(target)
 
 
+def served_weights(weights: str | None, name_or_path: str, device: str) -> str | None:
+    """What ``weights`` serves for this model: "file" is the GGUF's blocks only for a GGUF on a CPU (else the
+    dense dtype: None); "float32" is the dense default (None); "int8" needs a CPU."""
+    if weights is not None and weights not in WEIGHTS:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
+    on_cpu = device == "cpu"
+    if weights == FILE:
+        return FILE if on_cpu and gguf_of(name_or_path) is not None else None
+    if weights == INT8 and not on_cpu:
+        raise ValueError("weights = \"int8\" runs on the CPU block kernel (a CUDA model: float32 or bfloat16)")
+    return None if weights == FLOAT32 else weights
+
+
 def load_tokenizer(name_or_path: str = DEFAULT_MODEL) -> PreTrainedTokenizerBase:
     """The tokenizer of a built-in model, a local path or a hub id."""
     return AutoTokenizer.from_pretrained(resolve_model_path(name_or_path))
@@ -88,9 +102,18 @@ def load_model(
     dtype: torch.dtype | str = torch.float32,
     device: str = "cpu",
     attn_implementation: str = "sdpa",
+    weights: str | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) in eval mode on ``device``; built-in names are converted once and
-    cached. ``dtype`` is a torch dtype or its name ("float32", "bfloat16", "float16")."""
+    cached. ``dtype`` is a torch dtype or its name ("float32", "bfloat16", "float16"); ``weights``
+    (``quant.load.WEIGHTS``; None: dense ``dtype``) what the products run on: "file" serves a GGUF's own
+    blocks on a CPU (``served_weights`` says what a choice becomes), "int8" per-channel int8."""
+    served = served_weights(weights, name_or_path, device)
+    if served in QUANTIZED:
+        model, tok = load_model(name_or_path, torch.float32, device, attn_implementation)
+        return quantize_model(model, gguf_of(name_or_path), served), tok
+    if served == BFLOAT16:
+        dtype = torch.bfloat16
     if isinstance(dtype, str):
         if dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {dtype!r}")

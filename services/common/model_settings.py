@@ -17,6 +17,7 @@ from lookahead_rag.services.common.settings import ServiceSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
 Dtype = Literal["float32", "bfloat16", "float16"]
+Weights = Literal["file", "float32", "bfloat16", "int8"]  # lookahead_core.forward.quant.load.WEIGHTS
 
 
 class ModelSettings(ServiceSettings):
@@ -30,6 +31,9 @@ class ModelSettings(ServiceSettings):
                       "that it can run (the auto_* limits)")
     device: str = Field("cpu", pattern=DEVICE_PATTERN, description="where the generator runs it: cpu, cuda or cuda:N")
     dtype: Dtype = Field("float32", description="weights and activations: float32, bfloat16 or float16")
+    # what the products run on: file = a GGUF's own blocks on a CPU (the block kernel), else dense as dtype says
+    weights: Weights = Field("file", description="file (a GGUF's own quantized blocks, on a CPU), float32, "
+                             "bfloat16 or int8 (per-channel, from any source)")
     # auto: of the free memory, the most the model's working set may take
     auto_memory_share: float = Field(0.5, gt=0, le=1, description="auto: share of free memory the model may take")
     # auto: activations, the KV pool and the conversion on top of the weights' bytes

@@ -70,7 +70,8 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
                           tokenizer: Any = None, forgets: PrefixForgets | None = None) -> Service[GeneratorCore]:
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
-        model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device)
+        model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device,
+                                                 weights=served.weights)
     if retriever is not None:
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     draft = await load_draft_model(settings.draft_model, served, tokenizer) if settings.draft_model else None

@@ -128,6 +128,16 @@ def multi_row(head_dim: int, device: torch.device, dtype: torch.dtype) -> Module
     return ext if ext is not None and head_dim % ext.tile() == 0 else None
 
 
+def invariant_rows(head_dim: int, device: torch.device, dtype: torch.dtype) -> ModuleType | None:
+    """The build a width-invariant model attends every forward with, one-token ones included: ``multi_row``'s
+    where it is kept, else this CPU's first build even where sdpa times faster (sdpa's one-row path sums
+    otherwise than its masked one, so a row's bits would depend on its forward); None where nothing builds."""
+    if not cpu_kernels_ok(device, dtype):
+        return None
+    found = [b for b in ([kernel()] if kernel() is not None else builds()) if head_dim % b.tile() == 0]
+    return found[0] if found else None
+
+
 def attend_segments(ext: ModuleType, qs: list[torch.Tensor], keys: list[torch.Tensor], values: list[torch.Tensor],
                     pasts: list[int], visibles: list[torch.Tensor], scale: float, outs: list[torch.Tensor]) -> None:
     """``ext.attend_segments`` (``multi_row``'s contract) once every tensor handed is one the kernel takes

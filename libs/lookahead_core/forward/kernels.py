@@ -40,6 +40,7 @@ from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
 from .packed import onednn_linears, onednn_product, pack_linears, packable
 from .placement import model_ok
+from .quant.load import is_quantized
 from .ragged import RAGGED_ATTENTION
 from .rows import rows_linears, rows_ok, rows_product
 from .split import split_linears, split_parts, splittable
@@ -73,8 +74,8 @@ def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool
     with AVX2 where its kernel builds; gemv as fused, where its kernel builds and gives the stock bits for
     every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits).
     Every kernel but stock asks ``placement.model_ok`` first: a CUDA or half-precision model runs stock only."""
-    if kernel != STOCK and not model_ok(model):
-        return False
+    if kernel != STOCK and (not model_ok(model) or is_quantized(model)):
+        return False  # a model on the block kernel: its stock modules are already its own width-invariant loop
     checks: dict[str, Callable[[], bool]] = {
         STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
         GEMV: lambda: splittable(model, threads) and gemv_ok(model),

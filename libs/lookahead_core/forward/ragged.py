@@ -23,10 +23,12 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 from ..kv.kvstore import RequestKV
-from .attend import attend_segments, multi_row
+from .attend import attend_segments, invariant_rows, multi_row
 
 RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
 PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention
+INVARIANT_ATTR = "lookahead_weights"  # a model config's mark of the block kernel (quant.load.CONFIG_ATTR): its
+# attention runs every forward, one-token ones too, by the one kernel whose rows do not depend on their forward
 
 
 @dataclass
@@ -91,14 +93,17 @@ def ragged_attention(
     """Attention of a packed row, each request over its own cache; output [1, T, heads, head_dim]. A forward of
     several rows runs every segment by ``attend.multi_row``'s kernel where it is kept and takes the queries
     (fp32 on the CPU: ``placement``; a CUDA or half-precision model keeps sdpa), a one-token forward by sdpa
-    (plain greedy's bits)."""
+    (plain greedy's bits); a model on the block kernel runs every forward by that kernel (width-invariant)."""
     plan = kwargs.get(PLAN_KWARG)
     if not isinstance(plan, RaggedPlan):
         raise RuntimeError(f"{RAGGED_ATTENTION} attention needs a RaggedPlan in the forward's {PLAN_KWARG!r}")
     started = time.perf_counter() if plan.timed else 0.0
     layer = int(module.layer_idx)  # type: ignore[arg-type]
     heads, head_dim = query.shape[1], query.shape[-1]
-    fast = multi_row(head_dim, query.device, query.dtype) if query.shape[2] > 1 else None
+    if getattr(module.config, INVARIANT_ATTR, ""):  # on the block kernel: every forward by one kernel, one row too
+        fast = invariant_rows(head_dim, query.device, query.dtype)
+    else:
+        fast = multi_row(head_dim, query.device, query.dtype) if query.shape[2] > 1 else None
     out = query.new_empty(1, query.shape[2], heads, head_dim)  # [1, T, heads, head_dim]
     for seg in plan.segments:
         end = seg.start + seg.q
