@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from . import attend, gemv, lean_ops, rows
-from .quant import kernel as quant_kernel
 from .cext import CAPABLE, CAPABLE_512, FLAGS, FLAGS_512, build, spec_of
 from .cext_child import is_built
+from .quant import kernel as quant_kernel
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,8 @@ KERNELS: list[Kernel] = [  # every kernel the engine may build; append a new one
     Kernel(rows.EXTENSION, rows.SOURCE),
     Kernel(gemv.EXTENSION, gemv.SOURCE, gemv.FLAGS),
     Kernel(lean_ops.EXTENSION, lean_ops.SOURCE, lean_ops.FLAGS),
-    *(Kernel(ext, quant_kernel.SOURCE, tuple(flags), tuple(capable)) for ext, flags, capable in quant_kernel.BUILDS.values()),
+    *(Kernel(ext, quant_kernel.SOURCE, tuple(flags), tuple(capable))
+      for ext, flags, capable in quant_kernel.BUILDS.values()),  # the block kernel's AVX-512 and AVX2 builds
 ]
 
 
