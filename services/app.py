@@ -168,9 +168,9 @@ class Pipeline:
             for job in forget_jobs:
                 pipeline.refresher.add(job)
         await bus.start()
+        if settings.kafka.enabled:  # every outbox here: the generator's answers, the retriever's documents
+            pipeline.refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
         if "generator" in names:
-            if settings.kafka.enabled:
-                pipeline.refresher.add(outbox_job(bus, OutboxMetrics.of(registry)))
             retriever, draft_cache = pipeline._clients(grpc_servers)
             generator = await build_generator(settings.generator, settings.limits, bus, registry, retriever,
                                               draft_cache, served=settings.model, model=model, tokenizer=tokenizer,
