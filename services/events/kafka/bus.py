@@ -95,7 +95,8 @@ class KafkaBus:
         outboxes = [publisher.stats() for publisher in list(self._publishers.values())]
         if not outboxes:
             return BusStats(consumers, None)
-        return BusStats(consumers, OutboxStats(sum(o.depth for o in outboxes), sum(o.sent for o in outboxes)))
+        return BusStats(consumers, OutboxStats(sum(o.depth for o in outboxes), sum(o.sent for o in outboxes),
+                                               sum(o.set_aside for o in outboxes)))
 
     async def start(self) -> None:
         if self._started:
