@@ -49,16 +49,20 @@ def add_placement_args(p: argparse.ArgumentParser, device: str = "cpu") -> None:
     p.add_argument("--device", default=device, help=f"where the model runs: cpu, cuda or cuda:N{auto}")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES,
                    help="the model's weights and activations (float32: the CPU kernels; others: stock and sdpa)")
+    p.add_argument("--weights", default="float32", choices=("file", "float32", "bfloat16", "int8"),
+                   help="what the products run on: file = a GGUF's own quantized blocks (the served default, "
+                        "on a CPU), int8 per-channel, or dense (float32: the benchmarks' default)")
 
 
 def placement(args: argparse.Namespace) -> dict[str, str]:
-    """``load_model``'s device and dtype keywords from --device and --dtype ("auto": cuda where available)."""
+    """``load_model``'s device, dtype and weights keywords from --device, --dtype and --weights ("auto": cuda
+    where available)."""
     device = args.device
     if device == "auto":
         import torch  # only once a benchmark runs: --help stays fast
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return {"device": device, "dtype": args.dtype}
+    return {"device": device, "dtype": args.dtype, "weights": getattr(args, "weights", "float32")}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.engine.profile import StepProfile
 from lookahead_core.engine.scheduler import StepScheduler
 from lookahead_core.forward.kernels import KernelSet
+from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.models import load_model
@@ -328,6 +329,7 @@ def bench_decoding(args: argparse.Namespace) -> int:
         "kind": "pipeline" if args.via_grpc else "decoding",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
         "device": f"{args.device} ({platform.processor() or platform.machine()})", "dtype": args.dtype,
+        "weights": weight_format(model),  # the products' format: the file's block types, int8 or the dtype
         "cpu": cpu_name(),
         "machine": machine(),
         "dataset": args.dataset,

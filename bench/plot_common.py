@@ -41,6 +41,8 @@ def machine_label(data: dict[str, Any]) -> str:
 def title(data: dict[str, Any], what: str, baseline: str, threads: Any = None, model: Any = None) -> str:
     """Three lines: what was measured; model, machine and threads; the baseline."""
     model = data.get("model") if model is None else model
+    if model is not None and data.get("weights"):  # the products' format: a GGUF's block types, int8 or a dtype
+        model = f"{model} ({data['weights']} weights)"
     threads = data.get("threads") if threads is None else threads
     return f"{what}\nmodel {known(model)} | {machine_label(data)} | threads {known(threads)}\nbaseline: {baseline}"
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.models import load_model
 from lookahead_core.threads import on_own_thread, serve_single_threaded, usable_cores
 
@@ -257,6 +258,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "kind": "serve",  # what `lookahead-rag-bench plot` draws
         "model": args.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
+        "weights": weight_format(model),  # the products' format: the file's block types, int8 or the dtype
         "threads": args.threads or usable_cores(),
         **described,  # requests, zipf and the pool drawn from, or the replay (file, level, way, prompts)
         "levels": levels,

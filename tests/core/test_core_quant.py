@@ -141,12 +141,24 @@ def quantized_tiny(family: str, qtype: GGMLQuantizationType) -> nn.Module:
 
 
 @needs_kernel
-def test_install_marks_the_model_and_leaves_only_the_stock_twin() -> None:
-    # the served format is named, and every twin but stock is refused (its modules are the invariant loop)
+def test_install_marks_the_model_and_offers_only_its_modules_and_their_loop() -> None:
+    # the served format is named; of the twins only stock and the block-kernel lean loop (checked bit for bit)
     model = quantized_tiny("llama", T.Q8_0)
     assert is_quantized(model) and weight_format(model) == "Q8_0"
     assert not any(type(m) is nn.Linear for m in model.modules())
-    assert KernelSet(model, RAGGED_ATTENTION, threads=2).names == ["stock"]
+    assert KernelSet(model, RAGGED_ATTENTION, threads=2).names == ["stock", "lean-blocks"]
+
+
+@needs_kernel
+def test_joined_groups_hold_the_members_weights_once() -> None:
+    # q/k/v joined: each member's codes are a view of the group's one storage, its values unchanged
+    model = quantized_tiny("qwen2", T.Q8_0)
+    attn = model.model.layers[0].self_attn
+    group = attn.lookahead_group.weights[0]
+    assert attn.q_proj.qweight.codes.untyped_storage().data_ptr() == group.codes.untyped_storage().data_ptr()
+    x = torch.randn(3, attn.q_proj.in_features)
+    want = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], dim=-1)
+    assert torch.equal(attn.lookahead_group.multiply(x), want)
 
 
 @needs_kernel

@@ -27,6 +27,7 @@ import bisect
 import copy
 import functools
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -40,6 +41,7 @@ from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
 from .packed import onednn_linears, onednn_product, pack_linears, packable
 from .placement import model_ok
+from .quant.lean import quant_lean_twin
 from .quant.load import is_quantized
 from .ragged import RAGGED_ATTENTION
 from .rows import rows_linears, rows_ok, rows_product
@@ -56,34 +58,47 @@ ONEDNN = "onednn"  # oneDNN's Linear on the model's own weights (fp32 CPU only; 
 WMAJOR = "wmajor"  # fused, every product computed as (W x^T)^T: one pass over a weight for a few rows (CPU)
 ROWS = "rows"  # every weight row read once for all rows (AVX2 or AVX-512, compiled at first use; fp32 CPU)
 PACKED = "packed"  # oneDNN pre-packed Linear weights (fp32 CPU only): a second copy of every Linear weight
-KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, ONEDNN, WMAJOR, ROWS, PACKED)  # what a KernelSet may hold
+LEAN_BLOCKS = "lean-blocks"  # a model on the block kernel (quant/): its layers as the lean loop (checked bit for bit)
+KERNELS = (STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, ONEDNN, WMAJOR, ROWS, PACKED, LEAN_BLOCKS)  # what a set may hold
 COPIES = frozenset({PACKED})  # kernels whose twin holds its own copy of the weights (kept only where it pays)
-SHARING = (STOCK, FUSED, LEAN, LEAN_DNN, WMAJOR)  # the default: no second copy of a weight
+SHARING = (STOCK, FUSED, LEAN, LEAN_DNN, WMAJOR, LEAN_BLOCKS)  # the default: no second copy of a weight
 SUPERSEDED = {LEAN: (GEMV, ROWS), LEAN_DNN: (ONEDNN,)}  # a lean twin makes these products with less around them:
 # a set asked for it holds them only where its loop is refused
-EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN})  # one-token forward: the stock one bit for bit
+EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, LEAN_BLOCKS})  # one token: the stock bits
+_blocks_lean: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()  # blocks_lean_ok's answers
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
 LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
 
 
-def available(model: nn.Module, kernel: str, threads: int | None = None) -> bool:
+def available(model: nn.Module, kernel: str, threads: int | None = None,
+              attn_implementation: str | None = RAGGED_ATTENTION) -> bool:
     """Whether ``kernel`` can run ``model`` here (stock always; split and fused on fp32 CPU with 2+ threads,
     ``threads`` being the forwards' intra-op threads (None: this thread's), fused being split where no
     q/k/v or gate/up group joins; onednn and packed on fp32 CPU with oneDNN; wmajor on fp32 CPU; rows on fp32 CPU
     with AVX2 where its kernel builds; gemv as fused, where its kernel builds and gives the stock bits for
     every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits).
     Every kernel but stock asks ``placement.model_ok`` first: a CUDA or half-precision model runs stock only."""
-    if kernel != STOCK and (not model_ok(model) or is_quantized(model)):
-        return False  # a model on the block kernel: its stock modules are already its own width-invariant loop
+    if is_quantized(model):  # on the block kernel: its stock modules, or their lean loop where it gives their bits
+        return kernel == STOCK or (kernel == LEAN_BLOCKS and blocks_lean_ok(model, attn_implementation))
+    if kernel != STOCK and not model_ok(model):
+        return False
     checks: dict[str, Callable[[], bool]] = {
         STOCK: lambda: True, SPLIT: lambda: splittable(model, threads), FUSED: lambda: splittable(model, threads),
         GEMV: lambda: splittable(model, threads) and gemv_ok(model),
         LEAN: lambda: lean_here(model, LEAN, threads),
         LEAN_DNN: lambda: packable(model) and lean_here(model, LEAN_DNN, threads),
         ONEDNN: lambda: packable(model),
-        WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model)}
+        WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model),
+        LEAN_BLOCKS: lambda: False}
     return checks[kernel]()
+
+
+def blocks_lean_ok(model: nn.Module, attn_implementation: str | None) -> bool:
+    """Whether the block-kernel lean loop runs ``model`` (checked once per model on a twin of its modules)."""
+    if model not in _blocks_lean:
+        _blocks_lean[model] = quant_lean_twin(_modules(model, STOCK, attn_implementation, None)) is not None
+    return _blocks_lean[model]
 
 
 def lean_here(model: nn.Module, kernel: str, threads: int | None) -> bool:
@@ -106,12 +121,17 @@ def make_twin(model: nn.Module, kernel: str, attn_implementation: str | None, th
     """
     if kernel not in KERNELS:
         raise ValueError(f"unknown kernel {kernel!r}; known: {KERNELS}")
-    if not available(model, kernel, threads):
+    if not available(model, kernel, threads, attn_implementation):
         raise ValueError(f"the {kernel} kernel cannot run this model here (every kernel but stock: fp32 on the CPU, "
                          "placement.py; packed: with oneDNN; split: with 2+ intra-op threads)")
     twin = _modules(model, kernel, attn_implementation, threads)
     if kernel in (LEAN, LEAN_DNN):  # its loop over the twin's modules, with the steps lean_ok checked
         return LeanTwin.of(twin, lean_ops(model, lambda: twin, kernel)).eval()  # type: ignore[arg-type]
+    if kernel == LEAN_BLOCKS:
+        lean = quant_lean_twin(twin)
+        if lean is None:
+            raise ValueError("the block-kernel lean loop does not give this model's bits")
+        return lean
     return twin
 
 
@@ -325,7 +345,7 @@ class KernelSet:
             raise ValueError(f"unknown kernels {sorted(unknown)}; known: {KERNELS}")
         # ``threads``: the forwards' intra-op threads. A serving process builds the set on a one-thread thread
         # for an engine thread that runs with more (lookahead_core.threads), and split/fused need the latter
-        wanted = [k for k in KERNELS if k in kernels and available(model, k, threads)] or [STOCK]
+        wanted = [k for k in KERNELS if k in kernels and available(model, k, threads, attn_implementation)] or [STOCK]
         for lean, products in SUPERSEDED.items():
             if lean in kernels and lean not in wanted:  # the loop is refused: the kernels it supersedes, where they run
                 wanted = sorted({*wanted, *(k for k in products if available(model, k, threads))}, key=KERNELS.index)

@@ -35,10 +35,10 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.modeling_utils import slice_logits_to_keep
 
 from ..kv.kvstore import KVShape, RequestKV
-from .attend import attend_segments, multi_row
+from .attend import attend_segments, invariant_rows, multi_row
 from .fused import FusedGroup, FusedMember
 from .lean_ops import Ops, Rotary, candidates
-from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from .ragged import INVARIANT_ATTR, PLAN_KWARG, RaggedPlan, Segment, causal_visible
 from .split import SplitLinear
 
 log = logging.getLogger(__name__)
@@ -193,7 +193,10 @@ class LeanTwin(nn.Module):
         a one-token forward by sdpa (plain greedy's bits)."""
         qkv = layer.qkv.multiply(h)  # [1, T, (heads + 2 kv_heads) * head_dim]
         started = time.perf_counter() if plan.timed else 0.0
-        fast = multi_row(self.head_dim, h.device, h.dtype) if h.shape[1] > 1 else None
+        if getattr(self.config, INVARIANT_ATTR, ""):  # on the block kernel: one kernel for every forward
+            fast = invariant_rows(self.head_dim, h.device, h.dtype)
+        else:
+            fast = multi_row(self.head_dim, h.device, h.dtype) if h.shape[1] > 1 else None
         if fast is None:
             out = self._sdpa(layer, h, qkv, cos, sin, plan)
         else:

@@ -92,10 +92,14 @@ class QuantLinear(nn.Module):
 
     def __init__(self, weight: QuantWeight, bias: torch.Tensor | None) -> None:
         super().__init__()
-        self.qweight = weight
         self.out_features, self.in_features = weight.shape
         self.register_buffer("bias", None if bias is None else bias.detach().float().contiguous(), persistent=False)
-        for name in ("codes", "scales", "offsets"):  # buffers, so .to() and state views see them
+        self.use(weight)
+
+    def use(self, weight: QuantWeight) -> None:
+        """Read ``weight`` (the same shape; e.g. views of a joined storage) from now on."""
+        self.qweight = weight
+        for name in ("codes", "scales", "offsets"):  # buffers: module copies (twins) share them, .to() sees them
             self.register_buffer(f"q_{name}", getattr(weight, name), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

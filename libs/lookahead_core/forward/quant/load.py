@@ -30,6 +30,7 @@ from torch import nn
 
 from ..memory import release_freed
 from .blocks import Packed, UnsupportedBlocks, dequantized, pack, quantize_int8
+from .lean import join_layers
 from .linear import QuantEmbedding, QuantLinear, QuantWeight, block_kernel
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True)
     if left:
         raise BadModelFile(f"the file holds no weight for {left[0]} (and {len(left) - 1} more)")
     model.config.lookahead_weights = "+".join(s for s, _ in sources.most_common())  # e.g. "Q4_1+Q8_0"
+    join_layers(model)  # q/k/v and gate/up as one product each, held once (the lean loop's groups)
     gc.collect()
     release_freed()  # the fp32 weights go back to the system
     return model
