@@ -16,7 +16,7 @@ from lookahead_core import DecodingConfig, TokenTrie
 from lookahead_core.models import load_model, load_tokenizer
 from tqdm import tqdm
 
-from lookahead_rag.bench.answer_citations import citation_row
+from lookahead_rag.bench.answer_citations import abstain_row, citation_row
 from lookahead_rag.bench.answer_quality_search import (
     compare_searches,
     pct,
@@ -32,6 +32,7 @@ from lookahead_rag.bench.prompt_order import ORDERS, retriever_cores, unanswerab
 from lookahead_rag.bench.serve_hf import greedy
 from lookahead_rag.bench.serve_load import Question, Workload, load_workload
 from lookahead_rag.bench.squad_eval import abstains, quality_row, score
+from lookahead_rag.services.generator.grounding import documents_of
 from lookahead_rag.services.retriever.citations import CitedPassage, cite
 from lookahead_rag.services.retriever.core import RetrieverCore
 from lookahead_rag.services.retriever.prompt import Passage, build_prompt
@@ -74,7 +75,7 @@ def answer_row(answers: Sequence[str], refs: Sequence[list[str]]) -> dict[str, A
 def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unanswerable: Sequence[Question],
            gold: dict[str, str], refs: dict[str, list[str]], k: int, max_new: int) -> dict[str, Any]:
     """One served setting (a core's passage order, k): gold paragraph in the prompt, EM / F1, abstention."""
-    held, shown, answers, prompts = 0, 0, [], []
+    held, shown, answers, prompts, checked = 0, 0, [], [], []
     search = search_name(core)
     for q in tqdm(pool, desc=f"served {search} {core.settings.passage_order.value} k={k}"):
         r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
@@ -82,15 +83,20 @@ def served(core: RetrieverCore, answer: Answerer, pool: Sequence[Question], unan
         shown += len(r.chunks)
         answers.append(answer(r.prompt_ids))
         prompts.append([CitedPassage(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.text) for c in r.chunks])
-    said = [abstains(answer(core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new).prompt_ids))
-            for q in unanswerable]
+        checked.append((answers[-1], documents_of(r.chunks), q.question))
+    unchecked = []  # the unanswerable questions' answers, documents and questions, as the generator checks them
+    for q in unanswerable:
+        r = core.retrieve(q.tenant, q.question, k=k, max_new_tokens=max_new)
+        unchecked.append((answer(r.prompt_ids), documents_of(r.chunks), q.question))
+    said = [abstains(a) for a, _, _ in unchecked]
     core.close()
     return {"search": search, "order": core.settings.passage_order.value, "k": k,
             "min_score_ratio": core.settings.passage_min_score_ratio, "passages": round(shown / max(len(pool), 1), 2),
             "gold_in_prompt_pct": pct(held, len(pool)),
             **answer_row(answers, [refs[q.qid] for q in pool]),
-            **citation_row(answers, [refs[q.qid] for q in pool], prompts),
+            **citation_row(answers, [refs[q.qid] for q in pool], prompts, [q.question for q in pool]),
             "abstained_pct": pct(sum(said), len(said)), "answered_anyway_pct": pct(len(said) - sum(said), len(said)),
+            **abstain_row(checked, unchecked),
             "answers": answers}
 
 
@@ -191,7 +197,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 COLUMNS = [("setting", "setting", "s"), ("gold_in_prompt_pct", "gold in prompt %", ".1f"),
            ("squad_em", "EM %", ".1f"), ("squad_f1", "F1 %", ".1f"), ("wrongly_abstained_pct", "abstained (ans.) %",
                                                                      ".1f"),
-           ("abstained_pct", "abstained (unans.) %", ".1f"), ("cited_pct", "cited %", ".1f"),
+           ("abstained_pct", "abstained (unans.) %", ".1f"),
+           ("checked_abstained_pct", "abstain check: unans. %", ".1f"),
+           ("checked_wrongly_abstained_pct", "abstain check: ans. %", ".1f"), ("cited_pct", "cited %", ".1f"),
            ("passages", "passages", ".2f"),
            ("tokens_per_step", "tok/step", ".2f"), ("tokens_per_s", "tok/s", ".2f")]
 

@@ -89,6 +89,7 @@ def final_to_proto(final: FinalInfo) -> generator_pb2.FinalInfo:
         request_id=final.request_id, answer_text=final.answer_text, stats=stats_to_proto(final.stats),
         documents=[document_to_proto(d) for d in final.documents], prompt_ids=final.prompt_ids,
         output_ids=final.output_ids, citations=[citation_to_proto(c) for c in final.citations],
+        grounded=final.grounded, retracted=final.retracted,  # grounded None: unset (not checked)
     )
 
 
@@ -130,7 +131,7 @@ def completed_event(prep: Prepared, final: FinalInfo, tokenizer_id: str, model: 
         prompt_ids=final.prompt_ids, output_ids=final.output_ids, answer_text=final.answer_text,
         stats=stats_to_proto(final.stats), created_unix_ms=created_unix_ms, request_id=final.request_id,
         model=model, doc_ids=grounding_doc_ids(final.documents),
-        citations=[citation_to_proto(c) for c in final.citations],
+        citations=[citation_to_proto(c) for c in final.citations], grounded=final.grounded, retracted=final.retracted,
     )
 
 

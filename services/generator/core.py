@@ -65,7 +65,7 @@ from lookahead_rag.services.generator.domain import (
     GenerationStats,
     TextDelta,
 )
-from lookahead_rag.services.generator.grounding import citations_of, clamped, fallback, fill_room, retrieve
+from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
 from lookahead_rag.services.generator.logprobs import check_logprobs
 from lookahead_rag.services.generator.metrics import EngineMetrics
 from lookahead_rag.services.generator.params import check_mode, decoding_config, server_config
@@ -80,6 +80,7 @@ from lookahead_rag.services.generator.safe_stream import (
     text_budget,
 )
 from lookahead_rag.services.generator.settings import GeneratorSettings
+from lookahead_rag.services.generator.verdict import AnswerCheck
 
 log = logging.getLogger(__name__)
 # [generator] settings passed to the engine's SchedulerConfig under the same name
@@ -133,6 +134,7 @@ class GeneratorCore:
         self.tokenizer_size = len(tokenizer)  # bound of prompt ids: tokens the tokenizer can decode
         self.context_tokens = int(getattr(model.config, "max_position_embeddings", 0) or 0)
         self.render = PromptRenderer(tokenizer, self.tokenizer_size, self.limits, self.context_tokens)  # off the loop
+        self.check = AnswerCheck(settings.ungrounded, settings.refusal)  # citations and grounded, off the loop
         self.retriever = retriever
         self.draft_cache = draft_cache
         self.publisher = publisher
@@ -161,6 +163,7 @@ class GeneratorCore:
 
     def close(self) -> None:
         self.scheduler.close()
+        self.check.close()
 
     # ---- validation -------------------------------------------------------------------------------
     def decoding_config(self, params: GenerationParams) -> DecodingConfig:
@@ -357,9 +360,10 @@ class GeneratorCore:
                  stats.new_tokens, stats.forward_steps, stats.mean_accepted_per_step, stats.wall_s * MS,
                  stats.queue_wait_s * MS, stats.mean_batch_size)
         self._record(req.stats, stats, attribution, len(prep.prompt_ids))
-        final = FinalInfo(request_id=prep.request_id, stats=stats, answer_text=streamer.text,
+        v = await self.check(streamer.text, prep.documents, prep.question)
+        final = FinalInfo(request_id=prep.request_id, stats=stats, answer_text=v.answer_text,
                           documents=prep.documents, prompt_ids=tuple(prep.prompt_ids), output_ids=tuple(output),
-                          citations=citations_of(streamer.text, prep.documents))
+                          citations=v.citations, grounded=v.grounded, retracted=v.retracted)
         if stats.finish_reason != "cancelled":
             self._publish(prep, final)
         yield final

@@ -153,6 +153,8 @@ class FinalInfo:
     prompt_ids: tuple[int, ...] = ()  # the decoded prompt
     output_ids: tuple[int, ...] = ()  # the answer's tokens
     citations: tuple[Citation, ...] = ()  # the documents' passages that support the answer (retriever/citations.py)
+    grounded: bool | None = None  # whether they support it (retriever/grounded.py); None: not checked
+    retracted: bool = False  # [generator] ungrounded = "abstain": the streamed text is withdrawn, answer_text refuses
 
 
 AnswerChunk = TextDelta | FinalInfo  # what the generator streams: deltas, then one FinalInfo

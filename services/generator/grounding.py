@@ -23,7 +23,6 @@ from lookahead_rag.services.generator.clients import RetrieverClient
 from lookahead_rag.services.generator.domain import DocumentChunk, GenerationParams
 from lookahead_rag.services.generator.prepared import Prepared
 from lookahead_rag.services.generator.prompt_ids import chat_ids
-from lookahead_rag.services.retriever.citations import Citation, CitedPassage, cite
 from lookahead_rag.services.retriever.prompt import sanitize
 
 if TYPE_CHECKING:
@@ -65,11 +64,6 @@ def documents_of(chunks: Sequence[ScoredChunk]) -> tuple[DocumentChunk, ...]:
     """The retriever's chunks of a prompt, as the documents its answer is grounded on."""
     return tuple(DocumentChunk(c.chunk.doc_id, c.chunk.chunk_id, c.chunk.title, c.chunk.source, c.chunk.text, c.score)
                  for c in chunks)
-
-
-def citations_of(answer: str, documents: Sequence[DocumentChunk]) -> tuple[Citation, ...]:
-    """The passages of ``documents`` that support ``answer`` (matched after generation, no model call)."""
-    return tuple(cite(answer, [CitedPassage(d.doc_id, d.chunk_id, d.text) for d in documents]))
 
 
 def fallback(tokenizer: Any, prep: Prepared, budget: int | None) -> None:

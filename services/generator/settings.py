@@ -18,6 +18,7 @@ MIB = 1 << 20
 # still takes the heaviest tenant's entries first, so no tenant flushes a lighter one. Set <= 1/N for hard
 # budgets that also hide other tenants' volume from eviction timing (docs/SECURITY.md).
 PREFIX_TENANT_SHARE = 1.0
+REFUSAL = "The documents do not say."  # the retriever's default system prompt asks for these words
 
 
 def default_data_dir() -> Path:
@@ -117,6 +118,12 @@ class GeneratorSettings(ServerSettings):
         200.0, gt=0, description="safe stream: one chunk per tick of this many ms (longer than decoding a chunk)"
     )
     safe_stream_chunk_tokens: int = Field(4, ge=1, le=256, description="safe stream: tokens per chunk")
+    # answers no passage supports (services/retriever/grounded.py; services/generator/verdict.py)
+    ungrounded: Literal["flag", "abstain"] = Field(
+        "flag", description="an answer the passages do not support: flag (grounded = false, the page marks it "
+        "unsupported) or abstain (replaced by refusal; a streamed one is retracted by its final message)")
+    refusal: str = Field(REFUSAL, min_length=1, description="what an abstained answer says (the words the "
+                         "retriever's system prompt asks the model to use)")
     # behind a proxy that routes by tenant (deploy/haproxy, deploy/k8s/routing; docs/SECURITY.md)
     tenant_routing: bool = Field(False, description="replicas behind a proxy hashing x-tenant: every gRPC and "
                                  "HTTP call must send it, once (INVALID_ARGUMENT / 400 otherwise)")

@@ -202,13 +202,23 @@ def citations(final: FinalInfo) -> list[Json]:
             for c in final.citations]
 
 
+def grounding(final: FinalInfo) -> Json:
+    """The ``grounded`` extension field (absent when not checked: a safe stream) and, when the answer was
+    withdrawn (``[generator] ungrounded = "abstain"``), the ``retraction``: the refusal a client shows
+    in place of the text it streamed."""
+    out: Json = {} if final.grounded is None else {"grounded": final.grounded}
+    if final.retracted:
+        out["retraction"] = {"content": final.answer_text}
+    return out
+
+
 def completion(reply: Reply, final: FinalInfo) -> Json:
     """The whole answer as one ``chat.completion``."""
     choice: Json = {"index": 0, "message": {"role": "assistant", "content": final.answer_text},
                     "logprobs": None, "finish_reason": finish_reason(final.stats.finish_reason)}
     body = {**reply.head("chat.completion"), "choices": [choice], "usage": usage(final),
-            "documents": documents(final), "citations": citations(final), **conversation(reply, final),
-            **decoding(final)}
+            "documents": documents(final), "citations": citations(final), **grounding(final),
+            **conversation(reply, final), **decoding(final)}
     if reply.token_ids:
         choice["token_ids"] = list(final.output_ids)
         body["prompt_token_ids"] = list(final.prompt_ids)
@@ -256,6 +266,7 @@ class StreamTranslator:
         last = self._chunk({}, finish_reason(final.stats.finish_reason))
         last["documents"] = documents(final)
         last["citations"] = citations(final)
+        last.update(grounding(final))
         last.update(conversation(self.reply, final))
         last.update(decoding(final))
         if self.reply.token_ids:  # known only once the answer is done, like the documents

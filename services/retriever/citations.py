@@ -18,6 +18,7 @@ last, never the whole chunk; an answer no passage supports (an abstention, a mad
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -65,6 +66,12 @@ class SentenceSupport:
     support: Support | None
 
 
+def let_go() -> None:
+    """Lets go of the GIL between passages and sentences: a thread matching a long answer never holds an
+    event loop waiting for more than one sentence's work (issue 51, finding 5)."""
+    time.sleep(0)
+
+
 def sentences(answer: str) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(answer) if s.strip()]
 
@@ -74,7 +81,10 @@ class Matcher:
 
     def __init__(self, passages: Sequence[CitedPassage], question: str = "") -> None:
         self.passages = list(passages)
-        self.indexes = [PassageIndex(p.text) for p in self.passages]
+        self.indexes = []
+        for p in self.passages:
+            self.indexes.append(PassageIndex(p.text))
+            let_go()
         self.question = {w for w, _, _ in words(question)} - FUNCTION_WORDS
         self.question_hits = [len(self.question & index.at.keys()) for index in self.indexes]
 
@@ -101,7 +111,11 @@ class Matcher:
         return SentenceSupport(text, total, best[1] if best else None)
 
     def answer(self, answer: str) -> list[SentenceSupport]:
-        return [self.sentence(s) for s in sentences(answer)]
+        out = []
+        for s in sentences(answer):
+            out.append(self.sentence(s))
+            let_go()
+        return out
 
 
 def citations(supported: Sequence[SentenceSupport]) -> list[Citation]:

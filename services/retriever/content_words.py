@@ -13,6 +13,7 @@ its new words ("Rollo"), not by one that merely repeats the question's.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Sequence
 
 QUESTION_WEIGHT = 0.25  # a content word the question holds: weak evidence that a passage supports the answer
@@ -31,8 +32,10 @@ FUNCTION_WORDS = frozenset((
 SUFFIXES = ("ing", "ed", "s")  # stripped, the first that fits, from a word longer than MIN_STEMMED
 MIN_STEMMED = 4
 MIN_STEM = 3  # letters a stem keeps at least
+STEM_CACHE = 1 << 16  # words whose stems are kept
 
 
+@functools.lru_cache(maxsize=STEM_CACHE)
 def stem(word: str) -> str:
     """``word`` (lowercased) without one inflection suffix; function words and short words as they are."""
     if len(word) <= MIN_STEMMED or word in FUNCTION_WORDS or word.endswith("ss"):

@@ -29,6 +29,9 @@ Word = tuple[str, int, int]  # (stemmed lowercased word, start, end character of
 
 def words(text: str) -> list[Word]:
     """(stemmed lowercased word, start, end) of every word of ``text`` (``content_words.stem``)."""
+    lowered = text.lower()
+    if len(lowered) == len(text):  # offsets agree (a few letters, such as "İ", lengthen when lowercased)
+        return [(stem(m.group()), m.start(), m.end()) for m in _WORD.finditer(lowered)]
     return [(stem(m.group().lower()), m.start(), m.end()) for m in _WORD.finditer(text)]
 
 

@@ -33,3 +33,18 @@ def test_the_row_counts_answers_with_spans_and_abstentions_apart() -> None:
     assert row["answers_with_span"] == 1 and row["cited_pct"] == 100.0
     # two answers do not abstain; one of them (the made-up "Germany") has no citation
     assert row["any_citation_pct"] == 50.0
+
+
+def test_the_abstain_check_is_the_generators_and_counts_each_kind_of_question_apart() -> None:
+    from lookahead_rag.bench.answer_citations import abstain_row, withheld
+    from lookahead_rag.services.generator.domain import DocumentChunk
+
+    docs = [DocumentChunk(DANES.doc_id, DANES.chunk_id, "", "", DANES.text, 1.0)]
+    question = "Where did the settlers come from?"
+    assert not withheld("Denmark, Iceland and Norway", docs, question)  # supported: kept
+    assert withheld("From Atlantis on flying ships", docs, question)  # retracted by the generator's check
+    assert withheld("The documents do not say.", docs, question)  # abstained in words
+    row = abstain_row([("Denmark, Iceland and Norway", docs, question)],
+                      [("From Atlantis on flying ships", docs, "Where did the elves come from?"),
+                       ("Denmark, Iceland and Norway", docs, "Where did the elves come from?")])
+    assert row == {"checked_abstained_pct": 50.0, "checked_wrongly_abstained_pct": 0.0}

@@ -285,6 +285,15 @@ def test_citations_are_marked_inline_and_a_bad_upload_is_one_line(served: Served
         answer[:first_sentence] + "[2]" + answer[first_sentence:])
     assert browser.find_element(By.CSS_SELECTOR, "#answer-1-doc-2 mark").text == "It eats leaves"
 
+    # an answer no passage supports is marked; a retracted one (ungrounded = "abstain") shows the refusal instead
+    shown = browser.execute_script("""const view = addTurn('q');
+        const kept = verdict(view, {grounded: false}, 'made up');
+        const gone = verdict(addTurn('q2'), {grounded: false, retraction: {content: 'The documents do not say.'}},
+                             'made up');
+        return [kept, view.flag.textContent, view.flag.hidden, gone, verdict(addTurn('q3'), {grounded: true}, 'ok')];
+        """)
+    assert shown == ["made up", "unsupported", False, "The documents do not say.", "ok"]
+
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "a", "text": "fine"}\nnot json\n')
     browser.find_element(By.CSS_SELECTOR, "#files").send_keys(str(bad))

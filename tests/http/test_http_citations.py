@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 from lookahead_rag.services.generator.domain import DocumentChunk, FinalInfo, GenerationStats
-from lookahead_rag.services.generator.grounding import citations_of
+from lookahead_rag.services.generator.verdict import verdict
 from lookahead_rag.services.http.translate import Reply, StreamTranslator, completion
 
 TEXT = "The Normans came from Denmark, Iceland and Norway in the 10th century."
 
 
-def final() -> FinalInfo:
+REFUSAL = "The documents do not say."
+QUESTION = "Where did the Normans come from?"
+
+
+def final(answer: str = "Denmark, Iceland and Norway", mode: str = "flag") -> FinalInfo:
     docs = (DocumentChunk("Normans#0", "Normans#0#0", "Normans", "", TEXT, 0.9),)
-    answer = "Denmark, Iceland and Norway"
-    return FinalInfo(request_id="r1", stats=GenerationStats(finish_reason="eos"), answer_text=answer,
-                     documents=docs, prompt_ids=(1, 2), output_ids=(3,), citations=citations_of(answer, docs))
+    v = verdict(answer, docs, QUESTION, mode, REFUSAL)  # type: ignore[arg-type]
+    return FinalInfo(request_id="r1", stats=GenerationStats(finish_reason="eos"), answer_text=v.answer_text,
+                     documents=docs, prompt_ids=(1, 2), output_ids=(3,), citations=v.citations, grounded=v.grounded,
+                     retracted=v.retracted)
 
 
 EXPECTED = [{"doc_id": "Normans#0", "chunk_id": "Normans#0#0", "start": TEXT.index("Denmark"),
@@ -28,3 +33,25 @@ def test_a_whole_completion_carries_its_citations() -> None:
 def test_the_streams_finish_chunk_carries_its_citations() -> None:
     chunks = StreamTranslator(Reply("chatcmpl-r1", "m", 0, token_ids=False, include_usage=False)).final(final())
     assert chunks[-1]["citations"] == EXPECTED
+
+
+def reply() -> Reply:
+    return Reply("chatcmpl-r1", "m", 0, token_ids=False, include_usage=False)
+
+
+def test_a_completion_and_a_finish_chunk_say_whether_the_passages_support_the_answer() -> None:
+    assert completion(reply(), final())["grounded"] is True
+    assert StreamTranslator(reply()).final(final())[-1]["grounded"] is True
+    made_up = final("They came from Atlantis on flying ships.")
+    body = completion(reply(), made_up)
+    assert body["grounded"] is False and body["citations"] == [] and "retraction" not in body
+    assert body["choices"][0]["message"]["content"] == "They came from Atlantis on flying ships."  # flag: kept
+
+
+def test_abstain_retracts_an_unsupported_answer_in_the_finish_chunk() -> None:
+    withdrawn = final("They came from Atlantis on flying ships.", mode="abstain")
+    last = StreamTranslator(reply()).final(withdrawn)[-1]
+    assert last["grounded"] is False and last["retraction"] == {"content": REFUSAL}
+    assert completion(reply(), withdrawn)["choices"][0]["message"]["content"] == REFUSAL
+    kept = StreamTranslator(reply()).final(final(mode="abstain"))[-1]  # a supported answer stays
+    assert kept["grounded"] is True and "retraction" not in kept

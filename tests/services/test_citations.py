@@ -6,8 +6,8 @@ from lookahead_core import DecodingConfig
 
 from lookahead_rag.services.generator.convert import completed_event, final_to_proto
 from lookahead_rag.services.generator.domain import DocumentChunk, FinalInfo, GenerationStats
-from lookahead_rag.services.generator.grounding import citations_of
 from lookahead_rag.services.generator.prepared import Prepared
+from lookahead_rag.services.generator.verdict import verdict
 from lookahead_rag.services.retriever.citations import Citation, CitedPassage, cite
 
 NORMANS = ("The Normans were the people who in the 10th and 11th centuries gave their name to Normandy, a "
@@ -41,11 +41,15 @@ def test_an_unsupported_answer_or_an_abstention_has_no_citation() -> None:
     assert cite("the Normans of the north", PASSAGES) == []  # 2 shared words of 5: not support
 
 
+QUESTION = "Where did the Norse come from?"
+
+
 def final_with_citations() -> FinalInfo:
     docs = (DocumentChunk("Normans#0", "Normans#0#0", "Normans", "", NORMANS, 0.9),)
     answer = "Denmark, Iceland and Norway"
+    v = verdict(answer, docs, QUESTION, "flag", "The documents do not say.")
     return FinalInfo(request_id="r1", stats=GenerationStats(), answer_text=answer, documents=docs,
-                     citations=citations_of(answer, docs))
+                     citations=v.citations, grounded=v.grounded)
 
 
 def test_final_info_carries_citations_on_the_wire_and_in_the_event() -> None:
@@ -55,9 +59,22 @@ def test_final_info_carries_citations_on_the_wire_and_in_the_event() -> None:
     [wire] = final_to_proto(final).citations
     assert (wire.doc_id, wire.chunk_id, wire.start, wire.end, wire.quote) == (
         "Normans#0", "Normans#0#0", start, start + 27, "Denmark, Iceland and Norway")
-    prep = Prepared("acme", "Where did the Norse come from?", [], [], DecodingConfig(), "r1")
-    [event_citation] = completed_event(prep, final, "tok", "m", "e1", 0).citations
+    prep = Prepared("acme", QUESTION, [], [], DecodingConfig(), "r1")
+    event = completed_event(prep, final, "tok", "m", "e1", 0)
+    [event_citation] = event.citations
     assert event_citation == wire
+
+
+def test_grounded_travels_on_the_wire_and_in_the_event_and_unchecked_stays_unset() -> None:
+    final = final_with_citations()
+    prep = Prepared("acme", QUESTION, [], [], DecodingConfig(), "r1")
+    for message in (final_to_proto(final), completed_event(prep, final, "tok", "m", "e1", 0)):
+        assert message.HasField("grounded") and message.grounded and not message.retracted
+    withdrawn = FinalInfo(request_id="r2", stats=GenerationStats(), answer_text="No.", grounded=False, retracted=True)
+    assert final_to_proto(withdrawn).retracted and not final_to_proto(withdrawn).grounded
+    assert completed_event(prep, withdrawn, "tok", "m", "e2", 0).retracted
+    unchecked = FinalInfo(request_id="r3", stats=GenerationStats())  # a raw Generate, a safe stream
+    assert not final_to_proto(unchecked).HasField("grounded")
 
 
 # ---- which passage a sentence or a short answer is tied to (issue 52, item 2) ---------------------------

@@ -65,7 +65,7 @@ class GenerationStats(_message.Message):
     def __init__(self, new_tokens: _Optional[int] = ..., forward_steps: _Optional[int] = ..., mean_accepted_per_step: _Optional[float] = ..., prefill_s: _Optional[float] = ..., draft_s: _Optional[float] = ..., forward_s: _Optional[float] = ..., cache_s: _Optional[float] = ..., wall_s: _Optional[float] = ..., time_to_first_token_s: _Optional[float] = ..., documents_available: _Optional[bool] = ..., drafts_available: _Optional[bool] = ..., finish_reason: _Optional[str] = ..., draft_tokens_from_prompt: _Optional[int] = ..., draft_tokens_from_cache: _Optional[int] = ..., draft_tokens_from_references: _Optional[int] = ..., queue_wait_s: _Optional[float] = ..., prefix_hit_tokens: _Optional[int] = ..., mean_batch_size: _Optional[float] = ..., max_batch_size: _Optional[int] = ..., mean_tokens_per_forward: _Optional[float] = ..., mean_draft_budget: _Optional[float] = ..., kernel: _Optional[str] = ..., sampled: _Optional[bool] = ..., seed: _Optional[int] = ..., unverified: _Optional[bool] = ..., history_turns_kept: _Optional[int] = ..., max_new_tokens: _Optional[int] = ...) -> None: ...
 
 class GenerationCompleted(_message.Message):
-    __slots__ = ("event_id", "tenant", "tokenizer_id", "question", "prompt_ids", "output_ids", "answer_text", "stats", "created_unix_ms", "request_id", "model", "doc_ids", "citations")
+    __slots__ = ("event_id", "tenant", "tokenizer_id", "question", "prompt_ids", "output_ids", "answer_text", "stats", "created_unix_ms", "request_id", "model", "doc_ids", "citations", "grounded", "retracted")
     EVENT_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,8 @@ class GenerationCompleted(_message.Message):
     MODEL_FIELD_NUMBER: _ClassVar[int]
     DOC_IDS_FIELD_NUMBER: _ClassVar[int]
     CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUNDED_FIELD_NUMBER: _ClassVar[int]
+    RETRACTED_FIELD_NUMBER: _ClassVar[int]
     event_id: str
     tenant: str
     tokenizer_id: str
@@ -92,7 +94,9 @@ class GenerationCompleted(_message.Message):
     model: str
     doc_ids: _containers.RepeatedScalarFieldContainer[str]
     citations: _containers.RepeatedCompositeFieldContainer[Citation]
-    def __init__(self, event_id: _Optional[str] = ..., tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., question: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[GenerationStats, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ...) -> None: ...
+    grounded: bool
+    retracted: bool
+    def __init__(self, event_id: _Optional[str] = ..., tenant: _Optional[str] = ..., tokenizer_id: _Optional[str] = ..., question: _Optional[str] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[GenerationStats, _Mapping]] = ..., created_unix_ms: _Optional[int] = ..., request_id: _Optional[str] = ..., model: _Optional[str] = ..., doc_ids: _Optional[_Iterable[str]] = ..., citations: _Optional[_Iterable[_Union[Citation, _Mapping]]] = ..., grounded: _Optional[bool] = ..., retracted: _Optional[bool] = ...) -> None: ...
 
 class Citation(_message.Message):
     __slots__ = ("doc_id", "chunk_id", "start", "end", "quote")

@@ -125,7 +125,7 @@ class TopLogprob(_message.Message):
     def __init__(self, token_id: _Optional[int] = ..., logprob: _Optional[float] = ...) -> None: ...
 
 class FinalInfo(_message.Message):
-    __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids", "citations")
+    __slots__ = ("request_id", "answer_text", "stats", "documents", "prompt_ids", "output_ids", "citations", "grounded", "retracted")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ANSWER_TEXT_FIELD_NUMBER: _ClassVar[int]
     STATS_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,8 @@ class FinalInfo(_message.Message):
     PROMPT_IDS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_IDS_FIELD_NUMBER: _ClassVar[int]
     CITATIONS_FIELD_NUMBER: _ClassVar[int]
+    GROUNDED_FIELD_NUMBER: _ClassVar[int]
+    RETRACTED_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     answer_text: str
     stats: _events_pb2.GenerationStats
@@ -140,7 +142,9 @@ class FinalInfo(_message.Message):
     prompt_ids: _containers.RepeatedScalarFieldContainer[int]
     output_ids: _containers.RepeatedScalarFieldContainer[int]
     citations: _containers.RepeatedCompositeFieldContainer[_events_pb2.Citation]
-    def __init__(self, request_id: _Optional[str] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[_events_pb2.GenerationStats, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[_retriever_pb2.Chunk, _Mapping]]] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., citations: _Optional[_Iterable[_Union[_events_pb2.Citation, _Mapping]]] = ...) -> None: ...
+    grounded: bool
+    retracted: bool
+    def __init__(self, request_id: _Optional[str] = ..., answer_text: _Optional[str] = ..., stats: _Optional[_Union[_events_pb2.GenerationStats, _Mapping]] = ..., documents: _Optional[_Iterable[_Union[_retriever_pb2.Chunk, _Mapping]]] = ..., prompt_ids: _Optional[_Iterable[int]] = ..., output_ids: _Optional[_Iterable[int]] = ..., citations: _Optional[_Iterable[_Union[_events_pb2.Citation, _Mapping]]] = ..., grounded: _Optional[bool] = ..., retracted: _Optional[bool] = ...) -> None: ...
 
 class AnswerChunk(_message.Message):
     __slots__ = ("delta", "final")
