@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .quant.linear import QuantEmbedding, QuantLinear
+
 BANDWIDTH_BYTES = 512 << 20  # buffer summed to measure read bandwidth (far beyond every CPU cache)
 BANDWIDTH_REPEATS = 5  # sums timed; the fastest is kept (other work on a shared box only ever slows it)
 _LOCK = threading.Lock()
@@ -64,18 +66,29 @@ def latest() -> Bandwidth | None:
 
 
 def weight_bytes(model: nn.Module) -> int:
-    """Bytes of weights a forward reads: every parameter once (shared storages once), except an input
-    embedding that is not also the output head (a forward reads only its rows for the input ids)."""
+    """Bytes of weights a forward reads: every parameter and buffer's storage once (shared and joined storages
+    once: a quantized model's layers read views of their group's), except an input embedding that is not also
+    the output head (a forward reads only its rows for the input ids)."""
     embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    skip = set()
-    if embed is not None and (head is None or head.weight.data_ptr() != embed.weight.data_ptr()):
-        skip.add(embed.weight.data_ptr())
+    skip = _storages(embed) - _storages(head) if embed is not None else set()
     seen: dict[int, int] = {}
-    for p in model.parameters():
-        if p.data_ptr() not in skip:
-            seen[p.data_ptr()] = p.numel() * p.element_size()
+    for t in _weights(model):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in skip:
+            seen[storage.data_ptr()] = storage.nbytes()
     return sum(seen.values())
+
+
+def _weights(module: nn.Module) -> list[torch.Tensor]:
+    """``module``'s parameters, and the block kernel's codes, scales and offsets (buffers of its layers)."""
+    blocks = [b for m in module.modules() if isinstance(m, QuantLinear | QuantEmbedding) for b in m.buffers()]
+    return [*module.parameters(), *blocks]
+
+
+def _storages(module: nn.Module | None) -> set[int]:
+    """The storages ``module``'s weights live in."""
+    return set() if module is None else {t.untyped_storage().data_ptr() for t in _weights(module)}
 
 
 def kv_bytes_per_entry(model: nn.Module) -> int:
