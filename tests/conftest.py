@@ -10,5 +10,6 @@ os.environ.setdefault("LAR_MODEL_NAME", DEFAULT_MODEL)  # subprocesses (serve al
 # the suite's services serve fp32 (their answers are checked against HF greedy over the same weights); the block
 # kernel's path ([model] weights = "file", the served default) has its own tests (tests/core/test_core_quant.py)
 os.environ.setdefault("LAR_MODEL_WEIGHTS", "float32")
+os.environ.setdefault("LAR_DEMO_FETCH", "0")  # a demo run by a test never downloads a model (services/demo.py)
 
 pytest_plugins = ["tests.kafka.fixtures"]  # the ``broker`` fixture: tests/kafka and tests/pipeline

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 from pydantic_settings import SettingsConfigDict
 
-from lookahead_rag.services.common.model_choice import AUTO, Limits, best_model
+from lookahead_rag.services.common.model_choice import AUTO, Choice, Limits, best_model
 from lookahead_rag.services.common.settings import ServiceSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
@@ -28,7 +28,7 @@ class ModelSettings(ServiceSettings):
 
     name: str = Field(AUTO, description="served model: built-in name (`lookahead-rag models list`), a .gguf file "
                       "(converted once), a directory, a hub id, or auto: the largest built-in on this machine "
-                      "that it can run (the auto_* limits)")
+                      "that it can run, its weights counted as served (the auto_* limits)")
     device: str = Field("cpu", pattern=DEVICE_PATTERN, description="where the generator runs it: cpu, cuda or cuda:N")
     dtype: Dtype = Field("float32", description="weights and activations: float32, bfloat16 or float16")
     # what the products run on: file = a GGUF's own blocks on a CPU (the block kernel), else dense as dtype says
@@ -38,16 +38,24 @@ class ModelSettings(ServiceSettings):
     auto_memory_share: float = Field(0.5, gt=0, le=1, description="auto: share of free memory the model may take")
     # auto: activations, the KV pool and the conversion on top of the weights' bytes
     auto_working_set_factor: float = Field(1.5, ge=1, description="auto: working set / the weights' bytes")
-    # auto, on a CPU: parameters a core may carry at a usable decode speed (2 cores: the 0.5B, not the 1.5B)
-    auto_params_per_core: int = Field(400_000_000, gt=0, description="auto, on a CPU: parameters per core at most")
+    # auto, on a CPU: the least estimated one-stream speed (2 cores, weights = file: the 0.5B, not the 1.5B)
+    auto_min_tokens_per_s: float = Field(15.0, ge=0, description="auto, on a CPU: the least estimated tok/s "
+                                         "of one stream (served bytes a token / the cores' read rate)")
+    _auto_choice: Choice | None = PrivateAttr(None)  # what auto chose and why (None: a name was given)
 
     @model_validator(mode="after")
     def _resolve_auto(self) -> ModelSettings:
         """name = auto becomes the built-in it picks, so every reader (and every service) sees one name."""
         if self.name == AUTO:
-            self.name = best_model(self.dtype, self.device, self.limits())
+            self._auto_choice = best_model(self.weights, self.dtype, self.device, self.limits())
+            self.name = self._auto_choice.name
         return self
+
+    @property
+    def auto_choice(self) -> Choice | None:
+        """What name = auto chose and why (``models list``; the demo fetches only for auto); None when named."""
+        return self._auto_choice
 
     def limits(self) -> Limits:
         """The auto_* fields as the choice takes them."""
-        return Limits(self.auto_memory_share, self.auto_working_set_factor, self.auto_params_per_core)
+        return Limits(self.auto_memory_share, self.auto_working_set_factor, self.auto_min_tokens_per_s)

@@ -246,7 +246,10 @@ def load_settings(cls: type[S], section: str, config_file: PathArg = None, **ove
     except SettingsError as exc:  # e.g. a list/dict variable that is not valid JSON
         raise ConfigError(f"[{section}] {exc}") from None
     values = {name: getattr(loaded, name) for name in cls.model_fields}
-    return cls.model_construct(_fields_set=set(loaded.model_fields_set), **values)
+    built = cls.model_construct(_fields_set=set(loaded.model_fields_set), **values)
+    if loaded.__pydantic_private__:  # what validation recorded beside the fields (ModelSettings.auto_choice)
+        built.__pydantic_private__ = dict(loaded.__pydantic_private__)
+    return built
 
 
 def origins(cls: type[BaseSettings], section: str, config_file: PathArg) -> dict[str, str]:

