@@ -16,8 +16,6 @@ import pytest
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize, quantize
-from torch import nn
-
 from lookahead_core.config import DecodingConfig, DraftMode
 from lookahead_core.engine.decoder import LookaheadDecoder
 from lookahead_core.forward.kernels import KernelSet
@@ -26,6 +24,7 @@ from lookahead_core.forward.quant.kernel import kernel
 from lookahead_core.forward.quant.linear import QuantLinear, QuantWeight
 from lookahead_core.forward.quant.load import BadModelFile, install, is_quantized, quantize_model, weight_format
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
+from torch import nn
 
 from .helpers import StubTokenizer, random_prompt, tiny_model
 
@@ -91,7 +90,7 @@ def test_a_file_that_is_not_gguf_is_refused_in_one_line(tmp_path: Path) -> None:
     bad.write_bytes(b"GGUF" + b"\x00" * 7)
     if kernel() is None:
         pytest.skip("no build of the block kernel runs here")
-    with pytest.raises(BadModelFile, match="broken.gguf") as err:
+    with pytest.raises(BadModelFile, match=r"broken\.gguf") as err:
         quantize_model(copy.deepcopy(tiny_model("llama")), bad, "file")
     assert "\n" not in str(err.value)
 
@@ -177,3 +176,46 @@ def test_quantized_models_decode_every_mode_as_their_one_token_decoding(family: 
     for mode in (DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA, DraftMode.JACOBI):
         dec = LookaheadDecoder(model, tok, DecodingConfig(mode=mode, max_new_tokens=24))
         assert [dec.generate(p).output_ids for p in prompts] == want, mode
+
+
+def _avx2_capable() -> bool:
+    from lookahead_core.forward.quant import kernel as k
+
+    return torch.backends.cpu.get_cpu_capability() in k.BUILDS["avx2"][2]
+
+
+@pytest.mark.skipif(not _avx2_capable(), reason="this CPU's torch capability has no AVX2")
+def test_a_kept_verdict_spawns_no_child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a pass kept on disk is read back without a child process; a fault kept there refuses the build
+    from lookahead_core.forward.quant import kernel as k
+
+    monkeypatch.setenv("LOOKAHEAD_RAG_CACHE", str(tmp_path))
+    monkeypatch.setattr(k.subprocess, "run", lambda *a, **kw: pytest.fail("a child process was spawned"))
+    kept = k.verdict_path("avx2")
+    kept.parent.mkdir(parents=True)
+    kept.write_text(k.PASSED)
+    assert k.runs_here.__wrapped__("avx2") is True
+    kept.write_text(k.FAULTED)
+    assert k.runs_here.__wrapped__("avx2") is False
+
+
+@pytest.mark.skipif(not _avx2_capable(), reason="this CPU's torch capability has no AVX2")
+def test_a_child_ended_by_a_signal_is_kept_as_a_fault_and_a_timeout_is_not(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # SIGILL in the child (an instruction this CPU faults on): refused, and kept; a timeout: refused, not kept
+    import subprocess
+
+    from lookahead_core.forward.quant import kernel as k
+
+    monkeypatch.setenv("LOOKAHEAD_RAG_CACHE", str(tmp_path))
+    monkeypatch.setattr(k.subprocess, "run", lambda *a, **kw: subprocess.CompletedProcess(a, -4, b"", b""))
+    assert k.runs_here.__wrapped__("avx2") is False
+    assert k.verdict_path("avx2").read_text() == k.FAULTED
+    k.verdict_path("avx2").unlink()
+
+    def too_slow(*a: object, **kw: object) -> None:
+        raise subprocess.TimeoutExpired("selftest", 1.0)
+
+    monkeypatch.setattr(k.subprocess, "run", too_slow)
+    assert k.runs_here.__wrapped__("avx2") is False
+    assert not k.verdict_path("avx2").exists()

@@ -12,17 +12,22 @@ line (``load.py``), never served wrong.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import math
 import os
+import platform
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import torch
 
+from ...defaults import cache_dir
+from .. import cext
 from ..cext import CAPABLE, CAPABLE_512, FLAGS, FLAGS_512, build
 
 log = logging.getLogger(__name__)
@@ -37,6 +42,9 @@ SELFTEST_SHAPE = (5, 64, 96)  # the child's product: rows, out, in
 PROBE_SHAPE = (4096, 1024)  # the timing probe's weight [out, in]: past the cores' L2, as a model's are
 PROBE_REPEATS = 5  # timed calls per build; the fastest is kept
 FMT = {"u4": 0, "i8": 1, "f32": 2}  # the code layouts in the kernel's numbering
+VERDICTS = "kernel-verdicts"  # folder under the cache: a build's self-test verdict on this machine
+VERDICT_KEY_CHARS = 16  # hex digits of the verdict's key (source, flags, torch, CPU)
+PASSED, FAULTED = "pass", "fault"  # what a kept verdict says
 
 
 def extension(name: str) -> ModuleType | None:
@@ -66,24 +74,50 @@ def selftest(name: str) -> int:
     return 0 if np.abs(got - ref.T).max() <= bound else 1
 
 
+def verdict_path(name: str) -> Path:
+    """Where build ``name``'s self-test verdict on this machine is kept: keyed by the source, the flags, torch
+    and the CPU (its model and flags as the kernel reports them), so any change tests again."""
+    ext, flags, _ = BUILDS[name]
+    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else platform.processor()
+    described = {line.split(":", 1)[0].strip(): line for line in cpu.splitlines() if ":" in line}
+    parts = [Path(cext.__file__).with_name(SOURCE).read_bytes(), " ".join(flags).encode(), torch.__version__.encode(),
+             described.get("model name", "").encode(), described.get("flags", "").encode()]
+    key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:VERDICT_KEY_CHARS]
+    return cache_dir() / VERDICTS / f"{ext}-{key}"
+
+
 @functools.cache
 def runs_here(name: str) -> bool:
     """Whether build ``name`` runs on this CPU: its self-test passes in a child process (a fault there, such as
-    an illegal instruction, ends the child, not this process)."""
+    an illegal instruction, ends the child, not this process). A pass or a fault is kept on disk
+    (``verdict_path``), so later starts on this machine spawn no child; a timeout or a failed check is not."""
     _, _, capable = BUILDS[name]
     if torch.backends.cpu.get_cpu_capability() not in capable:
         return False
+    kept = verdict_path(name)
+    if kept.exists():
+        return kept.read_text().strip() == PASSED
+    passed = _child_selftest(name)
+    if passed is not None:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(PASSED if passed else FAULTED)
+    return bool(passed)
+
+
+def _child_selftest(name: str) -> bool | None:
+    """True: the child's self-test passed; False: a signal ended it (the build faults here); None: anything
+    else (a timeout, a failed check, no build), not kept."""
     code = f"import sys; from {__name__} import selftest; sys.exit(selftest({name!r}))"
     try:
         done = subprocess.run([sys.executable, "-c", code], timeout=SELFTEST_TIMEOUT_S, capture_output=True,
                               env={**os.environ, "OMP_NUM_THREADS": "1"}, check=False)
     except subprocess.TimeoutExpired:
         log.warning("the %s block kernel is not offered: its self-test took over %.0f s", name, SELFTEST_TIMEOUT_S)
-        return False
+        return None
     if done.returncode != 0:
         why = f"signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
         log.warning("the %s block kernel is not offered: its self-test failed in a child process (%s)", name, why)
-    return done.returncode == 0
+    return True if done.returncode == 0 else False if done.returncode < 0 else None
 
 
 @functools.cache
