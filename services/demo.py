@@ -188,8 +188,8 @@ async def run(args: argparse.Namespace) -> int:
             settings = demo_settings(tmp, args)  # auto now finds the fetched model
             t_start = time.perf_counter()  # the download is timed on its own line; the first token from here
         served = settings.model
-        print(f"lookahead-rag demo: loading {served.name} ({served.dtype} on {served.device}; a GGUF model's first "
-              "run converts it once: SmolLM2-135M ~25 s)...", flush=True)
+        print(f"lookahead-rag demo: loading {served.name} ({served.weights} weights, {served.dtype} activations on "
+              f"{served.device}; a GGUF model's first run converts it once: SmolLM2-135M ~25 s)...", flush=True)
         # --serve: the gRPC servers on any free ports (the HTTP endpoint runs beside them), the page on [http]'s
         pipeline = await Pipeline.start(settings, grpc_servers=args.serve,
                                         bind=dict.fromkeys(SERVICES, 0) if args.serve else None)
