@@ -27,7 +27,6 @@ import bisect
 import copy
 import functools
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -41,7 +40,7 @@ from .lean import LeanTwin, lean_ok, lean_ops
 from .memory import release_freed
 from .packed import onednn_linears, onednn_product, pack_linears, packable
 from .placement import model_ok
-from .quant.lean import quant_lean_twin
+from .quant.lean import blocks_lean_ok, quant_lean_twin
 from .quant.load import is_quantized
 from .ragged import RAGGED_ATTENTION
 from .rows import rows_linears, rows_ok, rows_product
@@ -65,7 +64,6 @@ SHARING = (STOCK, FUSED, LEAN, LEAN_DNN, WMAJOR, LEAN_BLOCKS)  # the default: no
 SUPERSEDED = {LEAN: (GEMV, ROWS), LEAN_DNN: (ONEDNN,)}  # a lean twin makes these products with less around them:
 # a set asked for it holds them only where its loop is refused
 EXACT = frozenset({STOCK, SPLIT, FUSED, GEMV, LEAN, LEAN_DNN, LEAN_BLOCKS})  # one token: the stock bits
-_blocks_lean: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()  # blocks_lean_ok's answers
 COPY_MIN_GAIN = 0.10  # a copying twin is kept only where it is this much faster than every sharing twin
 CLEAR_LOSS = 1.5  # calibration: a kernel this many times slower than the best at a size is not timed there again
 LONG_FORWARD_S = 1.0  # calibration: a size whose best forward takes this long is timed once (noise is a small share)
@@ -80,7 +78,8 @@ def available(model: nn.Module, kernel: str, threads: int | None = None,
     every Linear of ``model``; lean as gemv, for Llama-shaped layers, where its loop gives the gemv twin's bits).
     Every kernel but stock asks ``placement.model_ok`` first: a CUDA or half-precision model runs stock only."""
     if is_quantized(model):  # on the block kernel: its stock modules, or their lean loop where it gives their bits
-        return kernel == STOCK or (kernel == LEAN_BLOCKS and blocks_lean_ok(model, attn_implementation))
+        return kernel == STOCK or (kernel == LEAN_BLOCKS and blocks_lean_ok(
+            model, functools.partial(_modules, model, STOCK, attn_implementation, None)))
     if kernel != STOCK and not model_ok(model):
         return False
     checks: dict[str, Callable[[], bool]] = {
@@ -92,13 +91,6 @@ def available(model: nn.Module, kernel: str, threads: int | None = None,
         WMAJOR: lambda: weight_major_ok(model), ROWS: lambda: rows_ok(model), PACKED: lambda: packable(model),
         LEAN_BLOCKS: lambda: False}
     return checks[kernel]()
-
-
-def blocks_lean_ok(model: nn.Module, attn_implementation: str | None) -> bool:
-    """Whether the block-kernel lean loop runs ``model`` (checked once per model on a twin of its modules)."""
-    if model not in _blocks_lean:
-        _blocks_lean[model] = quant_lean_twin(_modules(model, STOCK, attn_implementation, None)) is not None
-    return _blocks_lean[model]
 
 
 def lean_here(model: nn.Module, kernel: str, threads: int | None) -> bool:

@@ -40,6 +40,10 @@ class UnsupportedBlocks(ValueError):
     """A tensor's block type with no kernel (said in one line, naming it)."""
 
 
+class NotWholeBlocks(UnsupportedBlocks):
+    """A tensor whose bytes are not whole blocks of its type (a truncated or corrupt file)."""
+
+
 @dataclass(frozen=True)
 class Packed:
     """One weight [rows, cols] as affine groups (numpy; ``quant.linear.QuantWeight`` holds it as tensors)."""
@@ -186,7 +190,7 @@ def pack(raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int) -> 
     fmt, group, parse = PARSERS[qtype]
     block, nbytes = GGML_QUANT_SIZES[qtype]
     if cols % block or np.asarray(raw).size != rows * cols // block * nbytes:
-        raise UnsupportedBlocks(f"a {name} tensor of {rows} x {cols} does not hold whole blocks of {block}")
+        raise NotWholeBlocks(f"a {name} tensor of {rows} x {cols} does not hold whole blocks of {block}")
     blocks = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1, nbytes)
     codes, scales, offsets = parse(blocks)
     codes = codes.reshape(rows, cols)

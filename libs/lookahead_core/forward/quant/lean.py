@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -129,6 +130,17 @@ def _layer(index: int, layer: nn.Module) -> Layer | None:
     return Layer(index, _norm(layer.input_layernorm), groups[0], qkv[0].out_features // attn.head_dim,  # type: ignore[arg-type]
                  attn.o_proj, _norm(layer.post_attention_layernorm), groups[1],  # type: ignore[arg-type]
                  gate_up[0].out_features, mlp.down_proj, mlp.act_fn, float(attn.scaling), rotary)
+
+
+_offered: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()  # blocks_lean_ok's answers
+
+
+def blocks_lean_ok(model: nn.Module, modules: Callable[[], nn.Module]) -> bool:
+    """Whether the loop runs ``model`` (``quant_lean_twin`` of the module copy ``modules()`` builds; checked once
+    per model)."""
+    if model not in _offered:
+        _offered[model] = quant_lean_twin(modules()) is not None
+    return _offered[model]
 
 
 def quant_lean_twin(twin: nn.Module) -> LeanTwin | None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .blocks import F32, Packed
+from .blocks import Packed
 from .kernel import FMT, kernel
 
 
@@ -60,11 +60,6 @@ class QuantWeight:
     def shape(self) -> tuple[int, int]:
         return int(self.scales.shape[0]), int(self.scales.shape[1] * self.group)
 
-    @property
-    def nbytes(self) -> int:
-        """Bytes a product reads: codes, scales and offsets."""
-        return sum(t.numel() * t.element_size() for t in (self.codes, self.scales, self.offsets) if t is not None)
-
     def rows(self, sel: torch.Tensor) -> QuantWeight:
         """The weight's rows ``sel`` [n] (a permutation or a subset) as a new weight."""
         return QuantWeight(self.fmt, self.group, self.codes[sel].contiguous(), self.scales[sel].contiguous(),
@@ -79,12 +74,6 @@ class QuantWeight:
         out = block_kernel().dequant_rows(ids, self.codes, self.scales, self.offsets, self.shape[1], self.group,
                                           FMT[self.fmt])
         return out.view(*ids.shape, self.shape[1])
-
-    def dense(self) -> torch.Tensor:
-        """The whole weight de-quantized, fp32 [out, in] (checks and tests)."""
-        if self.fmt == F32:
-            return self.codes.clone()
-        return self.lookup(torch.arange(self.shape[0]))
 
 
 class QuantLinear(nn.Module):

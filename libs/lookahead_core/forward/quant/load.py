@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ..memory import release_freed
-from .blocks import Packed, UnsupportedBlocks, dequantized, pack, quantize_int8
+from .blocks import NotWholeBlocks, Packed, UnsupportedBlocks, dequantized, pack, quantize_int8
 from .lean import join_layers
 from .linear import QuantEmbedding, QuantLinear, QuantWeight, block_kernel
 
@@ -103,9 +103,9 @@ def _packed(tensor: object, rows: int, cols: int, name: str) -> Packed:
     raw, qtype = tensor.data, tensor.tensor_type  # type: ignore[attr-defined]
     try:
         return pack(raw, qtype, rows, cols)
+    except NotWholeBlocks as exc:
+        raise BadModelFile(f"{name}: {exc}") from exc
     except UnsupportedBlocks as exc:
-        if "whole blocks" in str(exc):
-            raise BadModelFile(f"{name}: {exc}") from exc
         log.warning("%s: %s; de-quantized to fp32 (served exactly, without the block kernel's speed)", name, exc)
         return dequantized(raw, qtype, rows, cols)
 
