@@ -86,7 +86,7 @@ log = logging.getLogger(__name__)
 # [generator] settings passed to the engine's SchedulerConfig under the same name
 ENGINE_FIELDS = ("max_running", "max_waiting", "max_tokens_per_forward", "prefill_chunk", "ttft_target_s",
                  "prefill_tree_share", "backend", "exact_numerics", "exact_tile_rows", "kv_slot_tokens",
-                 "kv_tenant_share", "max_running_per_tenant", "usage_half_life_s", "prefill_lead_s")
+                 "kv_tenant_share", "max_running_per_tenant", "lend_places", "usage_half_life_s", "prefill_lead_s")
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
 MIB = 1 << 20

@@ -69,6 +69,8 @@ class GeneratorSettings(ServerSettings):
     # replicas before they get here: keep it well below this per-replica place count (below max_running)
     max_running_per_tenant: int = Field(0, ge=0, description="running requests one tenant may hold (0: three "
                                         "quarters of max_running, so other tenants' arrivals always find a place)")
+    lend_places: bool = Field(True, description="a tenant alone may fill every running place; when another "
+                              "tenant's request waits, a lent place is given back (its newest request paused, kept)")
     usage_half_life_s: float = Field(10.0, gt=0, description="how fast a tenant's recent engine time is forgotten: "
                                      "each step's prompt room goes to the tenants that used least of it lately")
     prefill_lead_s: float = Field(2.0, ge=0, description="engine seconds a tenant may have used beyond a tenant "

@@ -57,8 +57,9 @@ def test_a_heavy_tenant_leaves_room_for_another() -> None:
 
 
 def test_one_tenant_cannot_take_every_running_place() -> None:
-    # max_running 4: one tenant may hold 3, so a request of another tenant arriving later starts at once
-    sched = engine()
+    # max_running 4, places not lent: one tenant may hold 3, so a request of another tenant arriving later starts
+    # at once
+    sched = engine(lend_places=False)
     reqs = [ask("a", max_new=64) for _ in range(4)]
     for r in reqs:
         sched.submit(r)
@@ -71,6 +72,27 @@ def test_one_tenant_cannot_take_every_running_place() -> None:
     while sched.step():
         pass
     assert all(r.error is None for r in [*reqs, late])
+    sched.close()
+
+
+def test_a_place_lent_to_a_tenant_alone_is_given_back_when_another_arrives() -> None:
+    # places lent (the default): tenant a alone fills all 4; b's request arriving later still starts at the next
+    # step, one of a's requests paused (kept, not stepped) until a is back under its share of 3
+    sched = engine()
+    reqs = [ask("a", max_new=64) for _ in range(4)]
+    for r in reqs:
+        sched.submit(r)
+    sched.step()
+    assert running(sched) == ["a", "a", "a", "a"]
+    late = ask("b")
+    sched.submit(late)
+    sched.step()
+    assert late.phase is not Phase.WAITING
+    stepped = sorted(a.req.tenant for a in sched.running if not a.paused)
+    assert stepped == ["a", "a", "a", "b"] and sum(a.paused for a in sched.running) == 1
+    while sched.step():
+        assert sum(not a.paused for a in sched.running) <= 4  # never more stepped than places
+    assert all(r.error is None and r.phase is Phase.DONE for r in [*reqs, late])
     sched.close()
 
 

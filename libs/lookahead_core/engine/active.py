@@ -53,6 +53,7 @@ class Active:
         self.prefix_seen = -1  # the prefix cache's ``stores`` when this request last looked it up
         self.copying = True  # every step so far verified its tree's deepest branch whole (a repeated answer)
         self.history: list[Step] = []  # (accepted path indices, nodes drafted) of every decode step
+        self.paused = False  # a lent running place given back: kept whole, left out of the steps (lending.py)
         req.config, req.proposers = spec.config, drafting.proposers  # what it runs with (its window resolved)
         req.stats.queue_wait_s = time.perf_counter() - req.submitted
         req.fill_trie()  # a no-op when the caller filled it on its own thread

@@ -74,13 +74,25 @@ class FairQueue(Generic[T]):
         state.entries.append(_Entry(self._next_tick(), item, deadline))
         self._size += 1
 
+    def tenants(self) -> frozenset[str]:
+        """The tenants with a request waiting."""
+        return frozenset(self._tenants)
+
+    def _next_name(self, running: Mapping[str, int], fits: Callable[[T], bool] | None) -> str | None:
+        ready = [n for n, t in self._tenants.items() if fits is None or fits(t.entries[0].item)]
+        return min(ready, key=lambda n: (running.get(n, 0), self._tenants[n].rank)) if ready else None
+
+    def peek(self, running: Mapping[str, int], fits: Callable[[T], bool] | None = None) -> T | None:
+        """What ``pop`` with the same arguments would return, left in the queue."""
+        name = self._next_name(running, fits)
+        return None if name is None else self._tenants[name].entries[0].item
+
     def pop(self, running: Mapping[str, int], fits: Callable[[T], bool] | None = None) -> T | None:
         """The next request to start (None if none waits): fewest running first, then round robin; with
         ``fits``, only among tenants whose next request fits now (the others' wait, in their order)."""
-        ready = [n for n, t in self._tenants.items() if fits is None or fits(t.entries[0].item)]
-        if not ready:
+        name = self._next_name(running, fits)
+        if name is None:
             return None
-        name = min(ready, key=lambda n: (running.get(n, 0), self._tenants[n].rank))
         state = self._tenants[name]
         entry = state.entries.popleft()
         state.rank = self._next_tick()  # back to the rotation's tail
@@ -120,13 +132,12 @@ class FairQueue(Generic[T]):
             del self._tenants[name]  # rejoins at the rotation's tail when it next pushes
 
 
-def admits(held: Mapping[str, int], running: Mapping[str, int], tenant: str, need: int,
-           config: SchedulerConfig) -> bool:
-    """Whether a request of ``tenant`` needing ``need`` KV bytes may start beside what runs: ``held`` KV bytes
-    and ``running`` places by tenant. Example: budget 4 MiB, share 0.5, cap 3; a holds 1 MiB in 1 place, b 1 MiB:
-    a request of a needing 1 MiB may (a 2 MiB, all 3 MiB); one needing 1.5 MiB may not (a's share is 2 MiB)."""
-    return (running.get(tenant, 0) < config.tenant_running and sum(held.values()) + need <= config.kv_budget_bytes
-            and held.get(tenant, 0) + need <= config.tenant_kv_bytes)
+def admits(held: Mapping[str, int], tenant: str, need: int, config: SchedulerConfig) -> bool:
+    """Whether a request of ``tenant`` needing ``need`` KV bytes fits beside ``held`` (KV bytes by tenant) in the
+    engine's budget and the tenant's share (its running places: engine/lending.py). Example: budget 4 MiB, share
+    0.5; a holds 1 MiB, b 1 MiB: a request of a needing 1 MiB may (a 2 MiB, all 3 MiB); one needing 1.5 MiB may
+    not (a's share is 2 MiB)."""
+    return sum(held.values()) + need <= config.kv_budget_bytes and held.get(tenant, 0) + need <= config.tenant_kv_bytes
 
 
 @dataclass

@@ -34,6 +34,7 @@ class SchedulerConfig:
     kv_budget_bytes: int = 2048 * MIB  # request KV all running requests may hold; past it requests wait
     kv_tenant_share: float = 0.5  # of kv_budget_bytes one tenant's running requests may hold
     max_running_per_tenant: int = 0  # running requests one tenant may hold (0: three quarters of max_running)
+    lend_places: bool = True  # a tenant alone may fill every place, paused back to its share when another waits
     usage_half_life_s: float = 10.0  # how fast a tenant's recent engine time is forgotten (least used prefills first)
     prefill_lead_s: float = 2.0  # engine seconds a tenant may be ahead of a decoding one and still prefill beside it
 

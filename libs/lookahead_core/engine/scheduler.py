@@ -38,11 +38,12 @@ from ..sampling.chooser import TokenChooser
 from ..threads import CallQueue, T, start_compute_thread
 from ..vocab import check_in_vocab
 from .active import Active, Emitting
-from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState, admits
+from .admission import FairQueue, QueueFull, SchedulerClosed, SchedulerState
 from .apply import Forward, apply_step
 from .finish import eos_ids
 from .gains import GainsModel
 from .isolate import isolate
+from .lending import admission_round
 from .pack import PackedStep, pack_step
 from .plan import StepLimits, StepPlan, plan_step
 from .profile import Phases, StepProfile, watch_heads
@@ -258,22 +259,18 @@ class StepScheduler:
             self._end(req)
 
     def _pop_admissible(self) -> list[ServeRequest]:
-        """Waiting requests that may start now, fairest tenant first, within max_running and ``admission.admits``
-        (a tenant's running cap, the engine's and the tenant's KV budget): one that does not fit waits."""
-        cfg, out = self.config, []
-        held: Counter[str] = Counter()  # KV bytes by tenant: running, then popped here
+        """Waiting requests that may start now, fairest tenant first, within each tenant's places and KV share
+        (``lending.admission_round``: a tenant alone fills every place, paused back when another waits)."""
+        held: Counter[str] = Counter()  # KV bytes by tenant: running, then popped
         for r in self.running:
             held[r.req.tenant] += r.kv.nbytes
-        per_tenant = Counter(r.req.tenant for r in self.running)  # running places by tenant, popped ones added
-        while len(self.running) + len(out) < cfg.max_running:
-            req = self.queue.pop(per_tenant, lambda r: admits(held, per_tenant, r.tenant, self._kv_need(r), cfg))
-            if req is None:
-                break
-            held[req.tenant] += self._kv_need(req)
-            per_tenant[req.tenant] += 1
-            out.append(req)
-        self._admitting = len(out)
-        return out
+        plan = admission_round(self.running, self.queue, held, self._kv_need, self.config)
+        for active in plan.pause:
+            active.paused = True
+        for active in plan.resume:
+            active.paused = False
+        self._admitting = len(plan.admit)
+        return plan.admit
 
     def _kv_need(self, req: ServeRequest) -> int:
         """Bytes of KV ``req`` holds once admitted: its capacity (prompt, answer, one step) by the model's entry."""
@@ -341,7 +338,7 @@ class StepScheduler:
             if active.req.cancelled.is_set() or active.req.expired(now):
                 active.req.finish("cancelled")
                 self._end(active.req, active)
-            else:
+            elif not active.paused:
                 live.append(active)
         # the prefix cache's one lookup: before a prompt's first chunk, and again until that chunk runs (a
         # prompt prefilled since may cover more of it)
