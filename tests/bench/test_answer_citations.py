@@ -42,9 +42,9 @@ def test_the_abstain_check_is_the_generators_and_counts_each_kind_of_question_ap
     docs = [DocumentChunk(DANES.doc_id, DANES.chunk_id, "", "", DANES.text, 1.0)]
     question = "Where did the settlers come from?"
     assert not withheld("Denmark, Iceland and Norway", docs, question)  # supported: kept
-    assert withheld("From Atlantis on flying ships", docs, question)  # retracted by the generator's check
+    assert withheld("The settlers did come from there.", docs, question)  # restated: retracted by the generator's check
     assert withheld("The documents do not say.", docs, question)  # abstained in words
     row = abstain_row([("Denmark, Iceland and Norway", docs, question)],
-                      [("From Atlantis on flying ships", docs, "Where did the elves come from?"),
+                      [("The elves did come from there.", docs, "Where did the elves come from?"),
                        ("Denmark, Iceland and Norway", docs, "Where did the elves come from?")])
     assert row == {"checked_abstained_pct": 50.0, "checked_wrongly_abstained_pct": 0.0}

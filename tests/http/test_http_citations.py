@@ -11,6 +11,7 @@ TEXT = "The Normans came from Denmark, Iceland and Norway in the 10th century."
 
 REFUSAL = "The documents do not say."
 QUESTION = "Where did the Normans come from?"
+UNSUPPORTED = "The Normans did come from there."  # it restates the question: the check's one cut (grounded.py)
 
 
 def final(answer: str = "Denmark, Iceland and Norway", mode: str = "flag") -> FinalInfo:
@@ -42,14 +43,13 @@ def reply() -> Reply:
 def test_a_completion_and_a_finish_chunk_say_whether_the_passages_support_the_answer() -> None:
     assert completion(reply(), final())["grounded"] is True
     assert StreamTranslator(reply()).final(final())[-1]["grounded"] is True
-    made_up = final("They came from Atlantis on flying ships.")
-    body = completion(reply(), made_up)
+    body = completion(reply(), final(UNSUPPORTED))
     assert body["grounded"] is False and body["citations"] == [] and "retraction" not in body
-    assert body["choices"][0]["message"]["content"] == "They came from Atlantis on flying ships."  # flag: kept
+    assert body["choices"][0]["message"]["content"] == UNSUPPORTED  # flag: kept
 
 
 def test_abstain_retracts_an_unsupported_answer_in_the_finish_chunk() -> None:
-    withdrawn = final("They came from Atlantis on flying ships.", mode="abstain")
+    withdrawn = final(UNSUPPORTED, mode="abstain")
     last = StreamTranslator(reply()).final(withdrawn)[-1]
     assert last["grounded"] is False and last["retraction"] == {"content": REFUSAL}
     assert completion(reply(), withdrawn)["choices"][0]["message"]["content"] == REFUSAL

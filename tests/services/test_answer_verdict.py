@@ -15,27 +15,27 @@ NORMANS = ("The Normans were the people who in the 10th and 11th centuries gave 
            "in France. They were descended from Norse raiders and pirates from Denmark, Iceland and Norway.")
 DOCS = (DocumentChunk("Normans#0", "Normans#0#0", "Normans", "", NORMANS, 0.9),)
 QUESTION = "From which countries did the Norse originate?"
-MADE_UP = "They sailed from Atlantis on flying ships."
+UNSUPPORTED = "The Norse did originate from countries."  # it restates the question: nothing a passage could hold
 
 
 def test_flag_keeps_an_unsupported_answer_and_marks_it() -> None:
-    v = verdict(MADE_UP, DOCS, QUESTION, "flag", REFUSAL)
-    assert (v.answer_text, v.grounded, v.retracted, v.citations) == (MADE_UP, False, False, ())
+    v = verdict(UNSUPPORTED, DOCS, QUESTION, "flag", REFUSAL)
+    assert (v.answer_text, v.grounded, v.retracted, v.citations) == (UNSUPPORTED, False, False, ())
     v = verdict("Denmark, Iceland and Norway", DOCS, QUESTION, "flag", REFUSAL)
     assert v.grounded and [c.chunk_id for c in v.citations] == ["Normans#0#0"]
 
 
 def test_abstain_replaces_an_unsupported_answer_by_the_refusal() -> None:
-    v = verdict(MADE_UP, DOCS, QUESTION, "abstain", REFUSAL)
+    v = verdict(UNSUPPORTED, DOCS, QUESTION, "abstain", REFUSAL)
     assert (v.answer_text, v.grounded, v.retracted, v.citations) == (REFUSAL, False, True, ())
     assert not verdict("Denmark, Iceland and Norway", DOCS, QUESTION, "abstain", REFUSAL).retracted
     assert not verdict(REFUSAL, DOCS, QUESTION, "abstain", REFUSAL).retracted  # the refusal is not refused again
-    assert verdict(MADE_UP, (), QUESTION, "abstain", REFUSAL).retracted  # no documents: nothing supports it
+    assert verdict("Denmark", (), QUESTION, "abstain", REFUSAL).retracted  # no documents: nothing supports it
 
 
 def test_a_raw_generate_is_not_checked() -> None:
-    v = verdict(MADE_UP, (), "", "abstain", REFUSAL)
-    assert (v.answer_text, v.grounded, v.retracted) == (MADE_UP, None, False)
+    v = verdict(UNSUPPORTED, (), "", "abstain", REFUSAL)
+    assert (v.answer_text, v.grounded, v.retracted) == (UNSUPPORTED, None, False)
 
 
 def test_the_setting_and_its_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from lookahead_rag.services.retriever import grounded
 from lookahead_rag.services.retriever.citations import CitedPassage
 from lookahead_rag.services.retriever.grounded import ground, is_refusal
 
@@ -21,18 +24,32 @@ def test_an_answer_a_passage_holds_is_grounded_and_cited() -> None:
     assert g.grounded and [c.chunk_id for c in g.citations] == ["Normans#1#0"]
 
 
-def test_a_made_up_answer_is_not_grounded() -> None:
-    assert not ground("Sky+ HD", PASSAGES, "What does BSkyB offer?", REFUSAL).grounded
-    # it echoes the question, but what it adds (William, 1066) no passage holds
+def test_an_answer_that_only_restates_the_question_is_not_grounded() -> None:
+    question = "Who was the first ruler of Normandy?"
+    g = ground("Normandy had a first ruler.", PASSAGES, question, REFUSAL)  # every content word is the question's
+    assert not g.grounded
+    assert ground("Normandy had Rollo as first ruler.", PASSAGES, question, REFUSAL).grounded  # it adds Rollo
+
+
+def test_a_made_up_answer_is_marked_grounded_but_cites_nothing() -> None:
+    """The tuned cuts ask no support (squad-dev: any cut withheld more answerable questions than
+    unanswerable ones): the citations tell a made-up answer."""
     g = ground("The first ruler of Normandy was William in 1066.", PASSAGES, "Who was the first ruler of Normandy?")
-    assert not g.grounded and g.citations == ()
+    assert g.grounded and g.citations == ()
 
 
-def test_an_answer_mostly_made_up_is_not_grounded_though_one_sentence_is_cited() -> None:
-    answer = ("Rollo was its first ruler. He later sailed to Greenland with twelve ships, founded Reykjavik and "
-              "wrote the sagas of the Icelandic kings in his old age.")
-    g = ground(answer, PASSAGES, "Who was the first ruler of Normandy?", REFUSAL)
-    assert len(g.citations) == 1 and not g.grounded
+def test_the_support_cuts_when_raised_withhold_what_the_passages_do_not_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    question = "Who was the first ruler of Normandy?"
+    mostly_made_up = ("Rollo was its first ruler. He later sailed to Greenland with twelve ships, founded Reykjavik "
+                      "and wrote the sagas of the Icelandic kings in his old age.")
+    assert ground("Sky+ HD", PASSAGES, "What does BSkyB offer?", REFUSAL).grounded
+    assert ground(mostly_made_up, PASSAGES, question, REFUSAL).grounded
+    monkeypatch.setattr(grounded, "MIN_NEW_WORDS_FOUND", 0.5)
+    assert not ground("Sky+ HD", PASSAGES, "What does BSkyB offer?", REFUSAL).grounded  # no passage holds Sky or HD
+    monkeypatch.setattr(grounded, "MIN_NEW_WORDS_FOUND", 0.0)
+    monkeypatch.setattr(grounded, "MIN_SUPPORTED_SHARE", 0.5)
+    g = ground(mostly_made_up, PASSAGES, question, REFUSAL)
+    assert len(g.citations) == 1 and not g.grounded  # one sentence of the two is supported, the lighter one
 
 
 def test_the_refusal_claims_nothing_and_counts_as_grounded() -> None:
