@@ -12,7 +12,7 @@ from __future__ import annotations
 from .engine.admission import QueueFull
 from .engine.request import Phase, RequestExpired, ServeRequest, ServeStats
 from .engine.scheduler import SchedulerClosed, SchedulerConfig, StepScheduler
-from .forward.backend.pool import KVTooLong
+from .forward.backend import KVTooLong
 from .forward.shared import shared_kernels
 from .models import load_model
 from .threads import usable_cores

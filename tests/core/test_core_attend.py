@@ -11,7 +11,8 @@ import torch
 from lookahead_core.forward import attend, ragged
 from lookahead_core.forward.attend import builds, fastest, multi_row, sdpa_rows
 from lookahead_core.forward.kernels import make_twin
-from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from lookahead_core.forward.ragged import RAGGED_ATTENTION, RaggedPlan
+from lookahead_core.forward.step_layout import PLAN_KWARG, Segment, causal_visible
 from lookahead_core.kv.kvstore import KVShape, RequestKV
 from transformers import LlamaConfig, LlamaForCausalLM
 

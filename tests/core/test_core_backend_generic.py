@@ -16,9 +16,9 @@ import pytest
 from lookahead_core.config import DecodingConfig, DraftMode
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
+from lookahead_core.forward.backend import KVTooLong
 from lookahead_core.forward.backend.base import CPU, GENERIC
 from lookahead_core.forward.backend.choice import backend_name
-from lookahead_core.forward.backend.pool import KVTooLong
 from lookahead_core.forward.kernels import CostCurve
 from lookahead_core.models import load_model
 

@@ -10,18 +10,18 @@ import torch
 from lookahead_core.drafting.draft import ancestor_matrix
 from lookahead_core.forward.backend.layout import canonical, padded
 from lookahead_core.forward.backend.pool import KVPool
-from lookahead_core.forward.ragged import RaggedPlan, Segment, causal_visible
+from lookahead_core.forward.step_layout import Segment, StepLayout, causal_visible
 from lookahead_core.kv.kvstore import KVShape
 
 SHAPE = KVShape(layers=1, kv_heads=1, head_dim=2, dtype=torch.float32, device=torch.device("cpu"))
 PARENTS = [-1, 0, 0, 1]  # root, a (root's), b (root's), c (a's): tree rows
 
 
-def step() -> tuple[KVPool, RaggedPlan]:
+def step() -> tuple[KVPool, StepLayout]:
     pool = KVPool(SHAPE, slots=2, slot_tokens=16)
     tree, chunk = pool.take(8), pool.take(8)
     visible = ancestor_matrix(PARENTS[1:])  # [4, 4]: root and its three nodes
-    return pool, RaggedPlan([Segment(tree, 0, 2, visible), Segment(chunk, 4, 3, causal_visible(2))])
+    return pool, StepLayout([Segment(tree, 0, 2, visible), Segment(chunk, 4, 3, causal_visible(2))])
 
 
 def test_ancestors_of_the_hand_tree() -> None:

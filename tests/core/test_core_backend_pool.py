@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lookahead_core.forward.backend.pool import KVPool, KVPoolFull, KVTooLong, SlotKV
+from lookahead_core.forward.backend import KVTooLong
+from lookahead_core.forward.backend.pool import KVPool, KVPoolFull, SlotKV
 from lookahead_core.kv.kvstore import KVShape, compact, load_prefix, prefix_views
 
 SHAPE = KVShape(layers=2, kv_heads=2, head_dim=4, dtype=torch.float32, device=torch.device("cpu"))

@@ -52,7 +52,7 @@ def test_a_profiled_step_books_its_weight_and_kv_reads(scheduler_of) -> None:
     assert reqs[0].output == greedy(model, prompt, 10)  # profiling changes no token
     decode = prof.kinds["decode"]
     assert decode.steps >= 1
-    assert decode.read["weights"] == decode.steps * weight_bytes(sched.kernels.runner(1))
+    assert decode.read["weights"] == decode.steps * weight_bytes(sched.backend.kernels.runner(1))
     per_entry = kv_bytes_per_entry(model)  # a decode step attends over the prompt and the output so far
     assert decode.steps * len(prompt) * per_entry < decode.read["kv"] <= decode.steps * (len(prompt) + 10) * per_entry
     measured = read_bandwidth(nbytes=1 << 20, repeats=1)
@@ -69,7 +69,8 @@ def test_the_untied_head_multiplies_only_the_rows_a_step_keeps(scheduler_of) -> 
     assert model.get_output_embeddings().weight is not model.get_input_embeddings().weight
     sched = scheduler_of(model, SchedulerConfig(calibrate=False, max_running=1))
     rows: list[int] = []
-    heads = {id(twin.get_output_embeddings()): twin.get_output_embeddings() for twin in sched.kernels.twins.values()}
+    twins = sched.backend.modules()
+    heads = {id(twin.get_output_embeddings()): twin.get_output_embeddings() for twin in twins}
     hooks = [head.register_forward_pre_hook(lambda _m, args: rows.append(args[0].shape[1])) for head in heads.values()]
     prompt = random_prompt(random.Random(5))
     try:

@@ -175,7 +175,7 @@ def test_a_default_window_in_the_scheduler_follows_its_curve(scheduler_of) -> No
     # the engine hands its measured cost to every request: a free-token curve opens the widest window
     model = tiny_model("llama")
     sched = scheduler_of(model, SchedulerConfig(calibrate=False, max_running=2))
-    kernels = sched.kernels  # shared by every scheduler over this (cached) model: put its curve back
+    kernels = sched.backend.kernels  # shared by every scheduler over this (cached) model: put its curve back
     before = kernels.curve
     kernels.curve = CostCurve((1, 64), {kernels.names[0]: (1.0, 1.0)})  # stands in for a measured, flat curve
     prompt = random_prompt(random.Random(3))

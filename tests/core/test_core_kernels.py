@@ -31,10 +31,11 @@ from lookahead_core.forward.kernels import (
 )
 from lookahead_core.forward.packed import PackedLinear, packable
 from lookahead_core.forward.probe import RaggedProbe
-from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION
+from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.forward.rows import rows_ok
 from lookahead_core.forward.shared import shared_kernels
 from lookahead_core.forward.split import splittable
+from lookahead_core.forward.step_layout import PLAN_KWARG
 from lookahead_core.kv.kvstore import KVShape
 from torch import nn
 

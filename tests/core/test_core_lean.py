@@ -18,7 +18,8 @@ from lookahead_core.forward import lean as lean_module
 from lookahead_core.forward.kernels import EXACT, GEMV, LEAN, LEAN_DNN, ONEDNN, KernelSet, make_twin
 from lookahead_core.forward.lean import LeanTwin, lean_layers, lean_ok, lean_ops, matches
 from lookahead_core.forward.lean_ops import Ops, StockOps
-from lookahead_core.forward.ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from lookahead_core.forward.ragged import RaggedPlan
+from lookahead_core.forward.step_layout import PLAN_KWARG, Segment, causal_visible
 from lookahead_core.kv.kvstore import KVShape, RequestKV
 from torch import nn
 

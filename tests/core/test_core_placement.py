@@ -26,9 +26,10 @@ from lookahead_core.forward.lean import Norm
 from lookahead_core.forward.lean_ops import FusedOps
 from lookahead_core.forward.packed import PackedLinear, onednn_available, onednn_product
 from lookahead_core.forward.placement import PlacementError, cpu_kernels_ok, model_ok
-from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from lookahead_core.forward.ragged import RAGGED_ATTENTION, RaggedPlan
 from lookahead_core.forward.rows import rows_product
 from lookahead_core.forward.split import split_product
+from lookahead_core.forward.step_layout import PLAN_KWARG, Segment, causal_visible
 from lookahead_core.forward.wmajor import weight_major_product
 from lookahead_core.kv.kvstore import KVShape, RequestKV
 from torch import nn

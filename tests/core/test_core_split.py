@@ -111,7 +111,7 @@ def test_the_engine_and_shared_sets_cut_weights_for_the_engine_threads() -> None
     try:
         model = copy.deepcopy(tiny_model("llama"))  # its own copy: shared kernel sets are per model
         sched = StepScheduler(model, StubTokenizer(), SchedulerConfig(threads=2, calibrate=False))  # type: ignore[arg-type]
-        assert "fused" in sched.kernels.names
+        assert "fused" in sched.backend.kernels.names
         assert "fused" in shared_kernels(model, threads=2).names
         assert "fused" not in shared_kernels(model).names  # this thread's count: one
     finally:

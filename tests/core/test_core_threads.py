@@ -90,7 +90,7 @@ def test_engine_thread_calibrates_and_steps_with_its_own_threads(restore_threads
         engine = StepScheduler(model, StubTokenizer(), config)
         hooks = [twin.register_forward_pre_hook(lambda *_: seen.add((threading.current_thread().name,
                                                                       torch.get_num_threads())))
-                 for twin in engine.kernels.twins.values()]
+                 for twin in engine.backend.modules()]
         try:
             engine.start()
             assert seen == {("step-scheduler", 2)}  # calibration ran on the engine's thread, on its threads

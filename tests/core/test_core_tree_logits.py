@@ -8,7 +8,8 @@ import torch
 from lookahead_core.engine.pack import pack_step
 from lookahead_core.engine.plan import Decode, StepPlan
 from lookahead_core.forward.kernels import KernelSet
-from lookahead_core.forward.ragged import PLAN_KWARG, RAGGED_ATTENTION, RaggedPlan, Segment, causal_visible
+from lookahead_core.forward.ragged import RAGGED_ATTENTION, RaggedPlan
+from lookahead_core.forward.step_layout import PLAN_KWARG, Segment, causal_visible
 from lookahead_core.kv.kvstore import KVShape, RequestKV
 
 from tests.core.helpers import ATTNS, FAMILIES, node_paths, tiny_model, tree_from
@@ -65,8 +66,8 @@ def tree_logits(runner: torch.nn.Module, past_tokens: list[int], positions: bool
     ragged(runner, past_tokens, list(range(past)), prefill, [past - 1])
     kv.length = past
     step = pack_step(StepPlan([Decode("r", tree, len(tree), ROOT, past, None, [], 0)], []), {"r": kv})
-    step.attention.finalize(torch.float32, torch.device("cpu"))  # what the CPU backend does before its forward
-    out = ragged(runner, step.ids, step.positions if positions else None, step.attention, step.keep)
+    plan = RaggedPlan.of(step.attention, torch.float32, torch.device("cpu"))  # what the CPU backend runs
+    out = ragged(runner, step.ids, step.positions if positions else None, plan, step.keep)
     assert out.shape[0] == len(tree) + 1
     return out
 

@@ -119,7 +119,7 @@ async def test_a_grpc_client_that_stops_reading_is_cancelled_past_the_send_timeo
     pipe.ingest(GRPC)
     channel, stub = stalling_stub(pipe)
     async with channel:
-        with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD) as gate:
+        with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=HELD_FORWARD) as gate:
             call = stub.Answer(pipe.answer_request(GRPC, max_new_tokens=LONG_ANSWER), timeout=CALL_TIMEOUT_S)
             try:
                 assert (await call.read()).HasField("delta")  # read once, then never again
@@ -145,7 +145,8 @@ async def test_a_request_that_ends_while_its_grpc_client_stalls_holds_nothing(
     pipe.ingest(ENDED)
     channel, stub = stalling_stub(pipe)
     async with channel:
-        with WeakSubmits(scheduler) as submits, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD - 1) as gate:
+        with (WeakSubmits(scheduler) as submits,
+              ForwardGate(scheduler.backend.kernels, block_at=HELD_FORWARD - 1) as gate):
             request = pipe.answer_request(ENDED, max_new_tokens=SHORT_ANSWER, mode="draft-model")
             call = stub.Answer(request, timeout=CALL_TIMEOUT_S)
             try:
@@ -168,7 +169,7 @@ async def test_the_engine_frees_a_request_when_it_ends_not_when_its_consumer_rea
     scheduler = pipe.generator.scheduler
     pipe.ingest(ENGINE)
     query = AnswerQuery(ENGINE, QUESTION, GenerationParams(max_new_tokens=SHORT_ANSWER, mode="draft-model"))
-    with WeakSubmits(scheduler) as submits, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD - 1) as gate:
+    with WeakSubmits(scheduler) as submits, ForwardGate(scheduler.backend.kernels, block_at=HELD_FORWARD - 1) as gate:
         chunks = pipe.generator.answer(query)
         try:
             first = await anext(chunks)
@@ -221,7 +222,7 @@ async def test_a_write_that_never_returns_ends_the_call_and_its_request(pipe: Ru
     scheduler = pipe.generator.scheduler
     pipe.ingest(FAKE)
     servicer, context = GeneratorServicer(pipe.generator), StalledContext()
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=HELD_FORWARD) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=HELD_FORWARD) as gate:
         answering = asyncio.ensure_future(
             servicer.Answer(pipe.answer_request(FAKE, max_new_tokens=LONG_ANSWER), context))
         assert await gate.wait_reached()  # mid-answer, its second write waiting

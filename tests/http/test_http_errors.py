@@ -132,7 +132,7 @@ async def test_unknown_path_is_404_in_openai_shape(pipe: RunningPipeline) -> Non
 
 async def test_overload_is_429(pipe: RunningPipeline, tenant: str) -> None:
     n = 8
-    with ForwardGate(pipe.generator.scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(pipe.generator.scheduler.backend.kernels, block_at=2) as gate:
         held = pipe.stub.Answer(pipe.answer_request(tenant, max_new_tokens=n), timeout=300)
         await held.read()
         assert await gate.wait_reached()  # the one running place is taken, and nothing may wait
@@ -150,7 +150,7 @@ async def test_overload_is_429(pipe: RunningPipeline, tenant: str) -> None:
 @pytest.mark.parametrize("stream", [True, False])
 async def test_disconnect_cancels_the_request(pipe: RunningPipeline, tenant: str, stream: bool) -> None:
     scheduler = pipe.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=3) as gate:
         async with openai_client(pipe, tenant) as client:
             call = asyncio.create_task(client.chat.completions.create(
                 model=model(pipe), messages=ask(QUESTION), max_tokens=MAX_NEW, stream=stream))
@@ -178,7 +178,7 @@ async def test_disconnect_cancels_the_request(pipe: RunningPipeline, tenant: str
 
 async def test_deadline_header_is_504(pipe: RunningPipeline, tenant: str) -> None:
     scheduler = pipe.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=2) as gate:
         async with openai_client(pipe, tenant, **{"x-request-timeout": str(DEADLINE_S)}) as client:
             with pytest.raises(openai.InternalServerError) as caught:
                 await client.chat.completions.create(model=model(pipe), messages=ask(QUESTION), max_tokens=MAX_NEW)
@@ -193,7 +193,7 @@ async def test_deadline_header_is_504(pipe: RunningPipeline, tenant: str) -> Non
 
 async def test_deadline_mid_stream_is_an_error_event(pipe: RunningPipeline, tenant: str) -> None:
     scheduler = pipe.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=3) as gate:
         async with openai_client(pipe, tenant, **{"x-request-timeout": str(STREAM_DEADLINE_S)}) as client:
             chunks = await client.chat.completions.create(model=model(pipe), messages=ask(QUESTION),
                                                           max_tokens=MAX_NEW, stream=True)

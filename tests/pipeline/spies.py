@@ -125,7 +125,7 @@ async def held_answer(p: RunningPipeline, tenant: str, n: int) -> AsyncIterator[
     opens and the held answer, read to its end, must be exactly plain greedy decoding of its prompt
     (whatever the test queued or had refused meanwhile)."""
     scheduler = p.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=2) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=n), timeout=CALL_TIMEOUT_S)
         held = Held(await call.read(), gate, spy)
         assert await gate.wait_reached()  # the held request's place is taken

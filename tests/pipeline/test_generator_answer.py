@@ -251,7 +251,7 @@ async def test_only_the_engine_thread_runs_torch_on_several_threads(pipe: Runnin
     seen: set[tuple[str, int]] = set()  # (thread, intra-op threads) of every forward of the engine's twins
     hooks = [twin.register_forward_pre_hook(lambda *_: seen.add((threading.current_thread().name,
                                                                   torch.get_num_threads())))
-             for twin in engine.kernels.twins.values()]
+             for twin in engine.backend.modules()]
     try:
         answer = await pipe.answer(tenant, max_new_tokens=4, mode="none")
     finally:

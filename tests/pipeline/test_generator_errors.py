@@ -187,7 +187,7 @@ def test_settings_refuse_defaults_over_their_limits(tmp_path: Path, section: str
 async def test_cancel_mid_stream_stops_decoding_within_one_step(pipe: RunningPipeline, tenant: str) -> None:
     request = pipe.answer_request(tenant, max_new_tokens=MAX_NEW, mode="none")
     scheduler = pipe.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=3) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=3) as gate:
         call = pipe.stub.Answer(request, timeout=CALL_TIMEOUT_S)
         first = await call.read()  # the prefill's token
         assert first.HasField("delta") and len(first.delta.token_ids) == 1
@@ -219,7 +219,7 @@ async def test_deadline_is_honoured_and_passed_downstream(pipe: RunningPipeline,
     retriever, drafts = TimeoutRecorder(engine.retriever), TimeoutRecorder(engine.draft_cache)
     engine.retriever, engine.draft_cache = retriever, drafts
     try:
-        with SubmitSpy(engine.scheduler) as spy, ForwardGate(engine.scheduler.kernels, block_at=2) as gate:
+        with SubmitSpy(engine.scheduler) as spy, ForwardGate(engine.scheduler.backend.kernels, block_at=2) as gate:
             call = pipe.stub.Answer(pipe.answer_request(tenant, max_new_tokens=MAX_NEW), timeout=DEADLINE_S)
             err = await rpc_error(lambda: collect(call))
             assert_status(err, grpc.StatusCode.DEADLINE_EXCEEDED)

@@ -79,7 +79,7 @@ def assert_greedy(p: RunningPipeline, got: Answered, n: int = N) -> None:
 
 async def answer_while_stopping(p: RunningPipeline, tenant: str, stop: Callable[[], Awaitable[None]]) -> Answered:
     """Answer with ``stop`` run while the request is decoding (its forward held at a gate)."""
-    with ForwardGate(p.generator.scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(p.generator.scheduler.backend.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
         first = await call.read()
         assert await gate.wait_reached()
@@ -166,7 +166,7 @@ async def test_dependencies_past_their_deadline(tmp_path: Path, tenant_name: str
 async def test_graceful_shutdown_finishes_the_stream_in_flight(fresh: RunningPipeline, tenant_name: str) -> None:
     p, tenant = fresh, tenant_name
     p.ingest(tenant)
-    with ForwardGate(p.generator.scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(p.generator.scheduler.backend.kernels, block_at=2) as gate:
         call = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
         first = await call.read()
         assert await gate.wait_reached()

@@ -245,7 +245,7 @@ async def test_gauges_follow_the_queue_and_read_zero_when_idle(load: RunningPipe
     tenant = p.new_tenant("gauges")
     scheduler = p.generator.scheduler
     refresh = p.pipeline.refresh_metrics
-    with ForwardGate(scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(scheduler.backend.kernels, block_at=2) as gate:
         held = p.stub.Answer(p.answer_request(tenant, max_new_tokens=N), timeout=CALL_TIMEOUT_S)
         await held.read()
         assert await gate.wait_reached()

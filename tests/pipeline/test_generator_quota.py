@@ -91,7 +91,7 @@ async def test_over_the_rate_is_resource_exhausted_with_retry_info(pipe: Running
 
 async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipeline) -> None:
     quotas = pipe.generator.quotas
-    with ForwardGate(pipe.generator.scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(pipe.generator.scheduler.backend.kernels, block_at=2) as gate:
         held = await held_stream(pipe, STREAMS, gate)
         assert quotas.open_streams(STREAMS) == 1
         second = answer_call(pipe, STREAMS)
@@ -107,7 +107,7 @@ async def test_stream_limit_refuses_until_the_open_stream_ends(pipe: RunningPipe
 
 async def test_stream_slot_is_freed_when_the_client_cancels(pipe: RunningPipeline) -> None:
     quotas = pipe.generator.quotas
-    with ForwardGate(pipe.generator.scheduler.kernels, block_at=2) as gate:
+    with ForwardGate(pipe.generator.scheduler.backend.kernels, block_at=2) as gate:
         call = await held_stream(pipe, CANCELLED, gate)
         call.cancel()
         assert await wait_until(lambda: quotas.open_streams(CANCELLED) == 0)

@@ -122,7 +122,7 @@ async def test_burst_of_greedy_and_sampled_requests_each_get_their_own_output(pi
     # all in flight at once, so they share batched forwards: each still gets exactly its plain
     # reference (greedy ones plain greedy, sampled ones plain sampling with their own config and seed)
     scheduler = pipe.generator.scheduler
-    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.kernels, block_at=1) as gate:
+    with SubmitSpy(scheduler) as spy, ForwardGate(scheduler.backend.kernels, block_at=1) as gate:
         calls = [asyncio.ensure_future(collect(pipe.stub.Answer(
             pipe.answer_request(tenant, question, max_new_tokens=N, **gen), timeout=CALL_TIMEOUT_S)))
             for question, gen in BURST]

@@ -1,7 +1,7 @@
 """A step's plan laid out in one packed row: the one place that knows where each request's rows are.
 
 Every decode's root and tree (then its proposers' extra rows, the Jacobi window) and every prefill
-chunk become a ``Segment`` of the attention plan (``ragged.RaggedPlan``: each request's tokens attend
+chunk become a ``Segment`` of the step's layout (``step_layout.StepLayout``: each request's tokens attend
 to its own KV only). Logits are kept for every tree row, for the extra rows a proposer reads, and for
 a prompt's last row (its first output token); ``DecodeRows`` / ``first_rows`` say where they are among
 the kept rows.
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..drafting.draft import ancestor_matrix
-from ..forward.ragged import RaggedPlan, Segment, causal_visible
+from ..forward.step_layout import Segment, StepLayout, causal_visible
 from ..kv.kvstore import RequestKV
 from .plan import StepPlan
 
@@ -33,7 +33,7 @@ class PackedStep:
     ids: list[int] = field(default_factory=list)  # [T] token ids of the packed row
     positions: list[int] = field(default_factory=list)  # [T] each token's position in its own request
     keep: list[int] = field(default_factory=list)  # [K] packed positions whose logits the step needs
-    attention: RaggedPlan = field(default_factory=RaggedPlan)  # where each request's tokens sit, what they see
+    attention: StepLayout = field(default_factory=StepLayout)  # where each request's tokens sit, what they see
     decodes: list[DecodeRows] = field(default_factory=list)  # per plan.decodes
     first_rows: list[int | None] = field(default_factory=list)  # per plan.chunks: kept row of the first token
 

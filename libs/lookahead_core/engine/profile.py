@@ -36,7 +36,7 @@ from typing import Any
 from torch import nn
 
 from ..forward.bandwidth import floor_seconds, kv_bytes_per_entry, latest, weight_bytes
-from ..forward.ragged import PLAN_KWARG, RaggedPlan
+from ..forward.step_layout import PLAN_KWARG, StepLayout
 
 PHASES = ("draft", "pack", "layers", "attention", "lm_head", "choose", "accept", "emit")
 FORWARD = ("layers", "attention", "lm_head")  # the phases of the forward itself (what the bytes are read in)
@@ -154,13 +154,13 @@ class Phases:
     def __call__(self, name: str) -> AbstractContextManager[None]:
         return self.profile.phase(name) if self.profile is not None else nullcontext()
 
-    def forward(self, attention: RaggedPlan) -> AbstractContextManager[None]:
+    def forward(self, attention: StepLayout) -> AbstractContextManager[None]:
         """Time the forward over ``attention`` (its attention calls timed apart) as layers and attention."""
         return self._forward(self.profile, attention) if self.profile is not None else nullcontext()
 
     @staticmethod
     @contextmanager
-    def _forward(profile: StepProfile, attention: RaggedPlan) -> Iterator[None]:
+    def _forward(profile: StepProfile, attention: StepLayout) -> Iterator[None]:
         attention.timed = True
         t0 = time.perf_counter()
         with running(profile):
@@ -215,10 +215,11 @@ def _reads(kwargs: dict[str, Any], weights: int, per_entry: int) -> None:
     """Book a profiled forward's reads: every weight once, and each segment's past + own entries' K/V."""
     profile: StepProfile | None = getattr(_RUNNING, "profile", None)
     plan = kwargs.get(PLAN_KWARG)
-    if profile is None or not isinstance(plan, RaggedPlan):
+    layout = plan if isinstance(plan, StepLayout) else getattr(plan, "plan", None)  # a backend's own metadata
+    if profile is None or not isinstance(layout, StepLayout):
         return
     profile.reading["weights"] += weights
-    profile.reading["kv"] += per_entry * sum(seg.past + seg.q for seg in plan.segments)
+    profile.reading["kv"] += per_entry * sum(seg.past + seg.q for seg in layout.segments)
 
 
 def _head(start: bool) -> None:

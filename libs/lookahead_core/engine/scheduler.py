@@ -24,12 +24,7 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from ..forward.backend.base import Backend
-from ..forward.backend.choice import make_backend
-from ..forward.backend.generic import GenericConfig
-from ..forward.backend.pool import KVTooLong, check_fits
-from ..forward.kernels import KernelSet
-from ..forward.support import check_supported
+from ..forward.backend import Backend, BackendSpec, KVTooLong, check_fits, make_backend
 from ..kv.kvstore import KVShape
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import DraftingSpec, build_drafting, drafting_spec
@@ -66,20 +61,18 @@ class StepScheduler:
         model: PreTrainedModel,
         tokenizer: PreTrainedTokenizerBase,
         config: SchedulerConfig | None = None,
-        kernels: KernelSet | None = None,
+        kernels: object | None = None,
         prefix_cache: PrefixKVCache | None = None,
         on_forward: OnForward | None = None,
         draft_model: PreTrainedModel | None = None,
     ) -> None:
-        check_supported(model)
         self.config = cfg = config or SchedulerConfig()
         self.model = model
         self.tokenizer = tokenizer
         self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
-        self.backend: Backend = make_backend(model, cfg.backend, GenericConfig(
-            slots=cfg.max_running, slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics,
-            tile_rows=cfg.exact_tile_rows), kernels, self.threads)
-        self.kernels = self.backend.kernels  # the twins its forwards run through (hooks watch them)
+        self.backend: Backend = make_backend(model, BackendSpec(  # ``kernels``: a caller's twins, for the CPU one
+            cfg.backend, self.threads, kernels, cfg.max_running, cfg.kv_slot_tokens, cfg.exact_numerics,
+            cfg.exact_tile_rows))
         self.shape = KVShape.of(model)
         self.device = self.shape.device
         self.eos = eos_ids(model, tokenizer)
@@ -179,7 +172,7 @@ class StepScheduler:
 
     def start_profile(self) -> StepProfile:
         """Time every following step's phases into a new ``StepProfile`` (returned; ``report()`` reads it)."""
-        watch_heads(self.kernels.twins.values())
+        watch_heads(self.backend.modules())
         self.profile = StepProfile()
         return self.profile
 

@@ -38,8 +38,9 @@ from ..kv.kvstore import KVShape, RequestKV
 from .attend import attend_segments, invariant_rows, multi_row
 from .fused import FusedGroup, FusedMember
 from .lean_ops import Ops, Rotary, candidates
-from .ragged import INVARIANT_ATTR, PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from .ragged import INVARIANT_ATTR, RaggedPlan
 from .split import SplitLinear
+from .step_layout import PLAN_KWARG, Segment, causal_visible
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import torch
 
 from ..kv.kvstore import KVShape, RequestKV
-from .ragged import PLAN_KWARG, RaggedPlan, Segment, causal_visible
+from .ragged import RaggedPlan
+from .step_layout import PLAN_KWARG, Segment, causal_visible
 
 
 class RaggedProbe:

@@ -22,38 +22,27 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from ..kv.kvstore import RequestKV
 from .attend import attend_segments, invariant_rows, multi_row
+from .step_layout import PLAN_KWARG, Segment, StepLayout
 
 RAGGED_ATTENTION = "lookahead_ragged"  # name registered with transformers' AttentionInterface
-PLAN_KWARG = "lookahead_plan"  # forward keyword that carries the plan down to attention
 INVARIANT_ATTR = "lookahead_weights"  # a model config's mark of the block kernel (quant.load.CONFIG_ATTR): its
 # attention runs every forward, one-token ones too, by the one kernel whose rows do not depend on their forward
 
 
 @dataclass
-class Segment:
-    """One request's tokens in the packed row."""
+class RaggedPlan(StepLayout):
+    """The CPU backend's attention metadata: a step's layout and its masks (built once per forward)."""
 
-    kv: RequestKV  # the request's cache; the segment's entries go to [past, past + q)
-    start: int  # first token of the segment in the packed row
-    past: int  # valid cache entries before this segment
-    visible: np.ndarray  # [q, q] bool: token i sees segment token j (tree ancestors, or causal)
-
-    @property
-    def q(self) -> int:
-        return self.visible.shape[0]
-
-
-@dataclass
-class RaggedPlan:
-    """Where each request's tokens sit in one forward, and their masks (built once per forward)."""
-
-    segments: list[Segment] = field(default_factory=list)
     masks: list[torch.Tensor | None] = field(default_factory=list)  # per segment: [1, 1, q, past+q] or None
     visible: list[torch.Tensor] = field(default_factory=list)  # per segment: [q, q] bool (the kernel's mask)
-    timed: bool = False  # add every attention call's seconds to ``attention_s`` (a step profile reads it)
-    attention_s: float = 0.0  # seconds spent in attention over this plan's forward (when ``timed``)
+
+    @classmethod
+    def of(cls, layout: StepLayout, dtype: torch.dtype, device: torch.device) -> RaggedPlan:
+        """``layout``'s plan with its masks (what its attention spends is added to ``layout`` by the caller)."""
+        plan = cls(layout.segments, layout.timed)
+        plan.finalize(dtype, device)
+        return plan
 
     def finalize(self, dtype: torch.dtype, device: torch.device) -> None:
         """Additive float masks (0 attend / dtype min) for every segment that needs one (sdpa's), and every
@@ -73,11 +62,6 @@ def segment_mask(seg: Segment, dtype: torch.dtype, device: torch.device) -> torc
     hidden = torch.from_numpy(~seg.visible).to(device)  # [q, q] bool
     mask[:, seg.past :].masked_fill_(hidden, torch.finfo(dtype).min)
     return mask[None, None]  # [1, 1, q, past+q]
-
-
-def causal_visible(q: int) -> np.ndarray:
-    """[q, q] lower-triangular visibility of a prefill chunk."""
-    return np.tril(np.ones((q, q), dtype=bool))
 
 
 def ragged_attention(

@@ -4,3 +4,8 @@
 request); ``generic.TorchBackend`` runs on any device with torch ops only (a preallocated KV pool, one attention
 call per layer, optional ``exact_numerics``). ``choice.make_backend`` is the one place that picks one.
 """
+
+from .base import Backend, BackendSpec, KVTooLong, check_fits
+from .choice import make_backend
+
+__all__ = ["Backend", "BackendSpec", "KVTooLong", "check_fits", "make_backend"]

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface
 
-from ..ragged import PLAN_KWARG
+from ..step_layout import PLAN_KWARG
 from .layout import PooledStep
 
 POOLED_ATTENTION = "lookahead_pooled"  # name registered with transformers' AttentionInterface

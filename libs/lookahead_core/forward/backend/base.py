@@ -1,5 +1,8 @@
 """The narrow interface the engine sees of a forward backend (as vLLM's and SGLang's attention backends).
 
+The engine imports this package's top (``forward.backend``: ``Backend``, ``BackendSpec``, ``make_backend``,
+``KVTooLong``, ``check_fits``) and nothing below it; a step reaches a backend as ``step_layout.StepLayout``.
+
 The scheduler asks a backend for a request's cache at admission (``kv_for``; the backend may refuse it) and
 gives it back at the request's end (``release``), runs each packed step through ``run`` (the backend builds
 its attention metadata from the step's segments) and reads its measured cost curve (draft budgets). It never
@@ -8,7 +11,8 @@ sees kernel twins, C++ kernels, thread counts or pool slots.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -16,7 +20,9 @@ from torch import nn
 
 from ...kv.kvstore import RequestKV
 from ..kernels import CostCurve, KernelSet
-from ..ragged import PLAN_KWARG
+from ..step_layout import PLAN_KWARG
+
+__all__ = ["AUTO", "BACKENDS", "CPU", "GENERIC", "Backend", "BackendSpec", "KVTooLong", "call", "check_fits"]
 
 CPU = "cpu"  # the CPU backend: kernel twins by measurement, C++ kernels, ragged attention, a cache per request
 GENERIC = "generic"  # the device-generic backend: torch ops only, one KV pool, one attention call per layer
@@ -24,11 +30,36 @@ AUTO = "auto"  # cpu on a CPU model (without exact_numerics), generic elsewhere
 BACKENDS = (AUTO, CPU, GENERIC)  # what [generator] backend accepts
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """What the engine asks of its backend; each backend reads the fields it has a use for."""
+
+    choice: str = AUTO  # one of BACKENDS ([generator] backend)
+    threads: int | None = None  # intra-op threads of the engine's step thread (the CPU backend's kernels)
+    twins: Any = None  # a caller's kernel twins (``forward.kernels.KernelSet``) shared by engines: CPU backend only
+    slots: int = 16  # requests running at once (the generic backend's KV pool slots)
+    slot_tokens: int = 2048  # KV entries a request may hold (the generic backend's slot length)
+    exact_numerics: bool = False  # bits independent of a forward's width (the generic backend's canonical tiles)
+    tile_rows: int = 32  # exact_numerics: rows of every forward
+
+
+class KVTooLong(ValueError):
+    """A request needs more KV entries than a pool slot holds (the caller's input: INVALID_ARGUMENT)."""
+
+
+def check_fits(capacity: int, slot_tokens: int | None) -> None:
+    """Raise KVTooLong when a request needing ``capacity`` entries can never fit a slot of ``slot_tokens``
+    (None: no slot bound)."""
+    if slot_tokens is not None and capacity > slot_tokens:
+        raise KVTooLong(f"the request needs {capacity} KV entries (prompt + max_new_tokens + one step) but a "
+                        f"pool slot holds {slot_tokens}: shorten it or raise [generator] kv_slot_tokens")
+
+
 class Backend(Protocol):
     """What runs a step's forward and owns the KV it reads."""
 
     name: str  # CPU or GENERIC
-    kernels: KernelSet  # the twins its forwards run through (hooks and the step profile watch them)
+    kernels: KernelSet  # the twins its forwards run through (tests gate them; the engine never reads them)
     widest_tree: int  # draft budget a flat measured cost may widen a request's to (0: the configured width)
     max_capacity: int | None  # most entries ``kv_for`` grants a request (None: no bound but memory)
 
@@ -53,6 +84,9 @@ class Backend(Protocol):
 
     def kernel_name(self, tokens: int) -> str:
         """What ran a forward of ``tokens`` tokens (a request's stats record it)."""
+
+    def modules(self) -> Iterable[nn.Module]:
+        """The modules its forwards run through (the step profile hooks their heads)."""
 
 
 def call(runner: nn.Module, ids: Sequence[int], positions: Sequence[int], keep: Sequence[int] | int, plan: object,

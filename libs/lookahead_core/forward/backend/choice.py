@@ -1,6 +1,6 @@
 """The one place a forward backend is chosen: by the model's device and dtype, or forced by config.
 
-    backend = make_backend(model, "auto", GenericConfig(slots=16), kernels=None, threads=2)
+    backend = make_backend(model, BackendSpec(choice="auto", threads=2, slots=16))
 
 "auto": the CPU backend for a CPU model (its twins fall back to the stock kernels where the dtype is not
 fp32: ``placement``), the generic one elsewhere (CUDA) or wherever ``exact_numerics`` is asked for.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..kernels import KernelSet
-from .base import AUTO, BACKENDS, CPU, GENERIC, Backend
+from ..support import check_supported
+from .base import AUTO, BACKENDS, CPU, GENERIC, Backend, BackendSpec
 from .cpu import CpuBackend
 from .generic import GenericConfig, TorchBackend
 
@@ -30,10 +30,12 @@ def backend_name(choice: str, device_type: str, exact_numerics: bool) -> str:
     return choice
 
 
-def make_backend(model: nn.Module, choice: str, generic: GenericConfig, kernels: KernelSet | None = None,
-                 threads: int | None = None) -> Backend:
-    """The backend that runs ``model``'s steps: ``kernels`` (a caller's twins) serve the CPU backend only."""
+def make_backend(model: nn.Module, spec: BackendSpec) -> Backend:
+    """The backend that runs ``model``'s steps (a model whose attention the tree mask would get wrong is refused:
+    ``support.check_supported``)."""
+    check_supported(model)
     device = next(model.parameters()).device
-    if backend_name(choice, device.type, generic.exact_numerics) == CPU:
-        return CpuBackend(model, kernels, threads)
-    return TorchBackend(model, generic)
+    if backend_name(spec.choice, device.type, spec.exact_numerics) == CPU:
+        return CpuBackend(model, spec.twins, spec.threads)
+    return TorchBackend(model, GenericConfig(slots=spec.slots, slot_tokens=spec.slot_tokens,
+                                             exact_numerics=spec.exact_numerics, tile_rows=spec.tile_rows))

@@ -7,7 +7,7 @@ cache and attends by ``attend.multi_row``'s kernel or sdpa (``ragged.ragged_atte
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
@@ -16,7 +16,7 @@ from torch import nn
 from ...kv.kvstore import KVShape, RequestKV
 from ..kernels import CostCurve, KernelSet
 from ..probe import RaggedProbe
-from ..ragged import RAGGED_ATTENTION
+from ..ragged import RAGGED_ATTENTION, RaggedPlan
 from ..shared import calibrate_once
 from .base import CPU, call
 
@@ -49,9 +49,15 @@ class CpuBackend:
         """Nothing to give back: the cache is freed with the request."""
 
     def run(self, packed: Any) -> torch.Tensor:
-        packed.attention.finalize(self.shape.dtype, self.shape.device)  # sdpa's masks, the kernel's visibility
-        return call(self.kernels.runner(len(packed)), packed.ids, packed.positions, packed.keep, packed.attention,
-                    self.shape.device)  # [K, vocab]
+        layout = packed.attention
+        plan = RaggedPlan.of(layout, self.shape.dtype, self.shape.device)  # sdpa's masks, the kernel's visibility
+        logits = call(self.kernels.runner(len(packed)), packed.ids, packed.positions, packed.keep, plan,
+                      self.shape.device)  # [K, vocab]
+        layout.attention_s += plan.attention_s
+        return logits
+
+    def modules(self) -> Iterable[nn.Module]:
+        return self.kernels.twins.values()
 
     def kernel_name(self, tokens: int) -> str:
         curve, names = self.kernels.curve, self.kernels.names

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from torch import nn
 
 from ...kv.kvstore import KVShape, RequestKV
 from ..kernels import STOCK, CostCurve, KernelSet, measure
-from ..ragged import RaggedPlan, Segment, causal_visible
+from ..step_layout import Segment, StepLayout, causal_visible
 from .attention import POOLED_ATTENTION
 from .base import GENERIC, call
 from .layout import canonical, padded
@@ -63,7 +63,7 @@ class _Probe:
     ids: list[int]
     positions: list[int]
     keep: list[int]
-    attention: RaggedPlan = field(default_factory=RaggedPlan)
+    attention: StepLayout = field(default_factory=StepLayout)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -118,6 +118,9 @@ class TorchBackend:
         return call(self.kernels.runner(len(packed)), packed.ids, packed.positions, packed.keep, step,
                     self.shape.device)  # [K, vocab]
 
+    def modules(self) -> Iterable[nn.Module]:
+        return self.kernels.twins.values()
+
     def kernel_name(self, tokens: int) -> str:
         return f"{GENERIC}-exact" if self.config.exact_numerics else GENERIC
 
@@ -138,7 +141,7 @@ class TorchBackend:
 
     def _probe(self, kv: RequestKV, past: int, n: int) -> None:
         """One forward of ``n`` prompt-like tokens over ``past`` entries of ``kv`` (a lent slot)."""
-        plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
+        plan = StepLayout([Segment(kv, 0, past, causal_visible(n))])
         self.run(_Probe([0] * n, list(range(past, past + n)), list(range(n)), plan))
 
     def _clock(self) -> float:

@@ -1,6 +1,6 @@
 """Where a step's rows sit in the pool and what each sees, as small index tensors on the device.
 
-Built once per forward from the packed step's segments (``ragged.Segment``: a request's slot cache, its first
+Built once per forward from the packed step's segments (``step_layout.Segment``: a request's slot cache, its first
 row in the packed row, its cached entries and its rows' visibility), then read by every layer's attention
 call (``pooled_attention``). Two layouts:
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..ragged import RaggedPlan, Segment
+from ..step_layout import Segment, StepLayout
 from .pool import KVPool, SlotKV
 
 
@@ -33,7 +33,7 @@ class PooledStep:
     pool: KVPool
     slot: torch.Tensor  # [T] long: each row's slot (padding rows: the scratch slot)
     at: torch.Tensor  # [T] long: the entry each row's key/value is written to in its slot
-    plan: RaggedPlan  # the packed step's segments (its ``timed``/``attention_s`` serve the step profile)
+    plan: StepLayout  # the packed step's segments (its ``timed``/``attention_s`` serve the step profile)
     # padded layout (None in canonical)
     seg_slots: torch.Tensor | None = None  # [S] long: each segment's slot
     first_slot: int | None = None  # the segments' slots are first_slot, first_slot + 1, ... (a view, no gather)
@@ -64,7 +64,7 @@ def _writes(segments: Sequence[Segment], first: int, rows: int, scratch: int) ->
     return slot, at
 
 
-def padded(plan: RaggedPlan, rows: int, pool: KVPool, key_block: int) -> PooledStep:
+def padded(plan: StepLayout, rows: int, pool: KVPool, key_block: int) -> PooledStep:
     """The padded layout of ``plan``'s ``rows`` packed rows; the key axis rounded up to ``key_block`` entries."""
     dev, segs = pool.shape.device, plan.segments
     q = max(s.q for s in segs)
@@ -94,7 +94,7 @@ def padded(plan: RaggedPlan, rows: int, pool: KVPool, key_block: int) -> PooledS
                       mask=mask[:, None], rows=q, keys=keys)
 
 
-def canonical(plan: RaggedPlan, first: int, rows: int, pool: KVPool, keys: int) -> PooledStep:
+def canonical(plan: StepLayout, first: int, rows: int, pool: KVPool, keys: int) -> PooledStep:
     """The canonical layout of packed rows [first, first + rows) of ``plan`` (a tile; rows past the packed row
     are padding), each reading a ``keys``-long line."""
     dev = pool.shape.device

@@ -17,22 +17,11 @@ from __future__ import annotations
 import torch
 
 from ...kv.kvstore import KVShape, RequestKV
-
-
-def check_fits(capacity: int, slot_tokens: int | None) -> None:
-    """Raise KVTooLong when a request needing ``capacity`` entries can never fit a slot of ``slot_tokens``
-    (None: no slot bound)."""
-    if slot_tokens is not None and capacity > slot_tokens:
-        raise KVTooLong(f"the request needs {capacity} KV entries (prompt + max_new_tokens + one step) but a "
-                        f"pool slot holds {slot_tokens}: shorten it or raise [generator] kv_slot_tokens")
+from .base import check_fits
 
 
 class KVPoolFull(RuntimeError):
     """Every slot of the pool is held by a running request."""
-
-
-class KVTooLong(ValueError):
-    """A request needs more KV entries than a pool slot holds (the caller's input: INVALID_ARGUMENT)."""
 
 
 class SlotKV(RequestKV):
