@@ -128,7 +128,8 @@ class RetrieverCore:
         )
         self.embedder: Encoder = with_cache(encoder, s.vector_cache, getattr(encoder, "name", ""))
         # every embedding this core asks for takes turns here: ingest in slices, queries first (encode_gate.py)
-        self.encoder: Encoder = GatedEncoder(self.embedder, s.ingest_encode_slice)
+        self.encoder: Encoder = GatedEncoder(self.embedder, s.ingest_encode_slice, busy_share=s.ingest_busy_share,
+                                             busy_window_s=s.ingest_busy_window_s)
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(self.served.name)
         self.tokenizer_id: str = tokenizer_id(self.tokenizer)
         model_ctx = context_window(self.tokenizer, resolve_model_path(self.served.name))

@@ -106,6 +106,13 @@ class RetrieverSettings(ServerSettings):
     ingest_encode_slice: int = Field(
         8, ge=1, description="texts an ingest embeds per turn at the encoder; a waiting query's embedding goes first"
     )
+    ingest_busy_share: float = Field(
+        0.25, gt=0, le=1, description="while queries arrive (one within ingest_busy_window_s), ingest embeds at most "
+        "this share of the time, pausing between its turns, so an engine on the same cores keeps them (1: no pause)"
+    )
+    ingest_busy_window_s: float = Field(
+        10.0, ge=0, description="a query this recent means the retriever is serving: ingest paces itself"
+    )
     index_save_interval_s: float = Field(
         10.0, gt=0, description="indexes changed by replicated document events are written this often (and on stop)"
     )
