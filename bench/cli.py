@@ -29,6 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "batching: step cost by width, one stream, batched; fp32 and bf16 (exact numerics)"),
     "hog": (f"{PKG}.hog_args", "one tenant at its worst (longest prompts, every stream) beside another: the other's "
             "prefix hits and first-token time against it alone"),
+    "hostile": (f"{PKG}.hostile_args", "another tenant's answers beside an uploader and a stream holder (issue 51), "
+                "against alone"),
     "plot": (f"{PKG}.plot", "redraw a benchmark's PNG from its JSON (no benchmark is run)"),
 }
 

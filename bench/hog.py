@@ -7,6 +7,7 @@ import asyncio
 import random
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -96,18 +97,31 @@ def targets(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "ttft_within": rise is not None and chunk_s is not None and rise <= chunk_s}
 
 
-async def _run(args: argparse.Namespace) -> dict[str, Any]:
+async def victim_and_model(args: argparse.Namespace) -> tuple[dict[str, str], Any, list[Any], Any, Any]:
+    """What a victim-beside-another benchmark (hog, hostile) loads once: the model's placement, the workload,
+    the victim's Zipf-drawn requests, the model and its tokenizer (this process serving single-threaded)."""
     where = placement(args)
     serve_single_threaded()
     wl = load_workload(args.corpus, args.questions, args.pool, False)
     seq = [wl.pool[i] for i in draw_sequence(len(wl.pool), args.requests, args.zipf, args.seed)]
     model, tok = await asyncio.to_thread(load_model, args.model, **where)
+    return where, wl, seq, model, tok
+
+
+async def victim_stack(args: argparse.Namespace, root: Path, wl: Any) -> StackConfig:
+    """The stacks' shared settings under ``root``, the corpus embedded once into their vector cache."""
+    stack = StackConfig(root, args.model, args.max_new_tokens, args.concurrency, args.threads, args.deadline_s,
+                        generator=check_generator_overrides(args.gen))
+    await asyncio.to_thread(build_vector_cache, stack, wl.docs)
+    return stack
+
+
+async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    where, wl, seq, model, tok = await victim_and_model(args)
     runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-hog-") as root:
         # the engine keeps the server's capacity (16 running, 64 waiting): the hog's streams queue as on a server
-        stack = StackConfig(Path(root), args.model, args.max_new_tokens, args.concurrency, args.threads,
-                            args.deadline_s, generator=check_generator_overrides(args.gen))
-        await asyncio.to_thread(build_vector_cache, stack, wl.docs)
+        stack = await victim_stack(args, Path(root), wl)
         for way in WAYS:
             runs[way] = await one_way(args, stack, way, model, tok, wl, seq)
     return {"kind": "hog", "model": args.model, "device": where["device"], "dtype": args.dtype,
@@ -130,11 +144,16 @@ def run(args: argparse.Namespace) -> int:
     t = data["targets"]
     print(f"prefix hits kept {t['prefix_hits_kept']} (target >= {1 - HITS_DROP_TARGET:.2f}); TTFT p50 rise "
           f"{t['ttft_p50_rise_s']} s = {t['ttft_p50_rise_chunks']} prefill chunks (target <= 1)")
+    write_outputs(args, data, plot)
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, data: dict[str, Any], draw: Callable[[dict[str, Any], str], None]) -> None:
+    """The JSON at --json and the PNG ``draw`` makes at --png (default: beside the JSON)."""
     if args.json:
         write_json(args.json, data)
         print(f"wrote {args.json}")
     png = args.png or (str(args.json).removesuffix(".json") + ".png" if args.json else "")
     if png:
-        plot(data, png)
+        draw(data, png)
         print(f"wrote {png}")
-    return 0

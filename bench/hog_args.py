@@ -23,15 +23,28 @@ from lookahead_rag.bench.common import add_draw_args, add_placement_args, worklo
 from lookahead_rag.bench.dataset import dataset_from_args
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    p = workload_parser("lookahead-rag-bench hog", __doc__)
+def victim_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The parser of a victim-beside-another benchmark (hog, hostile), with the victim's load: its workload, its
+    Zipf-drawn requests, its clients and the tokens each request asks for."""
+    p = workload_parser(prog, doc)
     add_draw_args(p, 24, "the victim's requests per run")
     p.add_argument("--concurrency", type=int, default=2, help="the victim's closed-loop clients")
     p.add_argument("--max-new-tokens", type=int, default=64, help="tokens each victim request asks for")
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = victim_parser("lookahead-rag-bench hog", __doc__)
     p.add_argument("--hog-streams", type=int, default=32, help="calls the hog keeps in flight (its stream limit)")
     p.add_argument("--hog-prompt-tokens", type=int, default=0,
                    help="tokens of each hog prompt (0: the most it may, see above)")
     p.add_argument("--hog-max-new", type=int, default=4, help="tokens each hog call asks for")
+    return parse_stack_args(p, argv)
+
+
+def parse_stack_args(p: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The arguments every victim-beside-another benchmark (hog, hostile) ends with: the model, where it runs,
+    the engine's threads, the victim's deadline, [generator] settings and the outputs; then ``argv`` parsed."""
     p.add_argument("--model", default="smollm2-135m-instruct", help="built-in name, local path or hub id")
     add_placement_args(p)
     p.add_argument("--threads", type=int, default=0, help="torch threads of the engine (0: every core)")
