@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for core in cores.values():
             core.close()
     return {
-        "kind": "answer_quality", **run_header(args),
+        "kind": "answer_quality", **run_header(args), "weights": getattr(args, "weights", None),  # --weights
         "questions": len(wl.pool), "unanswerable_questions": len(unanswerable), "tenants": len(wl.docs),
         "max_new_tokens": args.max_new_tokens, "system_prompt": system_prompt, "retrieval": retrieval,
         "retrieval_by_search": searches, "passages_by_search": passages, "indexed_chunks": indexed_chunks,

@@ -11,7 +11,9 @@ from lookahead_rag.bench.plot_common import TITLE_FONT, figure, grouped_bars, kn
 WRAP = 80  # characters a title line may take before it wraps (the panel's width)
 QUALITY = {"squad_em": "EM", "squad_f1": "F1"}
 ABSTAIN = {"abstained_pct": "unanswerable: said so", "answered_anyway_pct": "unanswerable: answered anyway",
-           "wrongly_abstained_pct": "answerable: wrongly said so"}
+           "wrongly_abstained_pct": "answerable: wrongly said so",
+           "checked_abstained_pct": "unanswerable: withheld (abstain check)",
+           "checked_wrongly_abstained_pct": "answerable: withheld (abstain check)"}
 PAST_QUALITY = {"squad_em": "EM %", "squad_f1": "F1 %"}
 PAST_SPEED = {"tokens_per_step": "tokens per step", "tokens_per_s": "tok/s"}
 
