@@ -2,7 +2,7 @@
 
     lookahead-rag-bench plot RESULT.json [--png OUT.png]
         [--kind decoding|pipeline|serve|serve_replicas|replica_sim|retrieval|events|draft_agreement|profile|
-               prompt_order|exactness|logprobs|answer_quality]
+               prompt_order|exactness|logprobs|answer_quality|hog|hostile]
 
 The kind is the file's ``"kind"`` field, else recognised by its keys (files written before the field
 existed): ``levels`` -> serve, ``modes`` + ``pipeline`` -> pipeline (``decoding --via-grpc``),
@@ -41,6 +41,7 @@ PLOTTERS = {
     "device": "lookahead_rag.bench.device_plot",
     "answer_quality": "lookahead_rag.bench.answer_quality_plot",
     "hog": "lookahead_rag.bench.hog_plot",
+    "hostile": "lookahead_rag.bench.hostile_plot",
 }
 # (keys a file of that kind has, kind), most specific first
 SIGNATURES = (

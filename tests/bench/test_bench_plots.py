@@ -185,6 +185,16 @@ RESULTS = {
                              "hog": {"goodput_tokens_per_s": 30.0, "ttft_p50_s": None, "prefix_hit_tokens": 880,
                                      "mean_accepted_per_step": 2.0, "hog_prompt_tokens": 5000}},
                     "targets": {"prefix_hits_kept": 0.98, "ttft_p50_rise_chunks": None}},
+    "hostile": lambda: {"kind": "hostile", "model": "tiny", "threads": 2, "cpu": "Test CPU",
+                        "machine": "Linux, 2 cores", "requests": 8, "concurrency": 2, "doc_mib": 4.0, "title_mib": 2.0, "hold_connections": 4,
+                        "hold_streams": 100,
+                        "runs": {"alone": {"completed": 8, "ttft_p50_s": 0.5, "ttft_p99_s": 1.0,
+                                           "goodput_tokens_per_s": 40.0, "documents": {"kept": 8}, "via": "direct"},
+                                 "hostile": {"completed": 8, "ttft_p50_s": 0.9, "ttft_p99_s": None,
+                                             "goodput_tokens_per_s": 20.0, "documents": {"kept": 7},
+                                             "refused": {"outcomes": {"grpc:INVALID_ARGUMENT": 3}},
+                                             "accepted": {"outcomes": {"grpc:OK": 1}}, "holder": {"opened": 400}}},
+                        "targets": {"ttft_p50_rise_s": 0.4, "target_s": 1.5, "verdict": "PASS"}},
 }
 KINDS = {"answer quality": "answer_quality",
          "logprobs": "logprobs", "exactness": "exactness", "prompt order": "prompt_order", "profile": "profile",
@@ -192,7 +202,7 @@ KINDS = {"answer quality": "answer_quality",
          "decoding": "decoding", "old decoding": "decoding", "sampled decoding": "decoding", "pipeline": "pipeline",
          "serve": "serve", "retrieval": "retrieval", "events": "events",
          "serve replicas": "serve_replicas", "replica sim": "replica_sim", "rows kernels": "rows_kernels",
-         "attention kernels": "attention_kernels", "device": "device", "hog": "hog"}
+         "attention kernels": "attention_kernels", "device": "device", "hog": "hog", "hostile": "hostile"}
 
 
 @pytest.mark.parametrize("name", list(RESULTS))
