@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
+from transformers import DynamicCache
 
 from lookahead_rag.bench.answer_quality_args import SEARCHES
 from lookahead_rag.bench.answer_quality_search import search_core
@@ -71,11 +72,12 @@ def scored_greedy(model: Any, prompt: Sequence[int], refusal: Sequence[int], max
     same prompt (its forward rides on the prompt's KV, cropped back before the answer is decoded)."""
     start = time.perf_counter()
     with torch.inference_mode():
-        out = model(input_ids=torch.tensor([list(prompt)]), use_cache=True, logits_to_keep=1)
-        cache, first = out.past_key_values, out.logits[0, -1].float().log_softmax(-1)  # [vocab]
+        cache = DynamicCache()  # the prompt's KV, then the refusal's (cropped off) or the answer's
+        out = model(input_ids=torch.tensor([list(prompt)]), cache=cache, use_cache=True, logits_to_keep=1)
+        first = out.logits[0, -1].float().log_softmax(-1)  # [vocab]
         prefill_s = time.perf_counter() - start
         start = time.perf_counter()
-        ref = model(input_ids=torch.tensor([list(refusal)]), past_key_values=cache, use_cache=True)
+        ref = model(input_ids=torch.tensor([list(refusal)]), cache=cache, use_cache=True)
         ref_lp = torch.cat([first[None], ref.logits[0, :-1].float().log_softmax(-1)])  # [refusal, vocab]
         refusal_lps = ref_lp.gather(1, torch.tensor(list(refusal))[:, None])[:, 0].tolist()
         refusal_s = time.perf_counter() - start
@@ -93,7 +95,7 @@ def scored_greedy(model: Any, prompt: Sequence[int], refusal: Sequence[int], max
                 alt.append(float(lp[refusal[i]]))
             if t in eos:
                 break
-            nxt = model(input_ids=torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            nxt = model(input_ids=torch.tensor([[t]]), cache=cache, use_cache=True)
             lp = nxt.logits[0, -1].float().log_softmax(-1)
     return {"tokens": tokens, "logprobs": lps, "refusal_logprobs": refusal_lps, "refusal_path_logprobs": alt,
             "prefill_s": round(prefill_s, 4), "refusal_s": round(refusal_s, 4)}
