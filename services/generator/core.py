@@ -34,12 +34,10 @@ from lookahead_core.serving import (
     QueueFull,
     RequestExpired,
     SchedulerClosed,
-    SchedulerConfig,
     ServeRequest,
     ServeStats,
     StepScheduler,
     shared_kernels,
-    usable_cores,
 )
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -65,6 +63,7 @@ from lookahead_rag.services.generator.domain import (
     GenerationStats,
     TextDelta,
 )
+from lookahead_rag.services.generator.engine_config import scheduler_config
 from lookahead_rag.services.generator.grounding import clamped, fallback, fill_room, retrieve
 from lookahead_rag.services.generator.logprobs import check_logprobs
 from lookahead_rag.services.generator.metrics import EngineMetrics
@@ -83,13 +82,8 @@ from lookahead_rag.services.generator.settings import GeneratorSettings
 from lookahead_rag.services.generator.verdict import AnswerCheck
 
 log = logging.getLogger(__name__)
-# [generator] settings passed to the engine's SchedulerConfig under the same name
-ENGINE_FIELDS = ("max_running", "max_waiting", "max_tokens_per_forward", "prefill_chunk", "ttft_target_s",
-                 "prefill_tree_share", "backend", "exact_numerics", "exact_tile_rows", "kv_slot_tokens",
-                 "kv_tenant_share", "max_running_per_tenant", "lend_places", "usage_half_life_s", "prefill_lead_s")
 DEADLINE_MARGIN_S = 0.05  # leave this much of the caller's deadline for our own reply
 MS = 1000.0
-MIB = 1 << 20
 
 
 def fill_trie(req: ServeRequest, continuations: list[tuple[list[int], int]]) -> None:
@@ -123,7 +117,7 @@ class GeneratorCore:
         self.tokenizer = tokenizer
         self.config = server_config(settings, self.limits)
         on_forward = None if metrics is None else metrics.record_forward
-        sched = self._scheduler_config(settings)
+        sched = scheduler_config(settings)
         self.scheduler = StepScheduler(  # twins cut for the engine thread's threads, not this (one-thread) one's
             model, tokenizer, sched, kernels=shared_kernels(model, threads=sched.threads), on_forward=on_forward,
             draft_model=draft_model,
@@ -139,15 +133,6 @@ class GeneratorCore:
         self.draft_cache = draft_cache
         self.publisher = publisher
         self.metrics = metrics
-
-    @staticmethod
-    def _scheduler_config(s: GeneratorSettings) -> SchedulerConfig:
-        same = {name: getattr(s, name) for name in ENGINE_FIELDS}  # [generator] fields named as the engine's
-        return SchedulerConfig(
-            **same, prefix_cache_bytes=s.prefix_cache_mb * MIB, prefix_tenant_share=s.prefix_cache_tenant_share,
-            adaptive=s.adaptive_speculation, calibrate=s.calibrate_kernels, threads=s.threads or usable_cores(),
-            kv_budget_bytes=s.kv_budget_mb * MIB,
-        )
 
     @property
     def inflight(self) -> int:

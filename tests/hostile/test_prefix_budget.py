@@ -18,7 +18,7 @@ from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import StepScheduler
 from lookahead_core.kv.prefix_cache import KV
 
-from lookahead_rag.services.generator.core import GeneratorCore
+from lookahead_rag.services.generator.engine_config import scheduler_config
 from lookahead_rag.services.generator.settings import MIB, GeneratorSettings
 from tests.core.helpers import Client, StubTokenizer, random_prompt, run_all, tiny_model
 
@@ -33,7 +33,7 @@ MAX_NEW, DECODING_LENGTH = 4, 4  # short answers: only the prefill matters here
 def scheduler() -> Iterator[StepScheduler]:
     """The engine as the generator's settings configure it (no start-up measurement, one thread)."""
     settings = GeneratorSettings(prefix_cache_mb=CACHE_MB, prefix_cache_tenant_share=SHARE)
-    config = dataclasses.replace(GeneratorCore._scheduler_config(settings), calibrate=False, threads=1)
+    config = dataclasses.replace(scheduler_config(settings), calibrate=False, threads=1)
     sched = StepScheduler(tiny_model("llama"), StubTokenizer(), config).start()  # type: ignore[arg-type]
     yield sched
     sched.close()
