@@ -71,8 +71,8 @@ class StepScheduler:
         self.tokenizer = tokenizer
         self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
         self.backend: Backend = make_backend(model, BackendSpec(  # ``kernels``: a caller's twins, for the CPU one
-            cfg.backend, self.threads, kernels, cfg.max_running, cfg.kv_slot_tokens, cfg.exact_numerics,
-            cfg.exact_tile_rows))
+            choice=cfg.backend, threads=self.threads, twins=kernels, slots=cfg.max_running,
+            slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics, tile_rows=cfg.exact_tile_rows))
         self.shape = KVShape.of(model)
         self.device = self.shape.device
         self.eos = eos_ids(model, tokenizer)
