@@ -35,8 +35,8 @@ KERNELS: list[Kernel] = [  # every kernel the engine may build; append a new one
     Kernel(rows.EXTENSION, rows.SOURCE),
     Kernel(gemv.EXTENSION, gemv.SOURCE, gemv.FLAGS),
     Kernel(lean_ops.EXTENSION, lean_ops.SOURCE, lean_ops.FLAGS),
-    *(Kernel(ext, quant_kernel.SOURCE, tuple(flags), tuple(capable))
-      for ext, flags, capable in quant_kernel.BUILDS.values()),  # the block kernel's AVX-512 and AVX2 builds
+    *(Kernel(ext, source, tuple(flags), tuple(capable))
+      for ext, flags, capable, source in quant_kernel.BUILDS.values()),  # the block kernels' builds
 ]
 
 

@@ -32,11 +32,16 @@ from ..cext import CAPABLE, CAPABLE_512, FLAGS, FLAGS_512, build
 
 log = logging.getLogger(__name__)
 
-SOURCE = "qlinear.cpp"  # the kernel (C++, intrinsics, OpenMP), in forward/ beside the other kernels
-BUILDS = {  # build name -> (torch extension name, compiler flags, torch CPU capabilities that may run it)
-    "avx512": ("lookahead_qlinear512", (*FLAGS_512, "-mavx512bw", "-mavx512vl"), CAPABLE_512),
-    "avx2": ("lookahead_qlinear", FLAGS, CAPABLE),
+SOURCE = "qlinear.cpp"  # the fp32 kernel (C++, intrinsics, OpenMP), in forward/ beside the other kernels
+INT8_SOURCE = "qdot.cpp"  # the int8-activation kernel (AVX-512 VNNI), beside it
+BUILDS = {  # build name -> (torch extension name, compiler flags, torch CPU capabilities that may run it, source)
+    "avx512": ("lookahead_qlinear512", (*FLAGS_512, "-mavx512bw", "-mavx512vl"), CAPABLE_512, SOURCE),
+    "avx2": ("lookahead_qlinear", FLAGS, CAPABLE, SOURCE),
+    "vnni512": ("lookahead_qdot512", (*FLAGS_512, "-mavx512bw", "-mavx512vl", "-mavx512vnni"), CAPABLE_512,
+                INT8_SOURCE),
 }
+FLOAT_BUILDS = ("avx512", "avx2")  # builds of the fp32 kernel, the faster that runs here serves
+INT8_BUILD = "vnni512"  # the int8-activation kernel's build
 SELFTEST_TIMEOUT_S = 600.0  # a child's build (first use: a compile) and check, at most
 SELFTEST_SHAPE = (5, 64, 96)  # the child's product: rows, out, in
 PROBE_SHAPE = (4096, 1024)  # the timing probe's weight [out, in]: past the cores' L2, as a model's are
@@ -49,8 +54,8 @@ PASSED, FAULTED = "pass", "fault"  # what a kept verdict says
 
 def extension(name: str) -> ModuleType | None:
     """Build ``name`` of ``BUILDS`` (``cext.build``: compiled once per machine, loaded once per process)."""
-    ext, flags, capable = BUILDS[name]
-    return build(ext, SOURCE, flags, capable)
+    ext, flags, capable, source = BUILDS[name]
+    return build(ext, source, flags, capable)
 
 
 def selftest(name: str) -> int:
@@ -59,6 +64,10 @@ def selftest(name: str) -> int:
     ext = extension(name)
     if ext is None:
         return 2
+    if name == INT8_BUILD:
+        from .qdot import selftest as int8_selftest
+
+        return int8_selftest(ext)
     rows, out, cols = SELFTEST_SHAPE
     gen = np.random.default_rng(0)
     x = gen.standard_normal((rows, cols)).astype(np.float32)
@@ -77,10 +86,10 @@ def selftest(name: str) -> int:
 def verdict_path(name: str) -> Path:
     """Where build ``name``'s self-test verdict on this machine is kept: keyed by the source, the flags, torch
     and the CPU (its model and flags as the kernel reports them), so any change tests again."""
-    ext, flags, _ = BUILDS[name]
+    ext, flags, _, source = BUILDS[name]
     cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else platform.processor()
     described = {line.split(":", 1)[0].strip(): line for line in cpu.splitlines() if ":" in line}
-    parts = [Path(cext.__file__).with_name(SOURCE).read_bytes(), " ".join(flags).encode(), torch.__version__.encode(),
+    parts = [Path(cext.__file__).with_name(source).read_bytes(), " ".join(flags).encode(), torch.__version__.encode(),
              described.get("model name", "").encode(), described.get("flags", "").encode()]
     key = hashlib.sha256(b"\0".join(parts)).hexdigest()[:VERDICT_KEY_CHARS]
     return cache_dir() / VERDICTS / f"{ext}-{key}"
@@ -91,7 +100,7 @@ def runs_here(name: str) -> bool:
     """Whether build ``name`` runs on this CPU: its self-test passes in a child process (a fault there, such as
     an illegal instruction, ends the child, not this process). A pass or a fault is kept on disk
     (``verdict_path``), so later starts on this machine spawn no child; a timeout or a failed check is not."""
-    _, _, capable = BUILDS[name]
+    _, _, capable, _ = BUILDS[name]
     if torch.backends.cpu.get_cpu_capability() not in capable:
         return False
     kept = verdict_path(name)
@@ -124,7 +133,7 @@ def _child_selftest(name: str) -> bool | None:
 def kernel() -> ModuleType | None:
     """The build every quantized product of this process runs: of those that run here, the faster on a
     one-token product (timed once, in the first caller's threads); None where none runs."""
-    found = {name: ext for name in BUILDS if runs_here(name) and (ext := extension(name)) is not None}
+    found = {name: ext for name in FLOAT_BUILDS if runs_here(name) and (ext := extension(name)) is not None}
     if not found:
         return None
     if len(found) == 1:

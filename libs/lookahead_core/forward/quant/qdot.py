@@ -1,0 +1,91 @@
+"""The int8-activation block kernel (``qdot.cpp``): whether it runs here, its self-test, its weights' layout.
+
+``[model] activations = "int8"`` (the default) serves a quantized model's products as llama.cpp does: each x
+row quantized to int8 per block of 32, the weights' integer codes multiplied as integers (AVX-512 VNNI),
+fp32 scales applied per span. It is offered only where its build passes a self-test in a child process
+(``kernel.runs_here``: a CPU may advertise what it cannot run); elsewhere, and for a weight it does not take
+(``tiled.tileable``), the fp32 block kernel (``qlinear.cpp``) serves, with one log line.
+
+Each x row is quantized alone and each output is one lane's fixed chain of operations, so the kernel is as
+width-invariant as the fp32 one: speculation stays token-identical to the same model's one-token decoding.
+The arithmetic is not the fp32 kernel's (x is rounded to 8 bits): bounds in the tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from types import ModuleType
+
+import numpy as np
+import torch
+
+from .blocks import I8, U4, pack_u4
+from .kernel import INT8_BUILD, extension, runs_here
+from .tiled import X_BLOCK, tile_codes, tile_groups
+
+log = logging.getLogger(__name__)
+
+INT8 = "int8"  # x rounded to int8 per block of 32, integer products (qdot.cpp)
+FLOAT32 = "float32"  # each block de-quantized, fp32 products (qlinear.cpp)
+ACTIVATIONS = (INT8, FLOAT32)  # what [model] activations accepts
+SELFTEST_SHAPE = (5, 48, 128)  # the child's product: rows, out (a multiple of 16), in
+Q_STEPS = 127  # int8 steps from 0 to a block's largest |x|
+
+
+def x_error_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The most int8 rounding of ``x`` [M, K] can move x w^T, per output [M, N]: half a step of each x block
+    times the block's sum of |w| (float64), plus fp32 accumulation slack."""
+    rows, cols = x.shape
+    step = np.abs(x.reshape(rows, cols // X_BLOCK, X_BLOCK)).max(axis=2) / Q_STEPS  # [M, K/32]
+    wsum = np.abs(w).reshape(w.shape[0], cols // X_BLOCK, X_BLOCK).sum(axis=2)  # [N, K/32]
+    exact = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    return 0.5 * step @ wsum.T + 1e-5 * (exact + 1.0)
+
+
+def selftest(ext: ModuleType) -> int:
+    """Run the int8 build on small random u4 and i8 products and compare with float64 within the bound of x's
+    rounding (``x_error_bound``); 0 when every output is within it (the child's exit code)."""
+    rows, out, cols = SELFTEST_SHAPE
+    gen = np.random.default_rng(0)
+    x = gen.standard_normal((rows, cols)).astype(np.float32)
+    scales = gen.random((out, cols // 32)).astype(np.float32)
+    offsets = gen.standard_normal((out, cols // 32)).astype(np.float32)
+    for fmt, codes in ((U4, gen.integers(0, 16, (out, cols)).astype(np.uint8)),
+                       (I8, gen.integers(-127, 128, (out, cols)).astype(np.int8))):
+        w = np.repeat(scales, 32, 1).astype(np.float64) * codes + np.repeat(offsets, 32, 1)
+        stored = pack_u4(codes) if fmt == U4 else codes
+        got = ext.qdot(torch.from_numpy(x), torch.from_numpy(tile_codes(fmt, stored, out, cols)),
+                       torch.from_numpy(tile_groups(scales)), torch.from_numpy(tile_groups(offsets)), None, 32,
+                       0 if fmt == U4 else 1).numpy()
+        if not np.all(np.abs(got - x.astype(np.float64) @ w.T) <= x_error_bound(x, w)):
+            return 1
+    return 0
+
+
+@functools.cache
+def int8_kernel() -> ModuleType | None:
+    """The int8-activation build, where its self-test passes on this CPU; else None (logged once)."""
+    ext = extension(INT8_BUILD) if runs_here(INT8_BUILD) else None
+    if ext is None:
+        log.info("int8 activations are not offered on this CPU (no AVX-512 VNNI build runs here): "
+                 "quantized products de-quantize each block to fp32")
+    return ext
+
+
+def tiled_arrays(fmt: str, codes: np.ndarray, scales: np.ndarray,
+                 offsets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A row-major weight's (codes, scales, offsets) in the int8 kernel's tiled layout."""
+    rows = scales.shape[0]
+    cols = codes.shape[1] * (2 if fmt == U4 else 1)
+    return (tile_codes(fmt, codes, rows, cols), tile_groups(scales),
+            None if offsets is None else tile_groups(offsets))
+
+
+def untiled_codes(fmt: str, tiled: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """The row-major codes back (``blocks``' layout): for tests and row selection."""
+    from .tiled import untile_codes
+
+    codes = untile_codes(fmt, tiled, rows, cols)
+    return pack_u4(codes) if fmt == U4 else codes
+
