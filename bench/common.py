@@ -52,6 +52,9 @@ def add_placement_args(p: argparse.ArgumentParser, device: str = "cpu") -> None:
     p.add_argument("--weights", default="float32", choices=("file", "float32", "bfloat16", "int8"),
                    help="what the products run on: file = a GGUF's own quantized blocks (the served default, "
                         "on a CPU), int8 per-channel, or dense (float32: the benchmarks' default)")
+    p.add_argument("--activations", default="int8", choices=("int8", "float32"),
+                   help="what quantized weights multiply: int8 (x per block of 32, integer products, where the "
+                        "AVX-512 VNNI kernel runs) or float32 (each block de-quantized)")
 
 
 def placement(args: argparse.Namespace) -> dict[str, str]:
@@ -62,7 +65,8 @@ def placement(args: argparse.Namespace) -> dict[str, str]:
         import torch  # only once a benchmark runs: --help stays fast
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    return {"device": device, "dtype": args.dtype, "weights": getattr(args, "weights", "float32")}
+    return {"device": device, "dtype": args.dtype, "weights": getattr(args, "weights", "float32"),
+            "activations": getattr(args, "activations", "int8")}
 
 
 def add_model_args(p: argparse.ArgumentParser) -> None:

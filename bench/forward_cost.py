@@ -24,9 +24,10 @@ from lookahead_core.forward.memory import resident
 from lookahead_core.forward.probe import RaggedProbe
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.kv.kvstore import KVShape
+from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.models import load_model
 
-from lookahead_rag.bench.common import MODEL_HELP, print_table
+from lookahead_rag.bench.common import MODEL_HELP, add_placement_args, placement, print_table
 
 TREE_SIZES = (1, 2, 4, 8, 12, 16, 20, 24, 32, 40, 48, 64)  # tokens per verification forward measured
 REPEATS = 7  # timed forwards per kernel and size; the fastest is kept (one untimed round first)
@@ -110,14 +111,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--past", type=int, default=FLOOR_PAST, help="cached entries behind each forward")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", default=None, help="write the report here")
+    add_placement_args(p)
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, _ = load_model(args.model)
-    report = {"model": args.model, "rss_mib_loaded": resident().total / MIB,
+    model, _ = load_model(args.model, **placement(args))
+    report = {"model": args.model, "weights": weight_format(model), "rss_mib_loaded": resident().total / MIB,
               **floor_report(model, args.kernels.split(","), [int(n) for n in args.sizes.split(",")],
                              args.repeats, args.past)}
-    print_floor(args.model, report)
+    print_floor(f"{args.model} ({report['weights']})", report)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)

@@ -154,7 +154,7 @@ class Pipeline:
 
             served = settings.model
             model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device,
-                                                 weights=served.weights)
+                                                 weights=served.weights, activations=served.activations)
         if "retriever" in names:
             await pipeline._add(await build_retriever(settings.retriever, settings.limits, bus, registry, tokenizer,
                                                       served=settings.model),

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from .catalog import converted_dir, gguf_of
 from .defaults import DEFAULT_MODEL
 from .forward.quant.load import BFLOAT16, FILE, FLOAT32, INT8, QUANTIZED, WEIGHTS, quantize_model
+from .forward.quant.qdot import INT8 as ACT_INT8
 from .forward.support import check_supported
 
 log = logging.getLogger(__name__)
@@ -103,15 +104,17 @@ def load_model(
     device: str = "cpu",
     attn_implementation: str = "sdpa",
     weights: str | None = None,
+    activations: str = ACT_INT8,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load (model, tokenizer) in eval mode on ``device``; built-in names are converted once and
     cached. ``dtype`` is a torch dtype or its name ("float32", "bfloat16", "float16"); ``weights``
     (``quant.load.WEIGHTS``; None: dense ``dtype``) what the products run on: "file" serves a GGUF's own
-    blocks on a CPU (``served_weights`` says what a choice becomes), "int8" per-channel int8."""
+    blocks on a CPU (``served_weights`` says what a choice becomes), "int8" per-channel int8; ``activations``
+    what quantized weights multiply (``quant.qdot.ACTIVATIONS``: int8 where the int8 kernel runs, or float32)."""
     served = served_weights(weights, name_or_path, device)
     if served in QUANTIZED:
         model, tok = load_model(name_or_path, torch.float32, device, attn_implementation)
-        return quantize_model(model, gguf_of(name_or_path), served), tok
+        return quantize_model(model, gguf_of(name_or_path), served, activations), tok
     if served == BFLOAT16:
         dtype = torch.bfloat16
     if isinstance(dtype, str):

@@ -18,6 +18,7 @@ from lookahead_rag.services.common.settings import ServiceSettings
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
 Dtype = Literal["float32", "bfloat16", "float16"]
 Weights = Literal["file", "float32", "bfloat16", "int8"]  # lookahead_core.forward.quant.load.WEIGHTS
+Activations = Literal["int8", "float32"]  # lookahead_core.forward.quant.qdot.ACTIVATIONS
 
 
 class ModelSettings(ServiceSettings):
@@ -34,6 +35,10 @@ class ModelSettings(ServiceSettings):
     # what the products run on: file = a GGUF's own blocks on a CPU (the block kernel), else dense as dtype says
     weights: Weights = Field("file", description="file (a GGUF's own quantized blocks, on a CPU), float32, "
                              "bfloat16 or int8 (per-channel, from any source)")
+    # what quantized weights multiply: int8 = x rounded per block of 32, integer products (as llama.cpp), where
+    # this CPU runs the AVX-512 VNNI kernel (else float32, one log line); float32 = each block de-quantized
+    activations: Activations = Field("int8", description="quantized weights times: int8 (x per block of 32, "
+                                     "integer products, AVX-512 VNNI where it runs) or float32")
     # auto: of the free memory, the most the model's working set may take
     auto_memory_share: float = Field(0.5, gt=0, le=1, description="auto: share of free memory the model may take")
     # auto: activations, the KV pool and the conversion on top of the weights' bytes

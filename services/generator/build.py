@@ -71,7 +71,7 @@ async def build_generator(settings: GeneratorSettings, limits: RequestLimits, bu
     """Load the served model (unless given) and start the engine's step scheduler."""
     if model is None or tokenizer is None:
         model, tokenizer = await asyncio.to_thread(load_model, served.name, served.dtype, served.device,
-                                                 weights=served.weights)
+                                                 weights=served.weights, activations=served.activations)
     if retriever is not None:
         await check_same_model(retriever, served.name, tokenizer_id(tokenizer), settings.retrieve_timeout_s)
     draft = await load_draft_model(settings.draft_model, served, tokenizer) if settings.draft_model else None

@@ -47,7 +47,7 @@ class QuantGroup:
 def _joinable(weights: Sequence[QuantWeight]) -> bool:
     first = weights[0]
     return all(w.fmt == first.fmt and w.group == first.group and (w.offsets is None) == (first.offsets is None)
-               and w.shape[1] == first.shape[1] for w in weights)
+               and w.shape[1] == first.shape[1] and w.tiled == first.tiled for w in weights)
 
 
 GROUP_ATTR = "lookahead_group"  # the attention's / MLP's joined QuantGroup (q/k/v, gate/up), set by join_layers
@@ -74,14 +74,14 @@ def join(owner: nn.Module, members: Sequence[QuantLinear]) -> QuantGroup:
     codes = torch.cat([w.codes for w in weights])
     scales = torch.cat([w.scales for w in weights])
     offsets = None if first.offsets is None else torch.cat([w.offsets for w in weights])  # type: ignore[misc]
-    joined = QuantWeight(first.fmt, first.group, codes, scales, offsets, "+".join(sorted({w.source for w in weights})))
+    joined = QuantWeight(first.fmt, first.group, codes, scales, offsets, "+".join(sorted({w.source for w in weights})),
+                         first.tiled)
     for name in ("codes", "scales", "offsets"):
         owner.register_buffer(f"joined_{name}", getattr(joined, name), persistent=False)
     lo = 0
     for member, weight in zip(members, weights, strict=True):
         hi = lo + weight.shape[0]
-        member.use(replace(weight, codes=codes[lo:hi], scales=scales[lo:hi],
-                           offsets=None if offsets is None else offsets[lo:hi]))
+        member.use(replace(joined.slice_rows(lo, hi), source=weight.source))  # views of the joined storage
         lo = hi
     group = QuantGroup((joined,), bias)
     setattr(owner, GROUP_ATTR, group)

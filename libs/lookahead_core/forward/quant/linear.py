@@ -12,7 +12,7 @@ that share its forward (``qlinear.cpp``), so a tree row's logits are its one-tok
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import numpy as np
@@ -21,6 +21,8 @@ from torch import nn
 
 from .blocks import Packed
 from .kernel import FMT, kernel
+from .qdot import int8_kernel, tiled_arrays
+from .tiled import LANES, tileable
 
 
 class NoBlockKernel(RuntimeError):
@@ -36,16 +38,26 @@ def block_kernel() -> ModuleType:
     return ext
 
 
+def tiled_kernel() -> ModuleType:
+    """The int8-activation kernel (``qdot.int8_kernel``); a tiled weight exists only where it runs."""
+    ext = int8_kernel()
+    if ext is None:
+        raise NoBlockKernel("no build of the int8-activation kernel runs on this CPU: serve [model] activations = "
+                            "\"float32\"")
+    return ext
+
+
 @dataclass(frozen=True)
 class QuantWeight:
     """One weight [out, in] as affine groups, in tensors the kernel reads."""
 
     fmt: str  # blocks.U4, I8 or F32
     group: int  # elements a scale covers
-    codes: torch.Tensor  # uint8 [out, in / 2] (u4), int8 [out, in] (i8), float32 [out, in] (f32)
-    scales: torch.Tensor  # float32 [out, in / group]
+    codes: torch.Tensor  # uint8 [out, in / 2] (u4), int8 [out, in] (i8), float32 [out, in]; tiled: uint8 [out / 16, -1]
+    scales: torch.Tensor  # float32 [out, in / group]; tiled: [out / 16, in / group, 16]
     offsets: torch.Tensor | None  # float32 [out, in / group], or None: every offset is 0
     source: str  # the file's block type, e.g. "Q4_1"
+    tiled: bool = False  # codes, scales, offsets in the int8 kernel's layout (tiled.py), served by qdot.cpp
 
     @classmethod
     def of(cls, packed: Packed) -> QuantWeight:
@@ -58,20 +70,52 @@ class QuantWeight:
 
     @property
     def shape(self) -> tuple[int, int]:
+        if self.tiled:  # scales [out / 16, in / group, 16]
+            return int(self.scales.shape[0] * LANES), int(self.scales.shape[1] * self.group)
         return int(self.scales.shape[0]), int(self.scales.shape[1] * self.group)
 
+    @property
+    def row_unit(self) -> int:
+        """Rows of the weight one step along dim 0 of its tensors holds (a tile's 16 when tiled)."""
+        return LANES if self.tiled else 1
+
+    def slice_rows(self, lo: int, hi: int) -> QuantWeight:
+        """Rows [lo, hi) as views of this weight's storage (multiples of ``row_unit``)."""
+        unit = self.row_unit
+        if lo % unit or hi % unit:
+            raise ValueError(f"rows [{lo}, {hi}) of a weight tiled by {unit}")
+        a, b = lo // unit, hi // unit
+        return replace(self, codes=self.codes[a:b], scales=self.scales[a:b],
+                       offsets=None if self.offsets is None else self.offsets[a:b])
+
+    def for_int8(self) -> QuantWeight:
+        """This weight in the int8 kernel's tiled layout, where it takes it (``tiled.tileable``); else itself."""
+        rows, cols = self.shape
+        if self.tiled or not tileable(self.fmt, self.group, rows, cols):
+            return self
+        codes, scales, offsets = tiled_arrays(self.fmt, self.codes.numpy(), self.scales.numpy(),
+                                              None if self.offsets is None else self.offsets.numpy())
+        tiles = torch.from_numpy(codes).view(rows // LANES, -1)  # [out / 16, a tile's bytes]: dim 0 is a tile
+        return replace(self, codes=tiles, scales=torch.from_numpy(scales),
+                       offsets=None if offsets is None else torch.from_numpy(offsets), tiled=True)
+
     def rows(self, sel: torch.Tensor) -> QuantWeight:
-        """The weight's rows ``sel`` [n] (a permutation or a subset) as a new weight."""
+        """The weight's rows ``sel`` [n] (a permutation or a subset) as a new weight (row-major only)."""
+        if self.tiled:
+            raise ValueError("rows of a tiled weight: select rows before tiling")
         return QuantWeight(self.fmt, self.group, self.codes[sel].contiguous(), self.scales[sel].contiguous(),
                            None if self.offsets is None else self.offsets[sel].contiguous(), self.source)
 
     def product(self, x: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x W^T + b: [..., in] fp32 -> [..., out] (width-invariant)."""
+        if self.tiled:
+            return tiled_kernel().qdot(x, self.codes, self.scales, self.offsets, bias, self.group, FMT[self.fmt])
         return block_kernel().qlinear(x, self.codes, self.scales, self.offsets, bias, self.group, FMT[self.fmt])
 
     def lookup(self, ids: torch.Tensor) -> torch.Tensor:
         """Rows ``ids`` (any shape) de-quantized: [*ids.shape, in]."""
-        out = block_kernel().dequant_rows(ids, self.codes, self.scales, self.offsets, self.shape[1], self.group,
+        ext = tiled_kernel() if self.tiled else block_kernel()
+        out = ext.dequant_rows(ids, self.codes, self.scales, self.offsets, self.shape[1], self.group,
                                           FMT[self.fmt])
         return out.view(*ids.shape, self.shape[1])
 

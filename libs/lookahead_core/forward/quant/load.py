@@ -32,6 +32,8 @@ from ..memory import release_freed
 from .blocks import NotWholeBlocks, Packed, UnsupportedBlocks, dequantized, pack, quantize_int8
 from .lean import join_layers
 from .linear import QuantEmbedding, QuantLinear, QuantWeight, block_kernel
+from .qdot import ACTIVATIONS, int8_kernel
+from .qdot import INT8 as INT8_X
 
 log = logging.getLogger(__name__)
 
@@ -155,11 +157,15 @@ def _int8_weights(model: nn.Module) -> dict[str, QuantWeight]:
     return out
 
 
-def quantize_model(model: nn.Module, gguf: Path | None, weights: str) -> nn.Module:
+def quantize_model(model: nn.Module, gguf: Path | None, weights: str, activations: str = INT8_X) -> nn.Module:
     """``model`` (a converted fp32 CPU model) with its Linear layers and embedding on the block kernel, in place.
 
-    ``weights``: FILE (the GGUF ``gguf``'s own blocks) or INT8. BadModelFile where the file cannot be read or
-    its blocks do not match the model; linear.NoBlockKernel where no build of the kernel runs here."""
+    ``weights``: FILE (the GGUF ``gguf``'s own blocks) or INT8. ``activations``: ``qdot.ACTIVATIONS`` (int8:
+    the int8-activation kernel where it runs here, else fp32 with one log line). BadModelFile where the file
+    cannot be read or its blocks do not match the model; linear.NoBlockKernel where no build of the kernel runs
+    here."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations must be one of {', '.join(ACTIVATIONS)}; got {activations!r}")
     if weights not in QUANTIZED:
         raise ValueError(f"quantize_model serves {QUANTIZED}, not {weights!r}")
     block_kernel()  # before any work: refused in one line where no build runs here
@@ -169,19 +175,25 @@ def quantize_model(model: nn.Module, gguf: Path | None, weights: str) -> nn.Modu
         found = _file_weights(model, gguf)
     else:
         found = _int8_weights(model)
-    return install(model, found, check=weights == FILE)
+    return install(model, found, check=weights == FILE, activations=activations)
 
 
-def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True) -> nn.Module:
+def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
+            activations: str = INT8_X) -> nn.Module:
     """Swap each module path of ``found`` for its block-kernel layer, mark the model's config with the formats
     served, free the fp32 weights. ``check``: each weight must match the module's own on a sample of rows (a
-    file's blocks against their conversion; int8, lossy by design, is not checked)."""
+    file's blocks against their conversion; int8, lossy by design, is not checked). ``activations`` int8: each
+    weight the int8 kernel takes is tiled for it (once: a tied weight stays one copy), where it runs here."""
     sources: Counter[str] = Counter()
+    int8 = activations == INT8_X and int8_kernel() is not None
+    tiled: dict[int, QuantWeight] = {}  # id of a found weight -> its tiled form
     for path, weight in found.items():
         parent, name = _module(model, path)
         old = getattr(parent, name)
         if check and isinstance(old, nn.Linear | nn.Embedding):
             _checked(weight, old.weight, path)
+        if int8:
+            weight = tiled.setdefault(id(weight), weight.for_int8())
         if isinstance(old, nn.Linear):
             new: nn.Module = QuantLinear(weight, old.bias)
         elif isinstance(old, nn.Embedding):
@@ -193,7 +205,8 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True)
     left = [p for p, m in model.named_modules() if type(m) is nn.Linear]
     if left:
         raise BadModelFile(f"the file holds no weight for {left[0]} (and {len(left) - 1} more)")
-    model.config.lookahead_weights = "+".join(s for s, _ in sources.most_common())  # e.g. "Q4_1+Q8_0"
+    served = "+".join(s for s, _ in sources.most_common())  # e.g. "Q4_1+Q8_0"
+    model.config.lookahead_weights = f"{served} x int8" if int8 else served  # "x int8": int8 activations
     join_layers(model)  # q/k/v and gate/up as one product each, held once (the lean loop's groups)
     gc.collect()
     release_freed()  # the fp32 weights go back to the system
