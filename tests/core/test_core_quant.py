@@ -125,8 +125,9 @@ def test_a_rows_output_is_the_same_bits_in_any_forward() -> None:
     assert torch.equal(layer(x[40:52]), alone[40:52])  # a row need not be first in its forward
 
 
-def quantized_tiny(family: str, qtype: GGMLQuantizationType) -> nn.Module:
-    """A tiny model whose every Linear and embedding run ``qtype`` blocks of its own weights."""
+def quantized_tiny(family: str, qtype: GGMLQuantizationType, activations: str = "float32") -> nn.Module:
+    """A tiny model whose every Linear and embedding run ``qtype`` blocks of its own weights (fp32 products by
+    default: ``test_core_qdot`` passes int8)."""
     model = copy.deepcopy(tiny_model(family))
     found = {}
     for path, module in model.named_modules():
@@ -136,7 +137,21 @@ def quantized_tiny(family: str, qtype: GGMLQuantizationType) -> nn.Module:
             packed = pack(raw, qtype, *w.shape)
             module.weight.data = torch.from_numpy(dequantize(raw, qtype).reshape(w.shape).astype(np.float32))
             found[path] = QuantWeight.of(packed)
-    return install(model, found)
+    return install(model, found, activations=activations)
+
+
+def assert_modes_decode_as_one_token(model: nn.Module, seed: int) -> None:
+    """Every lossless draft mode gives ``model``'s own one-token decoding, token for token."""
+    import random
+
+    tok = StubTokenizer()
+    rng = random.Random(seed)
+    prompts = [random_prompt(rng) + random_prompt(rng)[:6] * 3 for _ in range(3)]  # repeats give the trie drafts
+    plain = LookaheadDecoder(model, tok, DecodingConfig(mode=DraftMode.NONE, max_new_tokens=24))
+    want = [plain.generate(p).output_ids for p in prompts]
+    for mode in (DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA, DraftMode.JACOBI):
+        dec = LookaheadDecoder(model, tok, DecodingConfig(mode=mode, max_new_tokens=24))
+        assert [dec.generate(p).output_ids for p in prompts] == want, mode
 
 
 @needs_kernel
@@ -165,17 +180,7 @@ def test_joined_groups_hold_the_members_weights_once() -> None:
 def test_quantized_models_decode_every_mode_as_their_one_token_decoding(family: str,
                                                                          qtype: GGMLQuantizationType) -> None:
     # every lossless draft mode gives the engine's own one-token decoding of the same weights, token for token
-    model = quantized_tiny(family, qtype)
-    tok = StubTokenizer()
-    import random
-
-    rng = random.Random(5)
-    prompts = [random_prompt(rng) + random_prompt(rng)[:6] * 3 for _ in range(3)]  # repeats give the trie drafts
-    plain = LookaheadDecoder(model, tok, DecodingConfig(mode=DraftMode.NONE, max_new_tokens=24))
-    want = [plain.generate(p).output_ids for p in prompts]
-    for mode in (DraftMode.HIERARCHICAL, DraftMode.PARALLEL, DraftMode.LLMA, DraftMode.JACOBI):
-        dec = LookaheadDecoder(model, tok, DecodingConfig(mode=mode, max_new_tokens=24))
-        assert [dec.generate(p).output_ids for p in prompts] == want, mode
+    assert_modes_decode_as_one_token(quantized_tiny(family, qtype), seed=5)
 
 
 def _avx2_capable() -> bool:
