@@ -157,3 +157,20 @@ def test_an_unknown_activation_format_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="int8, float32") as err:
         load.quantize_model(copy.deepcopy(tiny_model("llama")), None, "int8", activations="fp8")
     assert "\n" not in str(err.value)
+
+
+@needs_int8
+@pytest.mark.parametrize("qtype", [T.Q4_1, T.Q6_K, T.Q8_0], ids=lambda q: q.name)
+def test_amx_tiles_give_the_vnni_paths_bits(qtype: GGMLQuantizationType) -> None:
+    # 37 rows: two whole AMX tiles and a tail; with AMX off every row runs on VNNI; the same bits either way
+    ext = int8_kernel()
+    was = ext.amx_rows(0)
+    if was == 0:
+        pytest.skip("the int8 build serving here has no AMX path (or AMX does not run on this CPU)")
+    layer = QuantLinear(tiled_weight(qtype, 32, 512, seed=7), bias=torch.randn(32))
+    x = torch.randn(37, 512)
+    try:
+        vnni = layer(x)
+    finally:
+        ext.amx_rows(was)
+    assert torch.equal(layer(x), vnni)

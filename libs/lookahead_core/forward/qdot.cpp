@@ -13,6 +13,10 @@
 //       corrected by -128 * sum(q) of the span, an exact integer, before it is converted);
 //   scales and offsets: [N/16, K/G, 16] fp32.
 //
+// Built with AMX-INT8 (-mamx-int8: the "amx512" build), a product of several rows runs each span's integer
+// sums on AMX tiles (tdpbsud: 16 x rows by 16 outputs by one span) and the same fp32 chain after them; the
+// sums are integers, so they and every output are the VNNI path's bit for bit, whichever path a width takes.
+//
 // Width-invariant by construction: x rows are quantized one by one; y[r, n] is one lane of one thread, the
 // same integer sums and the same fp32 fma chain over spans in order whatever M is, whichever rows share
 // the call and however many threads run it; the bias is added last. So a tree row's logits are its one-token
@@ -20,6 +24,8 @@
 #include <torch/extension.h>
 #include <immintrin.h>
 #include <omp.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,6 +57,17 @@ struct XQ {
   std::vector<int32_t> neg;   // [M, K / span]: -128 * sum(q) over each span
   std::vector<float> sums;    // [M, K / G]: sum over each group's spans of dx * sum(q), in order
 };
+
+#if defined(__AMX_INT8__)
+constexpr int kAmxRows = 16;               // x rows an A tile holds
+constexpr int kAmxSpans = 2;               // spans whose tile products are in flight at once
+constexpr long kArchReqXcompPerm = 0x1023;  // arch_prctl: ask the kernel for a state component
+constexpr long kXtileData = 18;            // the AMX tile data state component
+int64_t g_amx_rows = kAmxRows;              // products of at least this many rows run on AMX (0: never)
+#else
+constexpr int kAmxRows = 1;  // no AMX in this build
+int64_t g_amx_rows = 0;
+#endif
 
 inline int32_t hsum_i(__m512i v) { return _mm512_reduce_add_epi32(v); }  // integers: any order is exact
 
@@ -136,33 +153,150 @@ void tile(const Weights& w, const XQ& xq, int64_t t, int64_t r0, float* y, const
   for (int r = 0; r < TM; ++r) _mm512_storeu_ps(y + (r0 + r) * w.N + t * kLanes, _mm512_add_ps(acc[r], b));
 }
 
+// Rows [r, M) of weight tile t on VNNI: passes of kTileM rows, then the remainder.
+template <int FMT, int SPAN, bool OFF>
+void vnni_rows(const Weights& w, const XQ& xq, int64_t t, int64_t r, int64_t M, float* y, const float* bias) {
+  for (; r + kTileM <= M; r += kTileM) tile<FMT, SPAN, OFF, kTileM>(w, xq, t, r, y, bias);
+  switch (M - r) {
+    case 7: tile<FMT, SPAN, OFF, 7>(w, xq, t, r, y, bias); break;
+    case 6: tile<FMT, SPAN, OFF, 6>(w, xq, t, r, y, bias); break;
+    case 5: tile<FMT, SPAN, OFF, 5>(w, xq, t, r, y, bias); break;
+    case 4: tile<FMT, SPAN, OFF, 4>(w, xq, t, r, y, bias); break;
+    case 3: tile<FMT, SPAN, OFF, 3>(w, xq, t, r, y, bias); break;
+    case 2: tile<FMT, SPAN, OFF, 2>(w, xq, t, r, y, bias); break;
+    case 1: tile<FMT, SPAN, OFF, 1>(w, xq, t, r, y, bias); break;
+    default: break;
+  }
+}
+
 template <int FMT, int SPAN, bool OFF>
 void product(const Weights& w, const XQ& xq, int64_t M, float* y, const float* bias) {
   const int64_t tiles = w.N / kLanes;
 #pragma omp parallel for schedule(static) if (tiles > 1)
-  for (int64_t t = 0; t < tiles; ++t) {
-    int64_t r = 0;
-    for (; r + kTileM <= M; r += kTileM) tile<FMT, SPAN, OFF, kTileM>(w, xq, t, r, y, bias);
-    switch (M - r) {
-      case 7: tile<FMT, SPAN, OFF, 7>(w, xq, t, r, y, bias); break;
-      case 6: tile<FMT, SPAN, OFF, 6>(w, xq, t, r, y, bias); break;
-      case 5: tile<FMT, SPAN, OFF, 5>(w, xq, t, r, y, bias); break;
-      case 4: tile<FMT, SPAN, OFF, 4>(w, xq, t, r, y, bias); break;
-      case 3: tile<FMT, SPAN, OFF, 3>(w, xq, t, r, y, bias); break;
-      case 2: tile<FMT, SPAN, OFF, 2>(w, xq, t, r, y, bias); break;
-      case 1: tile<FMT, SPAN, OFF, 1>(w, xq, t, r, y, bias); break;
-      default: break;
-    }
+  for (int64_t t = 0; t < tiles; ++t) vnni_rows<FMT, SPAN, OFF>(w, xq, t, 0, M, y, bias);
+}
+
+#if defined(__AMX_INT8__)
+bool amx_permitted() {  // once a process: Linux hands out AMX state only on request
+  static const bool ok = syscall(SYS_arch_prctl, kArchReqXcompPerm, kXtileData) == 0;
+  return ok;
+}
+
+struct TileConfig {  // ldtilecfg's 64-byte operand, palette 1
+  uint8_t palette, start_row, reserved[14];
+  uint16_t colsb[16];
+  uint8_t rows[16];
+};
+
+// per span in flight: C, 16 x rows by 16 int32 sums; A, 16 x rows by SPAN q bytes; B, SPAN / 4 rows of 64
+// code bytes (16 outputs by 4 k: the tiled layout's own rows)
+template <int SPAN>
+void configure() {
+  TileConfig c{};
+  c.palette = 1;
+  for (int i = 0; i < kAmxSpans; ++i) {  // tiles i, i + 2, i + 4: C, A and B of the i-th span in flight
+    c.rows[i] = kAmxRows, c.colsb[i] = kLanes * sizeof(int32_t);
+    c.rows[i + kAmxSpans] = kAmxRows, c.colsb[i + kAmxSpans] = SPAN;
+    c.rows[i + 2 * kAmxSpans] = SPAN / 4, c.colsb[i + 2 * kAmxSpans] = 64;
+  }
+  _tile_loadconfig(&c);
+}
+
+// Span s's integer sums into C tile i (i < kAmxSpans; tile numbers are immediates, hence the branches).
+template <int FMT, int SPAN>
+inline void sums_of(const Weights& w, const XQ& xq, int64_t t, int64_t r0, int64_t s, int i, uint8_t* unpacked) {
+  const int64_t K = w.K;
+  const uint8_t* b = w.codes + (t * (K / 4) + s * (SPAN / 4)) * 64;
+  if constexpr (FMT == kU4) {
+    __m512i cv[SPAN / 4];
+    span_codes<FMT, SPAN>(w, t, s, cv);
+    for (int j = 0; j < SPAN / 4; ++j) _mm512_store_si512(unpacked + 64 * j, cv[j]);
+    b = unpacked;
+  }
+  const int8_t* a = xq.q.data() + r0 * K + s * SPAN;
+  if (i == 0) {
+    _tile_zero(0);
+    _tile_loadd(2, a, K);
+    _tile_loadd(4, b, 64);
+    _tile_dpbsud(0, 2, 4);
+  } else {
+    _tile_zero(1);
+    _tile_loadd(3, a, K);
+    _tile_loadd(5, b, 64);
+    _tile_dpbsud(1, 3, 5);
   }
 }
 
+// Weight tile t by the 16 x rows from r0: each span's sums from one tdpbsud, then the fp32 chain of tile<>
+// above, row by row.
+template <int FMT, int SPAN, bool OFF>
+void amx_tile(const Weights& w, const XQ& xq, int64_t t, int64_t r0, float* y, const float* bias) {
+  const int64_t K = w.K, groups = K / w.G, per_group = w.G / SPAN;
+  alignas(64) int32_t sums_all[kAmxSpans][kAmxRows * kLanes];
+  alignas(64) uint8_t unpacked[kAmxSpans][SPAN / 4 * 64];
+  __m512 acc[kAmxRows];
+  for (int r = 0; r < kAmxRows; ++r) acc[r] = _mm512_setzero_ps();
+  const int64_t spans = K / SPAN;
+  for (int64_t s0 = 0; s0 < spans; s0 += kAmxSpans) {
+    const int in_flight = static_cast<int>(std::min<int64_t>(kAmxSpans, spans - s0));
+    for (int i = 0; i < in_flight; ++i) sums_of<FMT, SPAN>(w, xq, t, r0, s0 + i, i, unpacked[i]);
+    for (int i = 0; i < in_flight; ++i) {
+      const int64_t s = s0 + i, g = s / per_group;
+      const int32_t* sums = sums_all[i];
+      if (i == 0) _tile_stored(0, sums_all[0], kLanes * sizeof(int32_t));
+      else _tile_stored(1, sums_all[1], kLanes * sizeof(int32_t));
+      const __m512 ws = _mm512_loadu_ps(w.scales + (t * groups + g) * kLanes);
+      for (int r = 0; r < kAmxRows; ++r) {
+        const int64_t row = r0 + r;
+        __m512i ia = _mm512_load_si512(sums + r * kLanes);
+        if (FMT == kI8) ia = _mm512_add_epi32(ia, _mm512_set1_epi32(xq.neg[row * (K / SPAN) + s]));
+        const __m512 dx = _mm512_set1_ps(xq.d[row * (K / kXBlock) + s * SPAN / kXBlock]);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ia), _mm512_mul_ps(ws, dx), acc[r]);
+      }
+      if (OFF && (s + 1) % per_group == 0) {
+        const __m512 ov = _mm512_loadu_ps(w.offsets + (t * groups + g) * kLanes);
+        for (int r = 0; r < kAmxRows; ++r)
+          acc[r] = _mm512_fmadd_ps(ov, _mm512_set1_ps(xq.sums[(r0 + r) * groups + g]), acc[r]);
+      }
+    }
+  }
+  const __m512 bv = bias ? _mm512_loadu_ps(bias + t * kLanes) : _mm512_setzero_ps();
+  for (int r = 0; r < kAmxRows; ++r)
+    _mm512_storeu_ps(y + (r0 + r) * w.N + t * kLanes, _mm512_add_ps(acc[r], bv));
+}
+
+template <int FMT, int SPAN, bool OFF>
+void amx_product(const Weights& w, const XQ& xq, int64_t M, float* y, const float* bias) {
+  const int64_t tiles = w.N / kLanes;
+#pragma omp parallel if (tiles > 1)
+  {
+    configure<SPAN>();
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < tiles; ++t) {  // whole A tiles on AMX, the rows after them on VNNI (the same bits)
+      int64_t r0 = 0;
+      for (; r0 + kAmxRows <= M; r0 += kAmxRows) amx_tile<FMT, SPAN, OFF>(w, xq, t, r0, y, bias);
+      vnni_rows<FMT, SPAN, OFF>(w, xq, t, r0, M, y, bias);
+    }
+    _tile_release();
+  }
+}
+
+bool use_amx(int64_t M) { return g_amx_rows > 0 && M >= std::max<int64_t>(g_amx_rows, kAmxRows) && amx_permitted(); }
+#else
+template <int FMT, int SPAN, bool OFF> void amx_product(const Weights&, const XQ&, int64_t, float*, const float*) {}
+bool use_amx(int64_t) { return false; }
+#endif
+
 template <int FMT, int SPAN>
 void with_offsets(const Weights& w, const XQ& xq, int64_t M, float* y, const float* bias) {
-  w.offsets ? product<FMT, SPAN, true>(w, xq, M, y, bias) : product<FMT, SPAN, false>(w, xq, M, y, bias);
+  if (use_amx(M)) {
+    w.offsets ? amx_product<FMT, SPAN, true>(w, xq, M, y, bias) : amx_product<FMT, SPAN, false>(w, xq, M, y, bias);
+  } else {
+    w.offsets ? product<FMT, SPAN, true>(w, xq, M, y, bias) : product<FMT, SPAN, false>(w, xq, M, y, bias);
+  }
 }
 
 int64_t span_of(int64_t G) { return std::min<int64_t>(G, kXBlock); }
-
 Weights weights_of(const torch::Tensor& codes, const torch::Tensor& scales, const c10::optional<torch::Tensor>& offsets,
                    int64_t K, int64_t G, int64_t fmt) {
   TORCH_CHECK(fmt == kU4 || fmt == kI8, "qdot: unknown code format ", fmt);
@@ -248,8 +382,19 @@ torch::Tensor dequant_rows(const torch::Tensor& ids, const torch::Tensor& codes,
 
 int64_t lanes() { return kLanes; }
 
+// Products of at least ``rows`` x rows run on AMX tiles from now on (0: never); the previous setting. A
+// build without AMX keeps 0. Either path gives the same bits: this moves only the cost.
+int64_t amx_rows(int64_t rows) {
+  const int64_t was = g_amx_rows;
+#if defined(__AMX_INT8__)
+  g_amx_rows = rows;
+#endif
+  return was;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("qdot", &qdot, "x W^T + b, x as int8 blocks times the codes as integers (width-invariant)");
   m.def("dequant_rows", &dequant_rows, "rows of the de-quantized tiled weight");
   m.def("lanes", &lanes, "output rows a weight tile holds");
+  m.def("amx_rows", &amx_rows, "products of at least this many rows run on AMX (0: never); returns the last");
 }

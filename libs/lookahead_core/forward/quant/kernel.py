@@ -34,14 +34,16 @@ log = logging.getLogger(__name__)
 
 SOURCE = "qlinear.cpp"  # the fp32 kernel (C++, intrinsics, OpenMP), in forward/ beside the other kernels
 INT8_SOURCE = "qdot.cpp"  # the int8-activation kernel (AVX-512 VNNI), beside it
+VNNI_FLAGS = (*FLAGS_512, "-mavx512bw", "-mavx512vl", "-mavx512vnni")  # the int8 kernel's intrinsics
 BUILDS = {  # build name -> (torch extension name, compiler flags, torch CPU capabilities that may run it, source)
     "avx512": ("lookahead_qlinear512", (*FLAGS_512, "-mavx512bw", "-mavx512vl"), CAPABLE_512, SOURCE),
     "avx2": ("lookahead_qlinear", FLAGS, CAPABLE, SOURCE),
-    "vnni512": ("lookahead_qdot512", (*FLAGS_512, "-mavx512bw", "-mavx512vl", "-mavx512vnni"), CAPABLE_512,
-                INT8_SOURCE),
+    "vnni512": ("lookahead_qdot512", VNNI_FLAGS, CAPABLE_512, INT8_SOURCE),
+    "amx512": ("lookahead_qdot_amx", (*VNNI_FLAGS, "-mamx-tile", "-mamx-int8"), CAPABLE_512, INT8_SOURCE),
 }
 FLOAT_BUILDS = ("avx512", "avx2")  # builds of the fp32 kernel, the faster that runs here serves
-INT8_BUILD = "vnni512"  # the int8-activation kernel's build
+INT8_BUILDS = ("amx512", "vnni512")  # builds of the int8-activation kernel, the first that runs here serves
+# (the same bits either way: AMX only moves the cost of several rows)
 SELFTEST_TIMEOUT_S = 600.0  # a child's build (first use: a compile) and check, at most
 SELFTEST_SHAPE = (5, 64, 96)  # the child's product: rows, out, in
 PROBE_SHAPE = (4096, 1024)  # the timing probe's weight [out, in]: past the cores' L2, as a model's are
@@ -64,7 +66,7 @@ def selftest(name: str) -> int:
     ext = extension(name)
     if ext is None:
         return 2
-    if name == INT8_BUILD:
+    if name in INT8_BUILDS:
         from .qdot import selftest as int8_selftest
 
         return int8_selftest(ext)

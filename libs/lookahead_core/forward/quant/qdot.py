@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from .blocks import I8, U4, pack_u4
-from .kernel import INT8_BUILD, extension, runs_here
+from .kernel import INT8_BUILDS, extension, runs_here
 from .tiled import X_BLOCK, tile_codes, tile_groups
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 INT8 = "int8"  # x rounded to int8 per block of 32, integer products (qdot.cpp)
 FLOAT32 = "float32"  # each block de-quantized, fp32 products (qlinear.cpp)
 ACTIVATIONS = (INT8, FLOAT32)  # what [model] activations accepts
-SELFTEST_SHAPE = (5, 48, 128)  # the child's product: rows, out (a multiple of 16), in
+SELFTEST_SHAPE = (21, 48, 128)  # the child's product: rows (a whole AMX tile and a tail), out (16s), in
 Q_STEPS = 127  # int8 steps from 0 to a block's largest |x|
 
 
@@ -55,19 +55,25 @@ def selftest(ext: ModuleType) -> int:
                        (I8, gen.integers(-127, 128, (out, cols)).astype(np.int8))):
         w = np.repeat(scales, 32, 1).astype(np.float64) * codes + np.repeat(offsets, 32, 1)
         stored = pack_u4(codes) if fmt == U4 else codes
-        got = ext.qdot(torch.from_numpy(x), torch.from_numpy(tile_codes(fmt, stored, out, cols)),
-                       torch.from_numpy(tile_groups(scales)), torch.from_numpy(tile_groups(offsets)), None, 32,
-                       0 if fmt == U4 else 1).numpy()
+        args = (torch.from_numpy(tile_codes(fmt, stored, out, cols)), torch.from_numpy(tile_groups(scales)),
+                torch.from_numpy(tile_groups(offsets)), None, 32, 0 if fmt == U4 else 1)
+        got = ext.qdot(torch.from_numpy(x), *args).numpy()
         if not np.all(np.abs(got - x.astype(np.float64) @ w.T) <= x_error_bound(x, w)):
+            return 1
+        alone = [ext.qdot(torch.from_numpy(x[r : r + 1]), *args).numpy() for r in range(rows)]
+        if not np.array_equal(np.concatenate(alone), got):  # a row alone (the VNNI path) = in the batch (AMX)
             return 1
     return 0
 
 
 @functools.cache
 def int8_kernel() -> ModuleType | None:
-    """The int8-activation build, where its self-test passes on this CPU; else None (logged once)."""
-    ext = extension(INT8_BUILD) if runs_here(INT8_BUILD) else None
-    if ext is None:
+    """The int8-activation build that serves here: the AMX one where its self-test passes on this CPU (a CPU
+    may advertise AMX and fault on it), else the VNNI one; None where neither runs (logged once)."""
+    ext = next((extension(name) for name in INT8_BUILDS if runs_here(name)), None)
+    if ext is not None:
+        log.info("int8 activations: %s", ext.__name__)
+    else:
         log.info("int8 activations are not offered on this CPU (no AVX-512 VNNI build runs here): "
                  "quantized products de-quantize each block to fp32")
     return ext
