@@ -22,9 +22,9 @@ from lookahead_core.forward.bandwidth import floor_seconds, kv_bytes_per_entry, 
 from lookahead_core.forward.kernels import SHARING, CostCurve, KernelSet
 from lookahead_core.forward.memory import resident
 from lookahead_core.forward.probe import RaggedProbe
+from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from lookahead_core.kv.kvstore import KVShape
-from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.models import load_model
 
 from lookahead_rag.bench.common import MODEL_HELP, add_placement_args, placement, print_table
