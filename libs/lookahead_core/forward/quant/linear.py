@@ -29,22 +29,22 @@ class NoBlockKernel(RuntimeError):
     """No build of the block kernel runs on this CPU (said in one line)."""
 
 
+def _offered(ext: ModuleType | None, refusal: str) -> ModuleType:
+    if ext is None:
+        raise NoBlockKernel(refusal)
+    return ext
+
+
 def block_kernel() -> ModuleType:
     """The block kernel this process runs (``kernel.kernel``), or NoBlockKernel."""
-    ext = kernel()
-    if ext is None:
-        raise NoBlockKernel("no build of the block kernel runs on this CPU (AVX2 or AVX-512 and a compiler needed): "
-                            "serve [model] weights = \"float32\"")
-    return ext
+    return _offered(kernel(), "no build of the block kernel runs on this CPU (AVX2 or AVX-512 and a compiler "
+                    "needed): serve [model] weights = \"float32\"")
 
 
 def tiled_kernel() -> ModuleType:
     """The int8-activation kernel (``qdot.int8_kernel``); a tiled weight exists only where it runs."""
-    ext = int8_kernel()
-    if ext is None:
-        raise NoBlockKernel("no build of the int8-activation kernel runs on this CPU: serve [model] activations = "
-                            "\"float32\"")
-    return ext
+    return _offered(int8_kernel(), "no build of the int8-activation kernel runs on this CPU: serve [model] "
+                    "activations = \"float32\"")
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,9 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
         if check and isinstance(old, nn.Linear | nn.Embedding):
             _checked(weight, old.weight, path)
         if int8:
-            weight = tiled.setdefault(id(weight), weight.for_int8())
+            if id(weight) not in tiled:
+                tiled[id(weight)] = weight.for_int8()
+            weight = tiled[id(weight)]
         if isinstance(old, nn.Linear):
             new: nn.Module = QuantLinear(weight, old.bias)
         elif isinstance(old, nn.Embedding):

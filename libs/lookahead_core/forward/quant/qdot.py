@@ -87,11 +87,3 @@ def tiled_arrays(fmt: str, codes: np.ndarray, scales: np.ndarray,
     return (tile_codes(fmt, codes, rows, cols), tile_groups(scales),
             None if offsets is None else tile_groups(offsets))
 
-
-def untiled_codes(fmt: str, tiled: np.ndarray, rows: int, cols: int) -> np.ndarray:
-    """The row-major codes back (``blocks``' layout): for tests and row selection."""
-    from .tiled import untile_codes
-
-    codes = untile_codes(fmt, tiled, rows, cols)
-    return pack_u4(codes) if fmt == U4 else codes
-

@@ -10,7 +10,7 @@ The row-major layouts (``blocks.U4``/``I8``, what ``qlinear.cpp`` reads) become,
 Pure numpy, invertible (``untile``: the tests' round trip). A weight whose rows are not a multiple of 16 or
 whose group the kernel does not take is left row-major (``tileable``) and served by ``qlinear.cpp``.
 
-    tiled = tile_packed(packed)   # packed: blocks.Packed, fmt u4 or i8
+    tiled = tile_codes(packed.fmt, packed.codes, rows, cols)   # packed: blocks.Packed, fmt u4 or i8
 """
 
 from __future__ import annotations
