@@ -44,9 +44,10 @@ def test_device_and_dtype_reach_load_model(command: str, monkeypatch: pytest.Mon
     if command == "serve":  # it would give torch one thread for the rest of this process
         monkeypatch.setattr(module, "serve_single_threaded", lambda: None)
     with pytest.raises(Loaded) as loaded:
-        bench_main([command, "--model", "some-model", "--device", "cpu", "--dtype", "bfloat16", "--weights", "int8"])
+        bench_main([command, "--model", "some-model", "--device", "cpu", "--dtype", "bfloat16", "--weights", "int8",
+                    "--activations", "float32"])
     assert loaded.value.args == ("some-model",)
-    assert loaded.value.kwargs == {"device": "cpu", "dtype": "bfloat16", "weights": "int8"}
+    assert loaded.value.kwargs == {"device": "cpu", "dtype": "bfloat16", "weights": "int8", "activations": "float32"}
 
 
 @pytest.mark.parametrize("command", sorted(LOADERS))
@@ -58,7 +59,7 @@ def test_the_default_is_float32(command: str, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(module, "serve_single_threaded", lambda: None)
     with pytest.raises(Loaded) as loaded:
         bench_main([command])
-    assert loaded.value.kwargs == {"device": "cpu", "dtype": "float32", "weights": "float32"}  # dense by default
+    assert loaded.value.kwargs == {"device": "cpu", "dtype": "float32", "weights": "float32", "activations": "int8"}  # dense by default
 
 
 def test_an_unknown_dtype_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,7 +75,7 @@ def test_auto_is_cuda_only_where_torch_sees_one(monkeypatch: pytest.MonkeyPatch)
     add_placement_args(p, "auto")
     args = p.parse_args(["--dtype", "float16"])
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    dense = {"weights": "float32"}  # --weights' default
+    dense = {"weights": "float32", "activations": "int8"}  # --weights' and --activations' defaults
     assert placement(args) == {"device": "cuda", "dtype": "float16", **dense}
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert placement(args) == {"device": "cpu", "dtype": "float16", **dense}

@@ -40,7 +40,8 @@ def test_demo_device_and_dtype_reach_load_model(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(lookahead_core.threads, "serve_single_threaded", lambda: None)  # keep this process's threads
     with pytest.raises(Loaded) as loaded:
         demo.main(["--model", "some-model", "--device", "cpu", "--dtype", "bfloat16", "--no-baseline"])
-    assert loaded.value.args == ("some-model", "bfloat16", "cpu", "float32")  # [model] weights too (the suite pins it)
+    # [model] weights (the suite pins it) and activations (the default) too
+    assert loaded.value.args == ("some-model", "bfloat16", "cpu", "float32", "int8")
 
 
 def test_model_dtype_bfloat16_is_a_setting(tmp_path: Path) -> None:
