@@ -59,7 +59,8 @@ def test_the_default_is_float32(command: str, monkeypatch: pytest.MonkeyPatch) -
         monkeypatch.setattr(module, "serve_single_threaded", lambda: None)
     with pytest.raises(Loaded) as loaded:
         bench_main([command])
-    assert loaded.value.kwargs == {"device": "cpu", "dtype": "float32", "weights": "float32", "activations": "int8"}  # dense by default
+    dense = {"device": "cpu", "dtype": "float32", "weights": "float32", "activations": "int8"}  # dense by default
+    assert loaded.value.kwargs == dense
 
 
 def test_an_unknown_dtype_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
