@@ -20,7 +20,7 @@ from lookahead_core.forward.quant import load
 from lookahead_core.forward.quant.blocks import I8, U4, pack, quantize_int8
 from lookahead_core.forward.quant.linear import QuantLinear, QuantWeight
 from lookahead_core.forward.quant.load import weight_format
-from lookahead_core.forward.quant.qdot import int8_kernel, x_error_bound
+from lookahead_core.forward.quant.qdot import AMX_FROM, int8_kernel, keep_amx, x_error_bound
 from lookahead_core.forward.quant.tiled import tile_codes, tile_groups, tileable, untile_codes, untile_groups
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
 from torch import nn
@@ -164,13 +164,58 @@ def test_an_unknown_activation_format_is_refused_in_one_line() -> None:
 def test_amx_tiles_give_the_vnni_paths_bits(qtype: GGMLQuantizationType) -> None:
     # 37 rows: two whole AMX tiles and a tail; with AMX off every row runs on VNNI; the same bits either way
     ext = int8_kernel()
-    was = ext.amx_rows(0)
-    if was == 0:
+    was = ext.amx_rows(AMX_FROM)  # on, whatever start-up timing chose
+    if ext.amx_rows(0) != AMX_FROM:
+        ext.amx_rows(was)
         pytest.skip("the int8 build serving here has no AMX path (or AMX does not run on this CPU)")
     layer = QuantLinear(tiled_weight(qtype, 32, 512, seed=7), bias=torch.randn(32))
     x = torch.randn(37, 512)
     try:
         vnni = layer(x)
+        ext.amx_rows(AMX_FROM)
+        amx = layer(x)
     finally:
         ext.amx_rows(was)
-    assert torch.equal(layer(x), vnni)
+    assert torch.equal(amx, vnni)
+
+
+class FakeBuild:
+    """An int8 build whose products advance a fake clock by a set cost, with AMX on or off."""
+
+    def __init__(self, has_amx: bool, amx_s: float, vnni_s: float) -> None:
+        self.has_amx, self.amx_s, self.vnni_s = has_amx, amx_s, vnni_s
+        self.rows = AMX_FROM if has_amx else 0  # the build's amx_rows setting
+        self.now = 0.0
+        self.calls = 0
+
+    def amx_rows(self, rows: int) -> int:
+        was = self.rows
+        if self.has_amx:
+            self.rows = rows
+        return was
+
+    def qdot(self, *args: object) -> None:
+        self.calls += 1
+        self.now += self.amx_s if self.rows else self.vnni_s
+
+    def clock(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("amx_s", "vnni_s", "kept"), [
+    (1.0, 2.0, True),   # AMX faster: whole 16-row blocks stay on AMX
+    (2.0, 1.0, False),  # VNNI faster (a CPU whose AMX is slow): every product on VNNI from then on
+    (1.0, 1.0, True),   # a tie keeps AMX
+])
+def test_start_up_timing_keeps_the_faster_path(amx_s: float, vnni_s: float, kept: bool) -> None:
+    build = FakeBuild(True, amx_s, vnni_s)
+    assert keep_amx(build, repeats=3, clock=build.clock) is kept
+    assert build.rows == (AMX_FROM if kept else 0)
+    assert build.calls == 2 * (1 + 3)  # one untimed and three timed products each way
+
+
+def test_a_build_without_amx_is_not_timed() -> None:
+    # a VNNI-only build: amx_rows stays 0, nothing is multiplied
+    build = FakeBuild(False, 1.0, 2.0)
+    assert keep_amx(build, repeats=3, clock=build.clock) is False
+    assert build.rows == 0 and build.calls == 0

@@ -15,14 +15,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
+import time
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import numpy as np
 import torch
 
 from .blocks import I8, U4, pack_u4
-from .kernel import INT8_BUILDS, extension, runs_here
-from .tiled import X_BLOCK, tile_codes, tile_groups
+from .kernel import FMT, INT8_BUILDS, PROBE_REPEATS, extension, runs_here
+from .tiled import LANES, X_BLOCK, tile_codes, tile_groups
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,8 @@ FLOAT32 = "float32"  # each block de-quantized, fp32 products (qlinear.cpp)
 ACTIVATIONS = (INT8, FLOAT32)  # what [model] activations accepts
 SELFTEST_SHAPE = (21, 48, 128)  # the child's product: rows (a whole AMX tile and a tail), out (16s), in
 Q_STEPS = 127  # int8 steps from 0 to a block's largest |x|
+AMX_PROBE = (32, 1536, 576)  # the AMX-or-VNNI timing product: rows (two AMX tiles), out, in (a small MLP's)
+AMX_FROM = 16  # rows from which a product runs its whole 16-row blocks on AMX where it times faster here
 
 
 def x_error_bound(x: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -72,7 +78,7 @@ def int8_kernel() -> ModuleType | None:
     may advertise AMX and fault on it), else the VNNI one; None where neither runs (logged once)."""
     ext = next((extension(name) for name in INT8_BUILDS if runs_here(name)), None)
     if ext is not None:
-        log.info("int8 activations: %s", ext.__name__)
+        log.info("int8 activations: %s%s", ext.__name__, "" if keep_amx(ext) else " (its VNNI path: AMX timed slower)")
     else:
         log.info("int8 activations are not offered on this CPU (no AVX-512 VNNI build runs here): "
                  "quantized products de-quantize each block to fp32")
@@ -87,3 +93,31 @@ def tiled_arrays(fmt: str, codes: np.ndarray, scales: np.ndarray,
     return (tile_codes(fmt, codes, rows, cols), tile_groups(scales),
             None if offsets is None else tile_groups(offsets))
 
+
+def keep_amx(ext: ModuleType | Any, repeats: int = PROBE_REPEATS,
+             clock: Callable[[], float] = time.perf_counter) -> bool:
+    """Time ``AMX_PROBE`` with whole 16-row blocks on AMX and with VNNI only (the same bits either way) and keep
+    the faster for every product of this process (``ext.amx_rows``); True where AMX is kept. A build without
+    AMX keeps VNNI untimed."""
+    if ext.amx_rows(0) == 0:  # no AMX in this build
+        return False
+    rows, out, cols = AMX_PROBE
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, cols, generator=gen)  # [rows, in]
+    codes = torch.randint(0, 256, (out // LANES, out * cols // 2 // (out // LANES)), dtype=torch.uint8,
+                          generator=gen)  # tiled 4-bit codes: [out / 16, a tile's bytes]
+    scales = torch.rand(out // LANES, cols // X_BLOCK, LANES, generator=gen)  # [out / 16, groups, 16]
+
+    def seconds(amx_rows: int) -> float:
+        ext.amx_rows(amx_rows)
+        ext.qdot(x, codes, scales, scales, None, X_BLOCK, FMT["u4"])
+        best = math.inf
+        for _ in range(repeats):
+            started = clock()
+            ext.qdot(x, codes, scales, scales, None, X_BLOCK, FMT["u4"])
+            best = min(best, clock() - started)
+        return best
+
+    amx, vnni = seconds(AMX_FROM), seconds(0)
+    ext.amx_rows(AMX_FROM if amx <= vnni else 0)
+    return amx <= vnni
