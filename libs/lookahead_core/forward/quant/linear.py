@@ -21,8 +21,8 @@ from torch import nn
 
 from .blocks import Packed
 from .kernel import FMT, kernel
-from .qdot import int8_kernel, tiled_arrays
-from .tiled import LANES, tileable
+from .qdot import int8_kernel
+from .tiled import LANES, tileable, tiled_arrays
 
 
 class NoBlockKernel(RuntimeError):

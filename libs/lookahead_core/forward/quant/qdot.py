@@ -78,20 +78,12 @@ def int8_kernel() -> ModuleType | None:
     may advertise AMX and fault on it), else the VNNI one; None where neither runs (logged once)."""
     ext = next((extension(name) for name in INT8_BUILDS if runs_here(name)), None)
     if ext is not None:
-        log.info("int8 activations: %s%s", ext.__name__, "" if keep_amx(ext) else " (its VNNI path: AMX timed slower)")
+        amx = keep_amx(ext)  # AMX or VNNI for whole 16-row blocks, by timing here
+        log.info("int8 activations: %s%s", ext.__name__, "" if amx else " (its VNNI path: AMX timed slower or absent)")
     else:
         log.info("int8 activations are not offered on this CPU (no AVX-512 VNNI build runs here): "
                  "quantized products de-quantize each block to fp32")
     return ext
-
-
-def tiled_arrays(fmt: str, codes: np.ndarray, scales: np.ndarray,
-                 offsets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """A row-major weight's (codes, scales, offsets) in the int8 kernel's tiled layout."""
-    rows = scales.shape[0]
-    cols = codes.shape[1] * (2 if fmt == U4 else 1)
-    return (tile_codes(fmt, codes, rows, cols), tile_groups(scales),
-            None if offsets is None else tile_groups(offsets))
 
 
 def keep_amx(ext: ModuleType | Any, repeats: int = PROBE_REPEATS,
@@ -104,7 +96,7 @@ def keep_amx(ext: ModuleType | Any, repeats: int = PROBE_REPEATS,
     rows, out, cols = AMX_PROBE
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(rows, cols, generator=gen)  # [rows, in]
-    codes = torch.randint(0, 256, (out // LANES, out * cols // 2 // (out // LANES)), dtype=torch.uint8,
+    codes = torch.randint(0, 256, (out // LANES, LANES * cols // 2), dtype=torch.uint8,
                           generator=gen)  # tiled 4-bit codes: [out / 16, a tile's bytes]
     scales = torch.rand(out // LANES, cols // X_BLOCK, LANES, generator=gen)  # [out / 16, groups, 16]
 

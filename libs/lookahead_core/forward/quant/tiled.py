@@ -67,3 +67,12 @@ def untile_groups(values: np.ndarray) -> np.ndarray:
     """``tile_groups``'s inverse."""
     tiles, groups, _ = values.shape
     return np.ascontiguousarray(values.transpose(0, 2, 1).reshape(tiles * LANES, groups))
+
+
+def tiled_arrays(fmt: str, codes: np.ndarray, scales: np.ndarray,
+                 offsets: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A row-major weight's (codes, scales, offsets) in the int8 kernel's tiled layout."""
+    rows = scales.shape[0]
+    cols = codes.shape[1] * (2 if fmt == U4 else 1)
+    return (tile_codes(fmt, codes, rows, cols), tile_groups(scales),
+            None if offsets is None else tile_groups(offsets))
