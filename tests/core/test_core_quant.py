@@ -164,6 +164,21 @@ def test_install_marks_the_model_and_offers_only_its_modules_and_their_loop() ->
 
 
 @needs_kernel
+def test_install_hands_every_swapped_weights_pages_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    # each fp32 weight a block layer replaced is offered to drop_file_pages (a mapped file's pages let go)
+    import lookahead_core.forward.quant.load as load
+
+    dropped: list[tuple[int, int]] = []
+    monkeypatch.setattr(load, "drop_file_pages", lambda spans: dropped.extend(spans) or 0)
+    model = copy.deepcopy(tiny_model("llama"))
+    want = {(m.weight.data_ptr(), m.weight.nbytes) for m in model.modules() if isinstance(m, nn.Linear | nn.Embedding)}
+    found = {path: QuantWeight.of(pack(quantize(m.weight.detach().numpy(), T.Q8_0), T.Q8_0, *m.weight.shape))
+             for path, m in model.named_modules() if isinstance(m, nn.Linear | nn.Embedding)}
+    install(model, found, check=False)
+    assert set(dropped) == want and want
+
+
+@needs_kernel
 def test_joined_groups_hold_the_members_weights_once() -> None:
     # q/k/v joined: each member's codes are a view of the group's one storage, its values unchanged
     model = quantized_tiny("qwen2", T.Q8_0)

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..memory import release_freed
+from ..memory import drop_file_pages, release_freed
 from .blocks import NotWholeBlocks, Packed, UnsupportedBlocks, dequantized, pack, quantize_int8
 from .lean import join_layers
 from .linear import QuantEmbedding, QuantLinear, QuantWeight, block_kernel
@@ -175,7 +175,10 @@ def quantize_model(model: nn.Module, gguf: Path | None, weights: str, activation
         found = _file_weights(model, gguf)
     else:
         found = _int8_weights(model)
-    return install(model, found, check=weights == FILE, activations=activations)
+    install(model, found, check=weights == FILE, activations=activations)
+    del found  # the blocks as read (before tiling for the int8 kernel) go with it
+    release_freed()  # ... back to the system, not to malloc's free lists
+    return model
 
 
 def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
@@ -187,9 +190,12 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
     sources: Counter[str] = Counter()
     int8 = activations == INT8_X and int8_kernel() is not None
     tiled: dict[int, QuantWeight] = {}  # id of a found weight -> its tiled form
+    swapped: list[tuple[int, int]] = []  # (address, bytes) of each fp32 weight swapped out
     for path, weight in found.items():
         parent, name = _module(model, path)
         old = getattr(parent, name)
+        if isinstance(old, nn.Linear | nn.Embedding):
+            swapped.append((old.weight.data_ptr(), old.weight.nbytes))
         if check and isinstance(old, nn.Linear | nn.Embedding):
             _checked(weight, old.weight, path)
         if int8:
@@ -211,5 +217,8 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
     model.config.lookahead_weights = f"{served} x int8" if int8 else served  # "x int8": int8 activations
     join_layers(model)  # q/k/v and gate/up as one product each, held once (the lean loop's groups)
     gc.collect()
-    release_freed()  # the fp32 weights go back to the system
+    # the fp32 weights go back to the system: the heap's copies through malloc_trim, and the resident pages of
+    # the converted safetensors file, whose mapping the norms and biases keep alive, through madvise
+    drop_file_pages(swapped)
+    release_freed()
     return model
