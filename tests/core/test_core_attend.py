@@ -138,6 +138,43 @@ def test_the_bits_do_not_depend_on_the_threads(ext: ModuleType) -> None:
 
 
 @pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+@pytest.mark.parametrize(("rows", "past", "parents"), [
+    (1, 70, [-1]),  # a one-token step
+    (40, 30, None),  # a causal chunk (blocks of two vectors)
+    (5, 12, [-1, 0, 0, 1, 2]),  # a tree (blocks of one)
+])
+def test_a_half_cache_attends_as_an_fp32_cache_of_its_values(ext: ModuleType, rows: int, past: int,
+                                                             parents: list[int] | None) -> None:
+    # half entries are widened exactly as they are read: the same bits as an fp32 cache holding the rounded values
+    q, keys, values = segment(rows, past, 9, 3, 64, seed=rows)
+    visible = torch.ones(rows, rows, dtype=torch.bool).tril() if parents is None else tree_visible(parents)
+    half_keys, half_values = keys.half(), values.half()
+    got = run(ext, q, half_keys, half_values, past, visible)
+    assert torch.equal(got, run(ext, q, half_keys.float(), half_values.float(), past, visible))
+    assert not torch.equal(got, run(ext, q, keys, values, past, visible))  # the rounding is real: other values
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_a_half_cache_row_gives_the_same_bits_whatever_rows_share_its_call(ext: ModuleType) -> None:
+    # width invariance holds over a half cache: 5 rows alone, and as the head of a 40-row chunk
+    q, keys, values = segment(40, 30, 9, 3, 64)
+    keys, values = keys.half(), values.half()
+    visible = torch.ones(40, 40, dtype=torch.bool).tril()
+    whole = run(ext, q, keys, values, 30, visible)
+    assert torch.equal(whole[:5], run(ext, q[:, :, :5].contiguous(), keys, values, 30, visible[:5, :5].contiguous()))
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
+def test_a_cache_of_mixed_or_other_dtypes_is_refused(ext: ModuleType) -> None:
+    q, keys, values = segment(4, 10, 9, 3, 64)
+    visible = torch.ones(4, 4, dtype=torch.bool).tril()
+    with pytest.raises(RuntimeError, match="both fp32 or both half"):
+        run(ext, q, keys.half(), values, 10, visible)  # keys half, values fp32
+    with pytest.raises(RuntimeError, match="both fp32 or both half"):
+        run(ext, q, keys.bfloat16(), values.bfloat16(), 10, visible)  # bf16: not a cache the kernel reads
+
+
+@pytest.mark.parametrize("ext", BUILDS, ids=lambda b: b.__name__)
 def test_bad_shapes_are_refused(ext: ModuleType) -> None:
     q, keys, values = segment(4, 10, 9, 3, 64)
     visible = torch.ones(4, 4, dtype=torch.bool).tril()

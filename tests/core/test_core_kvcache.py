@@ -86,6 +86,19 @@ def test_compacted_cache_keeps_growing() -> None:
     assert torch.equal(keys, torch.cat([expected(0, [0, 1, 2, 5]), extra], dim=-2))
 
 
+def test_a_request_cache_is_one_allocation_of_every_layer() -> None:
+    # keys and values of every layer are views of one buffer: the request's end frees it whole
+    shape = KVShape(3, 2, 8, torch.float16, torch.device("cpu"))
+    kv = RequestKV(shape, 5)
+    storage = kv.buffer.untyped_storage()
+    assert all(t.untyped_storage().data_ptr() == storage.data_ptr() for t in (*kv.keys, *kv.values))
+    assert storage.nbytes() == kv.nbytes == 5 * shape.bytes_per_token == 5 * 2 * 3 * 2 * 8 * 2
+    assert all(t.shape == (1, 2, 5, 8) and t.is_contiguous() and t.dtype == torch.float16 for t in kv.keys)
+    kv.write(2, 1, torch.ones(1, 2, 3, 8), torch.full((1, 2, 3, 8), 2.0))
+    assert kv.keys[2][:, :, 1:4].eq(1).all() and kv.values[2][:, :, 1:4].eq(2).all()  # layer 2 only, where asked
+    assert kv.keys[1].data_ptr() != kv.keys[2].data_ptr() != kv.values[2].data_ptr()
+
+
 def test_a_write_past_capacity_is_refused() -> None:
     kv = make_kv(1, 4, capacity=4)
     with pytest.raises(ValueError, match="overflow"):

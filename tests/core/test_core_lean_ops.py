@@ -76,6 +76,22 @@ def test_the_fused_rotary_writes_the_stock_q_and_cache(heads_kv: tuple[int, int]
     assert torch.equal(caches[0].values[1][0, :, past : past + n], v)
 
 
+def test_the_fused_rotary_rounds_into_a_half_cache_as_the_stock_copy_does() -> None:
+    # a half cache: each k and v entry rounded to the nearest half, the same bits as torch's float -> half copy
+    heads, kv_heads, head_dim, past, n = 9, 3, 64, 5, 7
+    gen = torch.Generator().manual_seed(1)
+    qkv = torch.randn(1, n, (heads + 2 * kv_heads) * head_dim, generator=gen) * 300  # some entries past half's
+    cos, sin = torch.randn(2, 1, n, head_dim, generator=gen)  # precision, none past its range
+    shape = KVShape(2, kv_heads, head_dim, torch.float16, torch.device("cpu"))
+    caches = [RequestKV(shape, past + n) for _ in range(2)]
+    got = FusedOps(extension(), LANES[0]).rotate_and_cache(  # type: ignore[arg-type]
+        qkv, cos, sin, caches[0], 1, past, heads, head_dim, apply_rotary_pos_emb)
+    want = StockOps().rotate_and_cache(qkv, cos, sin, caches[1], 1, past, heads, head_dim, apply_rotary_pos_emb)
+    assert got.dtype == torch.float32 and torch.equal(got, want)  # q stays fp32
+    for a, b in ((caches[0].keys[1], caches[1].keys[1]), (caches[0].values[1], caches[1].values[1])):
+        assert a.dtype == torch.float16 and torch.equal(a[:, :, past:], b[:, :, past:])
+
+
 def test_an_entry_past_the_cache_or_a_wrong_width_is_refused() -> None:
     fused = FusedOps(extension(), LANES[0])  # type: ignore[arg-type]
     shape = KVShape(1, 2, 64, torch.float32, torch.device("cpu"))

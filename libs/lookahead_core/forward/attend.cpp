@@ -12,11 +12,16 @@
 // not depend on the tree or chunk around it, nor on the number of threads (a plain omp parallel for over
 // (kv head, block of rows), in torch's own OpenMP pool). The sums run in another order than sdpa's (~1e-7
 // relative), as every tree kernel's do; one-token forwards keep sdpa (attend.py).
+// The cache is fp32 or IEEE half (binary16, converted to fp32 exactly as it is read): the same rows from the same
+// stored values give the same bits whatever their call, so a half cache keeps every row width-invariant too.
+#include <immintrin.h>
 #include <torch/extension.h>
 #include <omp.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace {
@@ -39,7 +44,17 @@ typedef float vf __attribute__((vector_size(kLanes * 4)));
 typedef int vi __attribute__((vector_size(kLanes * 4)));
 typedef float vfu __attribute__((vector_size(kLanes * 4), aligned(4)));
 
+using half = uint16_t;  // an IEEE binary16 cache entry, as its bits (torch's kHalf)
+
 inline vf load(const float* p) { return *reinterpret_cast<const vfu*>(p); }
+// kLanes half values widened to fp32 (exact)
+inline vf load(const half* p) {
+#if defined(__AVX512F__)
+  return (vf)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+#else
+  return (vf)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#endif
+}
 inline void store(float* p, vf v) { *reinterpret_cast<vfu*>(p) = v; }
 inline vf splat(float x) { return vf{} + x; }
 
@@ -65,20 +80,21 @@ inline vf exp_nonpositive(vf x) {
 
 struct Segment {
   const float* q;       // [heads, T, D] rotated queries
-  const float* keys;    // [kv_heads, cap, D] the request's cache
-  const float* values;  // [kv_heads, cap, D]
+  const void* keys;     // [kv_heads, cap, D] the request's cache (fp32 or half: `half_cache`)
+  const void* values;   // [kv_heads, cap, D]
   const uint8_t* visible;  // [T, T]: token t sees segment token u (the keys from `past` on)
   float* out;           // [T, heads * D]: row t's head h at t * heads * D + h * D
   int64_t T, D, heads, kv_heads, cap, past;
   float scale;
+  bool half_cache;      // keys/values hold half values
 };
 
 // rows [first, first + kLanes * Blocks) of kv head h: row r is query head h * group + r / T, token r % T (rows
 // past group * T repeat the last one and are not written out). Every lane runs the same operations whatever
 // Blocks is: one score FMA chain over head_dim, the softmax along the keys, one output FMA chain over the keys.
-template <int Blocks>
+template <int Blocks, typename KV>
 void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>& qt, std::vector<float>& sc,
-                  std::vector<float>& bias) {
+                  std::vector<float>& bias, std::vector<float>& kt) {
   constexpr int kRows = kLanes * Blocks;  // rows of this block
   const int64_t group = s.heads / s.kv_heads, R = group * s.T, D = s.D;
   int64_t head[kRows], tok[kRows];
@@ -105,12 +121,21 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
   // change no bit, so every row's result is still independent of its block (a causal chunk's early rows skip half)
   const int64_t n = s.past + reach;
   sc.resize(((n + kKeys - 1) / kKeys * kKeys) * kRows);  // [keys, kRows] scores, then probabilities
-  const float* kh = s.keys + h * s.cap * D;
-  const float* vh = s.values + h * s.cap * D;
+  const KV* kh = static_cast<const KV*>(s.keys) + h * s.cap * D;
+  const KV* vh = static_cast<const KV*>(s.values) + h * s.cap * D;
+  kt.resize(kKeys * D);  // [kKeys, D]: a half cache's key tile widened to fp32
   // scores: kKeys keys at a time (a tail tile re-reads key n - 1), each key's values broadcast
   for (int64_t j = 0; j < n; j += kKeys) {
     const float* kr[kKeys];
-    for (int k = 0; k < kKeys; ++k) kr[k] = kh + std::min(j + k, n - 1) * D;
+    for (int k = 0; k < kKeys; ++k) {
+      const KV* key = kh + std::min(j + k, n - 1) * D;
+      if constexpr (std::is_same_v<KV, float>) {
+        kr[k] = key;
+      } else {
+        for (int64_t d = 0; d < D; d += kLanes) store(&kt[k * D + d], load(key + d));
+        kr[k] = &kt[k * D];
+      }
+    }
     vf acc[kKeys][Blocks] = {};
     for (int64_t d = 0; d < D; ++d) {
       vf qv[Blocks];
@@ -155,7 +180,7 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
     for (int64_t d0 = 0; d0 < D; d0 += kPvVecs * kLanes) {
       vf acc[kPvRows][kPvVecs] = {};
       for (int64_t j = 0; j < n; ++j) {
-        const float* v = vh + j * D + d0;
+        const KV* v = vh + j * D + d0;
         vf vv[kPvVecs];
         for (int c = 0; c < kPvVecs; ++c) vv[c] = load(v + c * kLanes);
         for (int i = 0; i < kPvRows; ++i) {
@@ -172,7 +197,9 @@ void attend_block(const Segment& s, int64_t h, int64_t first, std::vector<float>
 // One segment's tensors checked and read into a Segment
 Segment segment(const torch::Tensor& q, const torch::Tensor& keys, const torch::Tensor& values, int64_t past,
                 const torch::Tensor& visible, double scale, const torch::Tensor& out) {
-  TORCH_CHECK(q.scalar_type() == torch::kFloat && keys.scalar_type() == torch::kFloat, "fp32 only");
+  TORCH_CHECK(q.scalar_type() == torch::kFloat, "queries: fp32 only");
+  TORCH_CHECK((keys.scalar_type() == torch::kFloat || keys.scalar_type() == torch::kHalf) &&
+                  values.scalar_type() == keys.scalar_type(), "keys/values: both fp32 or both half");
   TORCH_CHECK(q.dim() == 4 && q.size(0) == 1 && q.is_contiguous(), "q: contiguous [1, heads, T, head_dim]");
   TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
               "keys/values: contiguous [1, kv_heads, capacity, head_dim]");
@@ -185,9 +212,9 @@ Segment segment(const torch::Tensor& q, const torch::Tensor& keys, const torch::
   TORCH_CHECK(out.scalar_type() == torch::kFloat && out.dim() == 2 && out.size(0) == T &&
                   out.size(1) == heads * D && out.stride(1) == 1 && out.stride(0) == heads * D,
               "out: [T, heads * head_dim] with contiguous rows");
-  return Segment{q.data_ptr<float>(), keys.data_ptr<float>(), values.data_ptr<float>(),
+  return Segment{q.data_ptr<float>(), keys.data_ptr(), values.data_ptr(),
                  reinterpret_cast<const uint8_t*>(visible.data_ptr<bool>()), out.data_ptr<float>(),
-                 T, D, heads, kv_heads, cap, past, static_cast<float>(scale)};
+                 T, D, heads, kv_heads, cap, past, static_cast<float>(scale), keys.scalar_type() == torch::kHalf};
 }
 
 }  // namespace
@@ -214,17 +241,20 @@ void attend_segments(const std::vector<torch::Tensor>& qs, const std::vector<tor
   const int64_t tasks = first_task.back();
 #pragma omp parallel if (tasks > 1)
   {
-    std::vector<float> qt, sc, bias;  // each thread's scratch
+    std::vector<float> qt, sc, bias, kt;  // each thread's scratch
 #pragma omp for schedule(dynamic)
     for (int64_t task = 0; task < tasks; ++task) {
       const size_t i = std::upper_bound(first_task.begin(), first_task.end(), task) - first_task.begin() - 1;
       const Segment& s = segs[i];
       const int64_t block = wide[i] ? kLanes * kBlocks : kLanes, local = task - first_task[i];
       const int64_t blocks = (s.heads / s.kv_heads * s.T + block - 1) / block;
+      const int64_t h = local / blocks, first = (local % blocks) * block;
       if (wide[i]) {
-        attend_block<kBlocks>(s, local / blocks, (local % blocks) * block, qt, sc, bias);
+        if (s.half_cache) attend_block<kBlocks, half>(s, h, first, qt, sc, bias, kt);
+        else attend_block<kBlocks, float>(s, h, first, qt, sc, bias, kt);
       } else {
-        attend_block<1>(s, local / blocks, (local % blocks) * block, qt, sc, bias);
+        if (s.half_cache) attend_block<1, half>(s, h, first, qt, sc, bias, kt);
+        else attend_block<1, float>(s, h, first, qt, sc, bias, kt);
       }
     }
   }
@@ -239,9 +269,9 @@ void attend_rows(torch::Tensor q, torch::Tensor keys, torch::Tensor values, int6
 int64_t tile() { return kPvVecs * kLanes; }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("attend_rows", &attend_rows, "several rows of one request attending to its cache (fp32)",
+  m.def("attend_rows", &attend_rows, "several rows of one request attending to its cache (fp32 or half)",
         py::call_guard<py::gil_scoped_release>());
-  m.def("attend_segments", &attend_segments, "several requests' segments, each attending to its own cache (fp32)",
+  m.def("attend_segments", &attend_segments, "several requests' segments, each attending to its own cache (fp32 or half)",
         py::call_guard<py::gil_scoped_release>());
   m.def("tile", &tile, "head_dim must be a multiple of this (the output tile's floats)");
 }

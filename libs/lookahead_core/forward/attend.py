@@ -28,8 +28,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from .cext import CAPABLE_512, FLAGS_512, build
-from .placement import check, check_on_cpu, cpu_kernels_ok
+from .cext import CAPABLE_512, FLAGS, FLAGS_512, build
+from .placement import check, check_cache, check_on_cpu, cpu_kernels_ok
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,7 @@ PROBE = ((64, 256), (8, 512), (8, 512), (8, 512), (8, 512))  # the probe forward
 # entries before them): a prompt chunk and four requests' trees
 PROBE_HEADS = (8, 2, 64)  # the probe's query heads, kv heads and head_dim
 PROBE_REPEATS = 5  # timed calls per way; the fastest is kept
+F16C = ("-mf16c",)  # a half cache's loads widened by vcvtph2ps (every AVX2 CPU has F16C)
 
 # a way to attend a forward's segments: (qs, keys, values, pasts, visibles, scale, outs), as attend_segments
 Attend = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[int], list[torch.Tensor], float,
@@ -49,7 +50,7 @@ Attend = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], l
 def builds() -> list[ModuleType]:
     """The kernel's builds for this CPU (``cext.build``, once per process): AVX-512 where torch reports it,
     and AVX2."""
-    found = [build(EXTENSION_512, SOURCE, FLAGS_512, CAPABLE_512), build(EXTENSION, SOURCE)]
+    found = [build(EXTENSION_512, SOURCE, (*FLAGS_512, *F16C), CAPABLE_512), build(EXTENSION, SOURCE, (*FLAGS, *F16C))]
     return [b for b in found if b is not None]
 
 
@@ -141,7 +142,9 @@ def invariant_rows(head_dim: int, device: torch.device, dtype: torch.dtype) -> M
 def attend_segments(ext: ModuleType, qs: list[torch.Tensor], keys: list[torch.Tensor], values: list[torch.Tensor],
                     pasts: list[int], visibles: list[torch.Tensor], scale: float, outs: list[torch.Tensor]) -> None:
     """``ext.attend_segments`` (``multi_row``'s contract) once every tensor handed is one the kernel takes
-    (``placement.check``: fp32 on the CPU, the masks on the CPU); else ``placement.PlacementError``."""
-    check("attention", *qs, *keys, *values, *outs)
+    (``placement.check``: fp32 on the CPU; the caches fp32 or half, the masks on the CPU); else
+    ``placement.PlacementError``."""
+    check("attention", *qs, *outs)
+    check_cache("attention", *keys, *values)
     check_on_cpu("attention", *visibles)
     ext.attend_segments(qs, keys, values, pasts, visibles, scale, outs)

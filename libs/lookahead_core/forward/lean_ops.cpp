@@ -10,6 +10,9 @@
 #include <torch/extension.h>
 #include <array>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
 
 namespace {
 
@@ -101,25 +104,25 @@ std::vector<torch::Tensor> add_rms_norm(torch::Tensor x, c10::optional<torch::Te
   return {sum, out};
 }
 
-// q rotated ([1, heads, n, hd]); k rotated and v written into keys/values [1, kv_heads, capacity, hd] at
-// past .. past + n. qkv: [..., n, (heads + 2 kv_heads) * hd], n tokens; cos, sin: [..., n, hd]
-torch::Tensor rotary_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor keys,
-                                torch::Tensor values, int64_t past, int64_t heads, int64_t hd) {
-  TORCH_CHECK(qkv.scalar_type() == torch::kFloat && keys.scalar_type() == torch::kFloat, "fp32 only");
-  TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
-              "keys/values: contiguous [1, kv_heads, capacity, head_dim]");
-  const int64_t kv_heads = keys.size(1), cap = keys.size(2), width = (heads + 2 * kv_heads) * hd;
-  TORCH_CHECK(hd % 2 == 0 && keys.size(3) == hd, "head_dim: even, the cache's");
-  TORCH_CHECK(qkv.size(-1) == width, "qkv: each token's q, k and v");
-  const int64_t n = qkv.numel() / width;
-  TORCH_CHECK(cos.numel() == n * hd && sin.numel() == n * hd, "cos/sin: each token's head_dim");
-  TORCH_CHECK(past >= 0 && past + n <= cap, "the tokens' entries must fit the cache");
-  auto rows = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
-  auto q = torch::empty({1, heads, n, hd}, qkv.options());  // [1, heads, n, hd]
-  float* qp = q.data_ptr<float>();
-  float* kp = keys.data_ptr<float>();
-  float* vp = values.data_ptr<float>();
+// x rounded to the nearest half, ties to even (as torch's float -> half copy), as its bits
+inline uint16_t to_half(float x) {
+  const _Float16 h = static_cast<_Float16>(x);
+  uint16_t bits;
+  std::memcpy(&bits, &h, sizeof bits);
+  return bits;
+}
+
+// the n floats of `from` into a cache row of fp32 or half (each rounded to the nearest half)
+inline void put(const float* from, int64_t n, float* to) { std::copy(from, from + n, to); }
+inline void put(const float* from, int64_t n, uint16_t* to) {
+  for (int64_t i = 0; i < n; ++i) to[i] = to_half(from[i]);
+}
+
+template <typename KV>
+void rotate_rows(const torch::Tensor& rows, const torch::Tensor& c, const torch::Tensor& s, float* qp, KV* kp, KV* vp,
+                 int64_t n, int64_t heads, int64_t kv_heads, int64_t hd, int64_t cap, int64_t past, int64_t width) {
   const int64_t half = hd / 2;
+  std::vector<float> k(hd);  // one rotated key row, before it is stored in the cache's dtype
   for (int64_t t = 0; t < n; ++t) {
     const float* src = rows.data_ptr<float>() + t * width;
     const float* cp = c.data_ptr<float>() + t * hd;
@@ -136,9 +139,39 @@ torch::Tensor rotary_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Ten
     const float* ks = src + heads * hd;
     const float* vs = ks + kv_heads * hd;
     for (int64_t h = 0; h < kv_heads; ++h) {
-      rotate(ks + h * hd, kp + (h * cap + past + t) * hd);
-      std::copy(vs + h * hd, vs + (h + 1) * hd, vp + (h * cap + past + t) * hd);
+      rotate(ks + h * hd, k.data());
+      put(k.data(), hd, kp + (h * cap + past + t) * hd);
+      put(vs + h * hd, hd, vp + (h * cap + past + t) * hd);
     }
+  }
+}
+
+// q rotated ([1, heads, n, hd]); k rotated and v written into keys/values [1, kv_heads, capacity, hd] at
+// past .. past + n (fp32, or each rounded to the nearest half in a half cache). qkv: [..., n, (heads + 2 kv_heads) *
+// hd], n tokens; cos, sin: [..., n, hd]
+torch::Tensor rotary_into_cache(torch::Tensor qkv, torch::Tensor cos, torch::Tensor sin, torch::Tensor keys,
+                                torch::Tensor values, int64_t past, int64_t heads, int64_t hd) {
+  TORCH_CHECK(qkv.scalar_type() == torch::kFloat, "qkv: fp32 only");
+  TORCH_CHECK((keys.scalar_type() == torch::kFloat || keys.scalar_type() == torch::kHalf) &&
+                  values.scalar_type() == keys.scalar_type(), "keys/values: both fp32 or both half");
+  TORCH_CHECK(keys.dim() == 4 && keys.is_contiguous() && values.is_contiguous() && keys.sizes() == values.sizes(),
+              "keys/values: contiguous [1, kv_heads, capacity, head_dim]");
+  const int64_t kv_heads = keys.size(1), cap = keys.size(2), width = (heads + 2 * kv_heads) * hd;
+  TORCH_CHECK(hd % 2 == 0 && keys.size(3) == hd, "head_dim: even, the cache's");
+  TORCH_CHECK(qkv.size(-1) == width, "qkv: each token's q, k and v");
+  const int64_t n = qkv.numel() / width;
+  TORCH_CHECK(cos.numel() == n * hd && sin.numel() == n * hd, "cos/sin: each token's head_dim");
+  TORCH_CHECK(past >= 0 && past + n <= cap, "the tokens' entries must fit the cache");
+  auto rows = qkv.contiguous(), c = cos.contiguous(), s = sin.contiguous();
+  auto q = torch::empty({1, heads, n, hd}, qkv.options());  // [1, heads, n, hd]
+  float* qp = q.data_ptr<float>();
+  if (keys.scalar_type() == torch::kHalf) {
+    auto* kp = reinterpret_cast<uint16_t*>(keys.data_ptr());
+    auto* vp = reinterpret_cast<uint16_t*>(values.data_ptr());
+    rotate_rows(rows, c, s, qp, kp, vp, n, heads, kv_heads, hd, cap, past, width);
+  } else {
+    rotate_rows(rows, c, s, qp, keys.data_ptr<float>(), values.data_ptr<float>(), n, heads, kv_heads, hd, cap, past,
+                width);
   }
   return q;
 }

@@ -19,7 +19,7 @@ import torch
 
 from ..kv.kvstore import RequestKV
 from .cext import build
-from .placement import check
+from .placement import check, check_cache
 
 SOURCE = "lean_ops.cpp"  # the fused steps (C++), beside this module
 EXTENSION = "lookahead_lean_ops"  # its module name in torch's extension cache
@@ -89,7 +89,8 @@ class FusedOps:
     def rotate_and_cache(self, qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kv: RequestKV, layer: int,
                          past: int, heads: int, head_dim: int, rotary: Rotary) -> torch.Tensor:
         keys, values = kv.keys[layer], kv.values[layer]
-        check("lean", qkv, cos, sin, keys, values)
+        check("lean", qkv, cos, sin)
+        check_cache("lean", keys, values)
         return self.ext.rotary_into_cache(qkv, cos, sin, keys, values, past, heads, head_dim)
 
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 KERNEL_DTYPE = torch.float32  # the one dtype the CPU kernels take
+CACHE_DTYPES = (torch.float32, torch.float16)  # what a KV cache the attention and rotary kernels take may hold
 KERNEL_DEVICE = "cpu"  # the one device type they take
 
 
@@ -67,6 +68,14 @@ def check_product(kernel: str, x: torch.Tensor, weight: torch.Tensor, bias: torc
             and (bias is None or (bias.dtype is KERNEL_DTYPE and bias.is_cpu))):
         return
     check(kernel, x, weight, bias)  # raises, naming the first tensor refused
+
+
+def check_cache(kernel: str, *caches: torch.Tensor) -> None:
+    """Raise ``PlacementError`` unless every KV buffer given is on the CPU and fp32 or half (``CACHE_DTYPES``)."""
+    for t in caches:
+        if t.dtype not in CACHE_DTYPES or not t.is_cpu:
+            raise PlacementError(f"the {kernel} kernel takes a KV cache of {' or '.join(map(str, CACHE_DTYPES))} on "
+                                 f"the {KERNEL_DEVICE} only, not {t.dtype} on {t.device}")
 
 
 def check_on_cpu(kernel: str, *tensors: torch.Tensor) -> None:

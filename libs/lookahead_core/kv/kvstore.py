@@ -28,7 +28,7 @@ class KVShape:
     layers: int  # decoder layers
     kv_heads: int  # key/value heads per layer
     head_dim: int  # size of one head
-    dtype: torch.dtype  # cache dtype (the model's)
+    dtype: torch.dtype  # cache dtype (the model's, or half where every forward attends by the kernel)
     device: torch.device  # where the buffers live
 
     @property
@@ -54,9 +54,12 @@ class RequestKV:
         self.shape = shape
         self.capacity = capacity
         self.length = 0  # valid entries (same in every layer between forwards)
-        size = (1, shape.kv_heads, capacity, shape.head_dim)
-        self.keys = [torch.empty(size, dtype=shape.dtype, device=shape.device) for _ in range(shape.layers)]
-        self.values = [torch.empty(size, dtype=shape.dtype, device=shape.device) for _ in range(shape.layers)]
+        # one allocation for the request: [2 (keys, values), layers, 1, kv_heads, capacity, head_dim], so that its
+        # end hands the memory back whole (many per-layer buffers would leave malloc's heap in pieces)
+        self.buffer = torch.empty((2, shape.layers, 1, shape.kv_heads, capacity, shape.head_dim), dtype=shape.dtype,
+                                  device=shape.device)
+        self.keys = list(self.buffer[0].unbind(0))  # per layer [1, kv_heads, capacity, head_dim], contiguous views
+        self.values = list(self.buffer[1].unbind(0))
 
     @property
     def nbytes(self) -> int:
