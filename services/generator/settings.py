@@ -62,7 +62,8 @@ class GeneratorSettings(ServerSettings):
     exact_tile_rows: int = Field(32, ge=1, description="exact_numerics: rows of every forward tile (a one-token "
                                  "step is padded to it)")
     kv_budget_mb: int = Field(2048, ge=1, description="MiB of request KV all running requests may hold (each counts "
-                              "prompt + max_new_tokens + a step); past it requests wait in the queue")
+                              "what its backend holds for it: prompt + max_new_tokens + a step, on the generic "
+                              "backend a whole kv_slot_tokens slot); past it requests wait in the queue")
     kv_tenant_share: float = Field(0.5, gt=0, le=1, description="fraction of kv_budget_mb one tenant's running "
                                    "requests may hold; a request needing more is refused (INVALID_ARGUMENT)")
     # the proxy's PROXY_TENANT_MAX_IN_FLIGHT (deploy/haproxy, default 4) caps one tenant's calls over all

@@ -20,6 +20,7 @@ from lookahead_core.engine.request import Phase, RequestExpired, ServeRequest
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.kernels import KernelSet
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
+from lookahead_core.kv.kvstore import KVShape
 
 from tests.core.helpers import (
     FAMILIES,
@@ -153,7 +154,7 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
     assert outs[2].stats.prefix_hit_tokens == len(base) - 5  # the shared prefix
     assert outs[3].stats.prefix_hit_tokens == len(other) - 2  # base's tokens, then other's own
     # shared once, each kept token's KV and its id (int64, counted beside it)
-    assert sched.prefix_cache.stats().bytes == (len(base) + 6 + 3) * (sched.shape.bytes_per_token + 8)
+    assert sched.prefix_cache.stats().bytes == (len(base) + 6 + 3) * (KVShape.of(model).bytes_per_token + 8)
     assert_idle(sched)
 
 

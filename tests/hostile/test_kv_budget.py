@@ -32,7 +32,7 @@ def running(sched: StepScheduler) -> list[str]:
 def test_a_request_past_the_tenant_share_is_refused_at_once() -> None:
     # a tenant's share of a 1 MiB budget is 0.5 MiB; a request needing more can never run: refused, one line
     sched = engine(kv_budget_bytes=1 << 20)
-    need_per_token = sched.shape.bytes_per_token
+    need_per_token = sched.backend.kv_bytes(1)  # the CPU backend's figure: capacity x bytes per entry
     with pytest.raises(KVTooLong, match="tenant's running requests may hold"):
         sched.submit(ask("a", max_new=(1 << 19) // need_per_token + 1))
     sched.close()

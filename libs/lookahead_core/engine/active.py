@@ -1,7 +1,8 @@
 """A request the engine runs, built whole at admission: its cache, chooser, proposers and trie owner.
 
 The scheduler (scheduler.py) owns the model and calls these methods from its one thread: a request
-never runs a forward itself.
+never runs a forward itself, and never edits its cache: every change of it (the accepted path kept, a
+cached prefix loaded, a prefill chunk's entries made valid) is the backend's that granted it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import torch
 from ..config import DecodingConfig
 from ..drafting.draft import DraftTree
 from ..drafting.trie import OutputCursor
-from ..kv.kvstore import RequestKV, compact, load_prefix
+from ..forward.backend import Backend
+from ..kv.kvstore import KV, RequestKV
 from ..kv.prefix_cache import PrefixKVCache
 from ..proposers.base import Ask, Drafting
 from ..proposers.build import DraftingSpec
@@ -42,11 +44,12 @@ class Emitting:
 class Active:
     """A running request: ``req`` (the caller's ticket) plus everything the engine needs to step it."""
 
-    def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV,
+    def __init__(self, req: ServeRequest, spec: DraftingSpec, drafting: Drafting, kv: RequestKV, backend: Backend,
                  chooser: TokenChooser, eos: frozenset[int]) -> None:
         self.req = req
         self.drafting = drafting
-        self.kv = kv
+        self.kv = kv  # read here (length, capacity), changed only through ``backend``
+        self.backend = backend  # what granted ``kv``: every edit of it
         self.chooser = chooser
         self.eos = eos
         self.prefilled = 0  # prompt tokens whose KV is in the cache
@@ -136,7 +139,7 @@ class Active:
         if pieces is None or hit <= self.prefilled:
             return 0
         gained = hit - self.prefilled
-        load_prefix(self.kv, pieces, hit)
+        self.backend.load_prefix(self.kv, pieces, hit)
         self.prefilled = req.stats.prefix_hit_tokens = hit
         return gained
 
@@ -146,7 +149,7 @@ class Active:
         their logits, given when the acceptor or the request's logprobs need them): keep the accepted
         path's KV, emit its tokens; returns the accepted nodes."""
         path = self.drafting.acceptor.accept(tree, predicted, rows)
-        compact(self.kv, self.kv.length, path)
+        self.backend.keep(self.kv, self.kv.length, path)
         accepted = tuple(path[1:])
         self.copying = self.copying and len(accepted) == tree.depth()
         self.history.append((accepted, len(tree)))
@@ -161,6 +164,15 @@ class Active:
         logprobs = self.logprobs_of(rows[path], new) if rows is not None and self.config.logprobs else None
         st.accepted_per_step.append(len(self.emit(new, logprobs, out)))
         return accepted
+
+    def prefilled_to(self, end: int) -> None:
+        """A prefill chunk's forward wrote the prompt's entries up to ``end``: they are in the cache now."""
+        self.backend.extend(self.kv, end)
+        self.prefilled = end
+
+    def prompt_kv(self) -> KV:
+        """Views of the whole prompt's entries in the cache (the prefix cache copies what it keeps)."""
+        return self.backend.prefix_views(self.kv, len(self.prompt_ids))
 
     def logprobs_of(self, rows: torch.Tensor, new: list[int]) -> list[TokenLogprob]:
         """``new``'s logprobs (and top alternatives) from ``rows`` [len(new), vocab]: the logits they were chosen

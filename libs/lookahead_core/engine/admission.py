@@ -133,10 +133,10 @@ class FairQueue(Generic[T]):
 
 
 def admits(held: Mapping[str, int], tenant: str, need: int, config: SchedulerConfig) -> bool:
-    """Whether a request of ``tenant`` needing ``need`` KV bytes fits beside ``held`` (KV bytes by tenant) in the
-    engine's budget and the tenant's share (its running places: engine/lending.py). Example: budget 4 MiB, share
-    0.5; a holds 1 MiB, b 1 MiB: a request of a needing 1 MiB may (a 2 MiB, all 3 MiB); one needing 1.5 MiB may
-    not (a's share is 2 MiB)."""
+    """Whether a request of ``tenant`` needing ``need`` KV bytes fits beside ``held`` (KV bytes by tenant; both the
+    backend's figures, ``Backend.kv_bytes``) in the engine's budget and the tenant's share (its running places:
+    engine/lending.py). Example: budget 4 MiB, share 0.5; a holds 1 MiB, b 1 MiB: a request of a needing 1 MiB may
+    (a 2 MiB, all 3 MiB); one needing 1.5 MiB may not (a's share is 2 MiB)."""
     return sum(held.values()) + need <= config.kv_budget_bytes and held.get(tenant, 0) + need <= config.tenant_kv_bytes
 
 
@@ -146,7 +146,7 @@ class SchedulerState:
 
     waiting: int  # requests in the queue
     running: int  # requests admitted (prefilling or decoding)
-    kv_bytes: int  # bytes of KV buffers held by running requests
+    kv_bytes: int  # bytes of KV running requests hold (the backend's figure: ``Backend.kv_bytes``)
     forwards: int  # forwards run since start
     prefix_hit_tokens: int  # prompt tokens served from the prefix cache since start
 

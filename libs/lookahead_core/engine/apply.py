@@ -1,5 +1,6 @@
-"""Apply a step's results: each decode's accepted path (KV compacted, tokens emitted, the window fed) and
-each prefill chunk's progress (a finished prompt's KV kept for later prompts, its first token emitted).
+"""Apply a step's results: each decode's accepted path (its KV kept by the backend, tokens emitted, the window
+fed) and each prefill chunk's progress (its entries made valid by the backend, a finished prompt's KV kept for
+later prompts, its first token emitted).
 
 The one phase of a step that changes requests: the plan names them by id, and each is looked up here.
 """
@@ -12,7 +13,6 @@ from dataclasses import dataclass
 
 import torch
 
-from ..kv.kvstore import prefix_views
 from ..kv.prefix_cache import PrefixKVCache
 from .active import Active, Emitting
 from .gains import GainsModel
@@ -50,8 +50,7 @@ def apply_step(plan: StepPlan, packed: PackedStep, logits: torch.Tensor, predict
     for c, row in zip(plan.chunks, packed.first_rows, strict=True):
         req = running[c.id]
         try:
-            req.prefilled = c.end
-            req.kv.length = c.end
+            req.prefilled_to(c.end)  # its entries made valid by the backend
             req.rode(ran.batch, ran.tokens, ran.kernel)
             if row is not None:
                 prefilled(req, predicted[row], prefix_cache, logits[row : row + 1], out)
@@ -67,6 +66,6 @@ def prefilled(active: Active, first: int, prefix_cache: PrefixKVCache, row: torc
     n = len(req.prompt_ids)
     if req.stats.prefix_hit_tokens < n - 1:  # nothing new to keep when a repeat's prefix covered it
         # a prompt built before a forget of its tenant (stale epoch) is not kept
-        prefix_cache.put(req.tenant, req.prompt_ids, prefix_views(active.kv, n), epoch=req.prefix_epoch)
+        prefix_cache.put(req.tenant, req.prompt_ids, active.prompt_kv(), epoch=req.prefix_epoch)
     req.stats.prefill_s = time.perf_counter() - req.submitted - req.stats.queue_wait_s
     active.emit([first], active.logprobs_of(row, [first]) if active.config.logprobs else None, out)

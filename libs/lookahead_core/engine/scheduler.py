@@ -3,7 +3,7 @@
     plan = plan_step(...)          # plan.py: who runs, each tree and budget, the prefill chunks (a value)
     packed = pack_step(plan)       # pack.py: the one packed row and where each request's rows are
     logits = forward(...)          # run.py: ONE forward for every request; choose() the token after each row
-    apply_step(plan, packed, ...)  # apply.py: accept each path, compact its KV, emit; finish prefills
+    apply_step(plan, packed, ...)  # apply.py: accept each path, the backend keeps its KV, emit; finish prefills
 
 Continuous batching: requests join and leave between steps; waiting requests sit in a bounded queue with fair
 share by tenant. Draft budgets adapt to load: each request's expected tokens per step for every budget comes from
@@ -25,7 +25,6 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..forward.backend import Backend, BackendSpec, KVTooLong, check_fits, make_backend
-from ..kv.kvstore import KVShape
 from ..kv.prefix_cache import PrefixCacheConfig, PrefixKVCache
 from ..proposers.build import DraftingSpec, build_drafting, drafting_spec
 from ..proposers.draft_model import DraftModels
@@ -73,8 +72,7 @@ class StepScheduler:
         self.backend: Backend = make_backend(model, BackendSpec(  # ``kernels``: a caller's twins, for the CPU one
             choice=cfg.backend, threads=self.threads, twins=kernels, slots=cfg.max_running,
             slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics, tile_rows=cfg.exact_tile_rows))
-        self.shape = KVShape.of(model)
-        self.device = self.shape.device
+        self.device = next(model.parameters()).device
         self.eos = eos_ids(model, tokenizer)
         self.generation_config = copy.deepcopy(model.generation_config)  # each request's processors start here
         self.prefix_cache = prefix_cache or PrefixKVCache(
@@ -134,7 +132,7 @@ class StepScheduler:
         its KV could never fit a tenant's share of the engine's KV budget."""
         capacity = Active.capacity(req, self._spec(req))
         check_fits(capacity, self.backend.max_capacity)  # longer than a pool slot: refused before it queues
-        need, most = capacity * self.shape.bytes_per_token, self.config.tenant_kv_bytes
+        need, most = self.backend.kv_bytes(capacity), self.config.tenant_kv_bytes  # the backend's figure
         if need > most:
             raise KVTooLong(f"the request needs {need / MIB:.0f} MiB of KV (prompt + max_new_tokens + a step) but a "
                             f"tenant's running requests may hold {most / MIB:.0f} MiB: shorten it")
@@ -184,7 +182,7 @@ class StepScheduler:
     def state(self) -> SchedulerState:
         with self._cv:
             running, waiting = list(self.running), len(self.queue)
-        kv = sum(r.kv.nbytes for r in running)
+        kv = sum(self.backend.kv_bytes(r.kv.capacity) for r in running)
         return SchedulerState(waiting, len(running) + self._admitting, kv, self.forwards, self.prefix_hit_tokens)
 
     def close(self, timeout: float = 10.0) -> None:
@@ -254,9 +252,9 @@ class StepScheduler:
     def _pop_admissible(self) -> list[ServeRequest]:
         """Waiting requests that may start now, fairest tenant first, within each tenant's places and KV share
         (``lending.admission_round``: a tenant alone fills every place, paused back when another waits)."""
-        held: Counter[str] = Counter()  # KV bytes by tenant: running, then popped
+        held: Counter[str] = Counter()  # KV bytes by tenant (the backend's figures): running, then popped
         for r in self.running:
-            held[r.req.tenant] += r.kv.nbytes
+            held[r.req.tenant] += self.backend.kv_bytes(r.kv.capacity)
         plan = admission_round(self.running, self.queue, held, self._kv_need, self.config)
         for active in plan.pause:
             active.paused = True
@@ -266,8 +264,9 @@ class StepScheduler:
         return plan.admit
 
     def _kv_need(self, req: ServeRequest) -> int:
-        """Bytes of KV ``req`` holds once admitted: its capacity (prompt, answer, one step) by the model's entry."""
-        return Active.capacity(req, self._spec(req)) * self.shape.bytes_per_token
+        """Bytes of KV ``req`` holds once admitted: what the backend says a cache of its capacity (prompt, answer,
+        one step) costs."""
+        return self.backend.kv_bytes(Active.capacity(req, self._spec(req)))
 
     def _spec(self, req: ServeRequest) -> DraftingSpec:
         """``req``'s drafting: its budget widened where the measured cost is flat, but back at its configured
@@ -292,7 +291,7 @@ class StepScheduler:
                                                req.stats.seed, self.device)
             drafting = build_drafting(spec, req.prompt_ids, req.trie, self.eos, self.drafts, req.drafter)
             kv = self.backend.kv_for(Active.capacity(req, spec))  # the backend may refuse it (too long, no room)
-            active = Active(req, spec, drafting, kv, chooser, self.eos)
+            active = Active(req, spec, drafting, kv, self.backend, chooser, self.eos)
             req.advance(Phase.PREFILL)
         except Exception as exc:  # e.g. a generation_config the chooser refuses: this request fails
             req.error, active = exc, None

@@ -7,6 +7,14 @@ The scheduler asks a backend for a request's cache at admission (``kv_for``; the
 gives it back at the request's end (``release``), runs each packed step through ``run`` (the backend builds
 its attention metadata from the step's segments) and reads its measured cost curve (draft budgets). It never
 sees kernel twins, C++ kernels, thread counts or pool slots.
+
+The backend owns the KV, its contents and its account. Every edit the engine makes of a granted cache is one
+of the backend's (``keep`` after a tree forward, ``load_prefix``, ``extend`` over a prefill chunk, and
+``prefix_views`` read for the prefix cache: ``edits.KVEdits``, one implementation over ``kv.kvstore``'s
+explicit functions); the engine reads a cache's ``length`` and ``capacity`` but writes neither. What a cache
+costs is the backend's answer too (``kv_bytes``: a per-request cache its capacity's entries, a pool slot the
+whole slot), and admission's byte budget counts that figure, for the caches it is about to ask for and for
+those it holds.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from ...kv.kvstore import RequestKV
+from ...kv.kvstore import KV, Pieces, RequestKV
 from ..kernels import CostCurve, KernelSet
 from ..step_layout import PLAN_KWARG
 
@@ -78,6 +86,23 @@ class Backend(Protocol):
 
     def release(self, kv: RequestKV) -> None:
         """A request ended: its cache goes back."""
+
+    def kv_bytes(self, capacity: int) -> int:
+        """Bytes a cache of ``capacity`` entries holds from ``kv_for`` to ``release`` (admission's byte budget
+        counts it: for a granted cache, ``kv_bytes(kv.capacity)``)."""
+
+    def keep(self, kv: RequestKV, past_len: int, kept: Sequence[int]) -> None:
+        """After a tree forward at ``past_len``: keep the entries of tree nodes ``kept`` (ascending); ``length``
+        becomes ``past_len + len(kept)``."""
+
+    def load_prefix(self, kv: RequestKV, pieces: Pieces, n: int) -> None:
+        """Copy a cached prefix of ``n`` entries (the prefix cache's ``pieces``) into ``kv``; ``length`` n."""
+
+    def extend(self, kv: RequestKV, end: int) -> None:
+        """A forward wrote ``kv``'s entries up to ``end`` (a prefill chunk's): ``length`` becomes ``end``."""
+
+    def prefix_views(self, kv: RequestKV, n: int) -> KV:
+        """Views of ``kv``'s first ``n`` entries (the prefix cache copies the part it keeps)."""
 
     def run(self, packed: Any) -> torch.Tensor:
         """The kept rows' logits [K, vocab] of one packed step (``engine.pack.PackedStep``)."""

@@ -2,7 +2,8 @@
 
 Each request has a cache of its own (``kvstore.RequestKV``, sized at admission); a step's forward runs through
 the twin measured fastest at its size, and its attention writes each segment's entries into its request's
-cache and attends by ``attend.multi_row``'s kernel or sdpa (``ragged.ragged_attention``).
+cache and attends by ``attend.multi_row``'s kernel or sdpa (``ragged.ragged_attention``). A cache costs its
+capacity's entries (``kv_bytes``); the engine's edits of it are ``edits.KVEdits``'.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from ..probe import RaggedProbe
 from ..ragged import RAGGED_ATTENTION, RaggedPlan
 from ..shared import calibrate_once
 from .base import CPU, call
+from .edits import KVEdits
 
 
-class CpuBackend:
+class CpuBackend(KVEdits):
     """Kernel twins by measurement over per-request caches."""
 
     name = CPU
@@ -47,6 +49,9 @@ class CpuBackend:
 
     def release(self, kv: RequestKV) -> None:
         """Nothing to give back: the cache is freed with the request."""
+
+    def kv_bytes(self, capacity: int) -> int:
+        return capacity * self.shape.bytes_per_token  # the request's own buffers, sized at admission
 
     def run(self, packed: Any) -> torch.Tensor:
         layout = packed.attention

@@ -2,9 +2,10 @@
 
 It runs on whatever device the model is on (CUDA, CPU forced for tests, others torch supports) and in any
 dtype. Every request's cache is a slot of one preallocated pool (``pool.KVPool``): admission takes a slot or
-refuses the request, a step writes and reads the pool in place. A step's forward is the model's own modules
-(the stock twin) with ``attention.POOLED_ATTENTION``: per layer, one indexed write of the step's keys and
-values and one sdpa over every segment.
+refuses the request, a step writes and reads the pool in place. A cache costs its whole slot (``kv_bytes``,
+whatever its capacity: the slot is held for it); the engine's edits of it are ``edits.KVEdits``'. A step's
+forward is the model's own modules (the stock twin) with ``attention.POOLED_ATTENTION``: per layer, one indexed
+write of the step's keys and values and one sdpa over every segment.
 
 ``exact_numerics``: every forward runs in tiles of exactly ``tile_rows`` rows (the last padded, its padding
 writing to the scratch slot), keeps every row's logits, and attends in the canonical layout
@@ -31,6 +32,7 @@ from ..kernels import STOCK, CostCurve, KernelSet, measure
 from ..step_layout import Segment, StepLayout, causal_visible
 from .attention import POOLED_ATTENTION
 from .base import GENERIC, call
+from .edits import KVEdits
 from .layout import canonical, padded
 from .pool import KVPool
 
@@ -69,7 +71,7 @@ class _Probe:
         return len(self.ids)
 
 
-class TorchBackend:
+class TorchBackend(KVEdits):
     """One KV pool and the model's own modules with the pooled attention."""
 
     name = GENERIC
@@ -110,6 +112,9 @@ class TorchBackend:
 
     def release(self, kv: RequestKV) -> None:
         self.pool.give_back(kv)
+
+    def kv_bytes(self, capacity: int) -> int:
+        return self.pool.slot_bytes  # a request holds a whole slot, however few of its entries it may use
 
     def run(self, packed: Any) -> torch.Tensor:
         if self.config.exact_numerics:

@@ -4,7 +4,8 @@ Every layer's keys and values live in one tensor each, [slots, kv_heads, slot_to
 once when the engine starts: a step never allocates cache memory, and the attention of every request of a
 step reads one tensor a layer (``pooled_attention``). A request owns one slot from admission to its end;
 its ``SlotKV`` is a ``RequestKV`` whose buffers are views of that slot, so every explicit cache edit of
-``kv.kvstore`` (write, compact, load_prefix, prefix_views) works on it unchanged. The last slot is the
+``kv.kvstore`` (write, compact, load_prefix, prefix_views) works on it unchanged, and its ``nbytes`` is the
+whole slot's (what the pool holds for it, the figure admission counts). The last slot is the
 scratch slot: padding rows of a forward (``exact_numerics`` tiles) write there and nothing reads it.
 
     pool = KVPool(shape, slots=16, slot_tokens=2048)
@@ -34,6 +35,12 @@ class SlotKV(RequestKV):
         self.slot = slot  # the slot index in the pool's tensors (dim 0)
         self.keys = [k[slot : slot + 1, :, :capacity] for k in pool.keys]  # each [1, kv_heads, capacity, head_dim]
         self.values = [v[slot : slot + 1, :, :capacity] for v in pool.values]
+        self._slot_bytes = pool.slot_bytes  # what the pool holds for this request: its whole slot
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held for the request: its whole slot, not only the ``capacity`` entries it may use."""
+        return self._slot_bytes
 
 
 class KVPool:
@@ -58,7 +65,12 @@ class KVPool:
     @property
     def nbytes(self) -> int:
         """Bytes the pool holds, scratch slot included."""
-        return (self.slots + 1) * self.slot_tokens * self.shape.bytes_per_token
+        return (self.slots + 1) * self.slot_bytes
+
+    @property
+    def slot_bytes(self) -> int:
+        """Bytes one slot holds (a request's cache, whatever its capacity)."""
+        return self.slot_tokens * self.shape.bytes_per_token
 
     @property
     def free(self) -> int:
