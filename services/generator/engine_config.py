@@ -8,7 +8,7 @@ from lookahead_rag.services.generator.settings import GeneratorSettings
 
 # [generator] settings passed to the engine's SchedulerConfig under the same name
 ENGINE_FIELDS = ("max_running", "max_waiting", "max_tokens_per_forward", "prefill_chunk", "ttft_target_s",
-                 "prefill_tree_share", "backend", "exact_numerics", "exact_tile_rows", "kv_slot_tokens",
+                 "prefill_tree_share", "backend", "exact_numerics", "exact_tile_rows", "kv_slot_tokens", "kv_dtype",
                  "kv_tenant_share", "max_running_per_tenant", "lend_places", "usage_half_life_s", "prefill_lead_s")
 MIB = 1 << 20
 

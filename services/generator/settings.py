@@ -78,6 +78,10 @@ class GeneratorSettings(ServerSettings):
                                   "decoding now and still prefill beside its steps (more: its prompt waits)")
     kv_slot_tokens: int = Field(2048, ge=1, description="generic backend: KV entries of one request's pool slot "
                                 "(prompt + max_new_tokens + a step must fit, else INVALID_ARGUMENT)")
+    kv_dtype: Literal["auto", "model", "float16"] = Field(
+        "auto", description="cpu backend: what a request's KV holds: float16 (half the bytes; only where every "
+        "forward attends by the C++ kernel: a model on quantized weights), model (the weights' dtype), auto "
+        "(float16 where it can be, else model)")
     mode: str = Field(
         "hierarchical", description="default draft mode: hierarchical|parallel|llma|jacobi|draft-model|none "
         "(mjsd is lossy: per request, by name, never the default)"

@@ -31,6 +31,7 @@ class SchedulerConfig:
     exact_numerics: bool = False  # generic backend: fixed-shape forwards, so speculation is exact in bf16 too
     exact_tile_rows: int = 32  # exact_numerics: rows of every forward tile (one-token steps are padded to it)
     kv_slot_tokens: int = 2048  # generic backend: KV entries a request's pool slot holds (prompt + answer + a step)
+    kv_dtype: str = "auto"  # cpu backend: a request cache's dtype (forward.backend.kv_dtype: auto, model, float16)
     kv_budget_bytes: int = 2048 * MIB  # request KV (the backend's kv_bytes) running requests may hold; past it, wait
     kv_tenant_share: float = 0.5  # of kv_budget_bytes one tenant's running requests may hold
     max_running_per_tenant: int = 0  # running requests one tenant may hold (0: three quarters of max_running)

@@ -71,7 +71,8 @@ class StepScheduler:
         self.threads = cfg.threads or torch.get_num_threads()  # the engine thread's intra-op threads
         self.backend: Backend = make_backend(model, BackendSpec(  # ``kernels``: a caller's twins, for the CPU one
             choice=cfg.backend, threads=self.threads, twins=kernels, slots=cfg.max_running,
-            slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics, tile_rows=cfg.exact_tile_rows))
+            slot_tokens=cfg.kv_slot_tokens, exact_numerics=cfg.exact_numerics, tile_rows=cfg.exact_tile_rows,
+            kv_dtype=cfg.kv_dtype))
         self.device = next(model.parameters()).device
         self.eos = eos_ids(model, tokenizer)
         self.generation_config = copy.deepcopy(model.generation_config)  # each request's processors start here

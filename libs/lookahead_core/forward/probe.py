@@ -19,9 +19,10 @@ class RaggedProbe:
     Pass it to ``KernelSet.calibrate``: every kernel twin is timed on the scheduler's own kind of forward.
     """
 
-    def __init__(self, shape: KVShape, past: int) -> None:
+    def __init__(self, shape: KVShape, past: int, dtype: torch.dtype | None = None) -> None:
         self.shape = shape
         self.past = past  # cache entries behind the timed forwards
+        self.dtype = dtype or shape.dtype  # the model's (its masks'), where the cache holds another
 
     def __call__(self, runner: torch.nn.Module, n: int) -> None:
         past, device = self.past, self.shape.device
@@ -30,7 +31,7 @@ class RaggedProbe:
             buf.zero_()  # the buffers come uninitialised: NaNs or denormals there would time another forward
         kv.length = past
         plan = RaggedPlan([Segment(kv, 0, past, causal_visible(n))])
-        plan.finalize(self.shape.dtype, device)
+        plan.finalize(self.dtype, device)
         with torch.inference_mode():
             ids = torch.zeros(1, n, dtype=torch.long, device=device)  # [1, n]
             pos = torch.arange(past, past + n, device=device)[None]  # [1, n]

@@ -49,6 +49,7 @@ class BackendSpec:
     slot_tokens: int = 2048  # KV entries a request may hold (the generic backend's slot length)
     exact_numerics: bool = False  # bits independent of a forward's width (the generic backend's canonical tiles)
     tile_rows: int = 32  # exact_numerics: rows of every forward
+    kv_dtype: str = "auto"  # the CPU backend's request caches: auto, model or float16 (``kv_dtype.KV_DTYPES``)
 
 
 class KVTooLong(ValueError):

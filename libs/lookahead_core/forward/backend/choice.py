@@ -36,6 +36,6 @@ def make_backend(model: nn.Module, spec: BackendSpec) -> Backend:
     check_supported(model)
     device = next(model.parameters()).device
     if backend_name(spec.choice, device.type, spec.exact_numerics) == CPU:
-        return CpuBackend(model, spec.twins, spec.threads)
+        return CpuBackend(model, spec.twins, spec.threads, spec.kv_dtype)
     return TorchBackend(model, GenericConfig(slots=spec.slots, slot_tokens=spec.slot_tokens,
                                              exact_numerics=spec.exact_numerics, tile_rows=spec.tile_rows))

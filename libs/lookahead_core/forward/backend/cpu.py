@@ -3,12 +3,14 @@
 Each request has a cache of its own (``kvstore.RequestKV``, sized at admission); a step's forward runs through
 the twin measured fastest at its size, and its attention writes each segment's entries into its request's
 cache and attends by ``attend.multi_row``'s kernel or sdpa (``ragged.ragged_attention``). A cache costs its
-capacity's entries (``kv_bytes``); the engine's edits of it are ``edits.KVEdits``'.
+capacity's entries (``kv_bytes``), each in half where every forward reads the cache through the attention
+kernel (``kv_dtype``: a model on the block kernel); the engine's edits of it are ``edits.KVEdits``'.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -21,6 +23,7 @@ from ..ragged import RAGGED_ATTENTION, RaggedPlan
 from ..shared import calibrate_once
 from .base import CPU, call
 from .edits import KVEdits
+from .kv_dtype import AUTO, cache_dtype
 
 
 class CpuBackend(KVEdits):
@@ -30,19 +33,22 @@ class CpuBackend(KVEdits):
     widest_tree = 0  # the configured draft budgets: tuned on CPUs, where every row costs
     max_capacity = None  # a request's cache is its own tensor, sized at admission
 
-    def __init__(self, model: nn.Module, kernels: KernelSet | None = None, threads: int | None = None) -> None:
+    def __init__(self, model: nn.Module, kernels: KernelSet | None = None, threads: int | None = None,
+                 kv_dtype: str = AUTO) -> None:
         self.kernels = kernels or KernelSet(model, RAGGED_ATTENTION, threads=threads)
-        self.shape = KVShape.of(model)
+        stock = KVShape.of(model)
+        self.dtype = stock.dtype  # the model's: its queries and sdpa's masks
+        self.shape = replace(stock, dtype=cache_dtype(model, kv_dtype))  # its request caches (half where it can be)
 
     @property
     def curve(self) -> CostCurve | None:
         return self.kernels.curve
 
     def calibrate(self, counts: Sequence[int], repeats: int, past: int) -> bool:
-        return calibrate_once(self.kernels, RaggedProbe(self.shape, past), counts, repeats)
+        return calibrate_once(self.kernels, RaggedProbe(self.shape, past, self.dtype), counts, repeats)
 
     def describe(self) -> str:
-        return f"cpu backend, kernels by forward size: {self.kernels.describe()}"
+        return f"cpu backend, {self.shape.dtype} KV, kernels by forward size: {self.kernels.describe()}"
 
     def kv_for(self, capacity: int) -> RequestKV:
         return RequestKV(self.shape, capacity)
@@ -55,7 +61,7 @@ class CpuBackend(KVEdits):
 
     def run(self, packed: Any) -> torch.Tensor:
         layout = packed.attention
-        plan = RaggedPlan.of(layout, self.shape.dtype, self.shape.device)  # sdpa's masks, the kernel's visibility
+        plan = RaggedPlan.of(layout, self.dtype, self.shape.device)  # sdpa's masks, the kernel's visibility
         logits = call(self.kernels.runner(len(packed)), packed.ids, packed.positions, packed.keep, plan,
                       self.shape.device)  # [K, vocab]
         layout.attention_s += plan.attention_s
