@@ -21,8 +21,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 from .catalog import converted_dir, gguf_of
 from .defaults import DEFAULT_MODEL
-from .forward.quant.load import BFLOAT16, FILE, FLOAT32, INT8, QUANTIZED, WEIGHTS, quantize_model
+from .forward.quant.load import BFLOAT16, FILE, FLOAT32, INT4, INT8, QUANTIZED, WEIGHTS, quantize_model
 from .forward.quant.qdot import INT8 as ACT_INT8
+from .forward.quant.torchao_weights import weight_only
 from .forward.support import check_supported
 
 log = logging.getLogger(__name__)
@@ -82,14 +83,16 @@ def resolve_model_path(name_or_path: str, dtype: str | None = None) -> str:
 
 def served_weights(weights: str | None, name_or_path: str, device: str) -> str | None:
     """What ``weights`` serves for this model: "file" is the GGUF's blocks only for a GGUF on a CPU (else the
-    dense dtype: None); "float32" is the dense default (None); "int8" needs a CPU."""
+    dense dtype: None); "float32" is the dense default (None); "int8" the block kernel's on a CPU, torchao's
+    elsewhere; "int4" torchao's, on CUDA only."""
     if weights is not None and weights not in WEIGHTS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHTS)}; got {weights!r}")
     on_cpu = device == "cpu"
     if weights == FILE:
         return FILE if on_cpu and gguf_of(name_or_path) is not None else None
-    if weights == INT8 and not on_cpu:
-        raise ValueError("weights = \"int8\" runs on the CPU block kernel (a CUDA model: float32 or bfloat16)")
+    if weights == INT4 and on_cpu:
+        raise ValueError("weights = \"int4\" runs torchao's int4 kernels on CUDA only (a CPU model: \"file\" or "
+                         "\"int8\", by the block kernel)")
     return None if weights == FLOAT32 else weights
 
 
@@ -112,9 +115,12 @@ def load_model(
     blocks on a CPU (``served_weights`` says what a choice becomes), "int8" per-channel int8; ``activations``
     what quantized weights multiply (``quant.qdot.ACTIVATIONS``: int8 where the int8 kernel runs, or float32)."""
     served = served_weights(weights, name_or_path, device)
-    if served in QUANTIZED:
+    if served in QUANTIZED and device == "cpu":
         model, tok = load_model(name_or_path, torch.float32, device, attn_implementation)
         return quantize_model(model, gguf_of(name_or_path), served, activations), tok
+    if served in (INT8, INT4):  # off the CPU: the dense model in ``dtype``, its Linears weight-only by torchao
+        model, tok = load_model(name_or_path, dtype, device, attn_implementation)
+        return weight_only(model, served), tok
     if served == BFLOAT16:
         dtype = torch.bfloat16
     if isinstance(dtype, str):

@@ -23,6 +23,7 @@ from lookahead_core.defaults import DEFAULT_MODEL
 AUTO = "auto"  # the [model] name that asks for this choice
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # bytes a weight takes in each served dtype
 INT8_BYTES = 1  # [model] weights = "int8": one byte a weight (its per-channel scales are noise beside it)
+INT4_BYTES = 0.5  # [model] weights = "int4" (torchao, CUDA): half a byte a weight (its group scales beside it)
 FILE = "file"  # [model] weights that serves a GGUF's own blocks (on a CPU)
 MEMINFO = "/proc/meminfo"  # Linux: MemAvailable, the memory a new process can take without swapping
 MEMINFO_KEY = "MemAvailable:"
@@ -96,6 +97,9 @@ def candidate(name: str, params: int, file_bytes: int | None, weights: str, dtyp
         return Candidate(name, params, file_bytes, fp32 + file_bytes, "the GGUF's blocks")
     if weights == "int8":
         return Candidate(name, params, params * INT8_BYTES, fp32 + params * INT8_BYTES, "int8")
+    if weights == "int4":  # torchao's: quantized from the dense model in ``dtype``
+        dense = params * DTYPE_BYTES[dtype]
+        return Candidate(name, params, round(params * INT4_BYTES), dense, "int4")
     form = "bfloat16" if weights == "bfloat16" else dtype
     dense = params * DTYPE_BYTES[form]
     return Candidate(name, params, dense, dense, form)

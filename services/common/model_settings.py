@@ -17,7 +17,7 @@ from lookahead_rag.services.common.settings import ServiceSettings
 
 DEVICE_PATTERN = r"^(cpu|cuda(:\d+)?)$"  # torch device strings the generator accepts
 Dtype = Literal["float32", "bfloat16", "float16"]
-Weights = Literal["file", "float32", "bfloat16", "int8"]  # lookahead_core.forward.quant.load.WEIGHTS
+Weights = Literal["file", "float32", "bfloat16", "int8", "int4"]  # lookahead_core.forward.quant.load.WEIGHTS
 Activations = Literal["int8", "float32"]  # lookahead_core.forward.quant.qdot.ACTIVATIONS
 
 
@@ -34,7 +34,8 @@ class ModelSettings(ServiceSettings):
     dtype: Dtype = Field("float32", description="weights and activations: float32, bfloat16 or float16")
     # what the products run on: file = a GGUF's own blocks on a CPU (the block kernel), else dense as dtype says
     weights: Weights = Field("file", description="file (a GGUF's own quantized blocks, on a CPU), float32, "
-                             "bfloat16 or int8 (per-channel, from any source)")
+                             "bfloat16, int8 (per-channel, from any source; torchao's off the CPU) or int4 "
+                             "(torchao's, CUDA only)")
     # what quantized weights multiply: int8 = x rounded per block of 32, integer products (as llama.cpp), where
     # this CPU runs the AVX-512 VNNI kernel (else float32, one log line); float32 = each block de-quantized
     activations: Activations = Field("int8", description="quantized weights times: int8 (x per block of 32, "

@@ -34,6 +34,7 @@ from .lean import join_layers
 from .linear import QuantEmbedding, QuantLinear, QuantWeight, block_kernel
 from .qdot import ACTIVATIONS, int8_kernel
 from .qdot import INT8 as INT8_X
+from .torchao_weights import FORMAT_ATTR as TORCHAO_ATTR
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,8 @@ FILE = "file"  # run the blocks the GGUF file holds
 FLOAT32 = "float32"
 BFLOAT16 = "bfloat16"
 INT8 = "int8"  # per-channel int8 of the fp32 weights
-WEIGHTS = (FILE, FLOAT32, BFLOAT16, INT8)  # what [model] weights accepts
+INT4 = "int4"  # int4 weight-only by torchao (a CUDA model on the generic backend: torchao_weights)
+WEIGHTS = (FILE, FLOAT32, BFLOAT16, INT8, INT4)  # what [model] weights accepts
 QUANTIZED = (FILE, INT8)  # the choices served by the block kernel
 CONFIG_ATTR = "lookahead_weights"  # the model config's attribute naming its served format ("" / absent: dense)
 CHECK_ROWS = 16  # rows of each swapped weight compared with the converted fp32 weight
@@ -62,9 +64,10 @@ class BadModelFile(ValueError):
 
 
 def weight_format(model: nn.Module) -> str:
-    """The served weights' format: e.g. "Q4_1+Q8_0" (the file's block types, most used first), "int8", or the
-    dense dtype ("float32")."""
-    served = getattr(getattr(model, "config", None), CONFIG_ATTR, "")
+    """The served weights' format: e.g. "Q4_1+Q8_0" (the file's block types, most used first), "int8", torchao's
+    ("int8 (torchao)") or the dense dtype ("float32")."""
+    config = getattr(model, "config", None)
+    served = getattr(config, CONFIG_ATTR, "") or getattr(config, TORCHAO_ATTR, "")
     if served:
         return served
     param = next(model.parameters(), None)
