@@ -42,7 +42,8 @@ def title(data: dict[str, Any], what: str, baseline: str, threads: Any = None, m
     """Three lines: what was measured; model, machine and threads; the baseline."""
     model = data.get("model") if model is None else model
     if model is not None and data.get("weights"):  # the products' format: a GGUF's block types, int8 or a dtype
-        model = f"{model} ({data['weights']} weights)"
+        kv = f", {data['kv_dtype']} KV" if data.get("kv_dtype") else ""  # the request caches' dtype, where recorded
+        model = f"{model} ({data['weights']} weights{kv})"
     threads = data.get("threads") if threads is None else threads
     return f"{what}\nmodel {known(model)} | {machine_label(data)} | threads {known(threads)}\nbaseline: {baseline}"
 

@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lookahead_core.forward.backend.base import AUTO, CPU
+from lookahead_core.forward.backend.choice import backend_name
+from lookahead_core.forward.backend.kv_dtype import cache_dtype
 from lookahead_core.forward.quant.load import weight_format
 from lookahead_core.models import load_model
 from lookahead_core.threads import on_own_thread, serve_single_threaded, usable_cores
@@ -259,6 +262,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         "model": args.model,
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})", "dtype": args.dtype,
         "weights": weight_format(model),  # the products' format: the file's block types, int8 or the dtype
+        "kv_dtype": kv_dtype_of(model, stack),  # what the CPU backend's request caches hold
         "threads": args.threads or usable_cores(),
         **described,  # requests, zipf and the pool drawn from, or the replay (file, level, way, prompts)
         "levels": levels,
@@ -281,6 +285,15 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         n = write_record(args.record, record_data(recorded, sequence, run.recording, data, args.replayed))
         print(f"wrote {args.record}: {n} requests over {len(run.recording.levels)} level(s)")
     return data
+
+
+def kv_dtype_of(model: Any, stack: StackConfig) -> str:
+    """The dtype of the request caches the run's engines hold: the CPU backend's by ``[generator] kv_dtype`` (auto
+    unless --gen set it), the generic backend's pool the model's."""
+    gen, param = stack.generator, next(model.parameters())
+    on = backend_name(gen.get("backend", AUTO), param.device.type, bool(gen.get("exact_numerics", False)))
+    dtype = cache_dtype(model, gen.get("kv_dtype", AUTO)) if on == CPU else param.dtype
+    return str(dtype).removeprefix("torch.")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -242,6 +242,10 @@ def test_titles_name_model_machine_threads_and_baseline_and_say_unknown_when_not
     assert machine_label({"device": "cuda (Test GPU)"}) == "GPU Test GPU"
     assert machine_label({"cpu": "Test CPU", "machine": "Linux, 2 cores"}) == "CPU Test CPU, Linux, 2 cores"
     assert f"threads {UNKNOWN}" in title({}, "what", "none")
+    # the served weights' format and, where recorded, the request caches' dtype
+    assert "model m (Q4_1 weights, float16 KV)" in title({"model": "m", "weights": "Q4_1", "kv_dtype": "float16"},
+                                                       "what", "none")
+    assert "model m (float32 weights)" in title({"model": "m", "weights": "float32"}, "what", "none")
 
 
 # --- the bundled question set ---
