@@ -14,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 from lookahead_core.engine.budget import expected_tokens
+from lookahead_core.forward.backend.kv_dtype import AUTO, KV_DTYPES, cache_dtype
 from lookahead_core.forward.bandwidth import floor_seconds, kv_bytes_per_entry, read_bandwidth, weight_bytes
 from lookahead_core.forward.kernels import SHARING, CostCurve, KernelSet
 from lookahead_core.forward.memory import resident
@@ -65,13 +67,16 @@ def choose_decoding_length(curve: CostCurve, paths: Sequence[Sequence[int]]) -> 
 
 
 def floor_report(model: torch.nn.Module, kernels: Sequence[str], sizes: Sequence[int], repeats: int,
-                 past: int) -> dict[str, Any]:
-    """Time ``kernels`` (interleaved) at ``sizes`` over ``past`` cached entries, beside the bandwidth floor of
-    a one-token forward measured before and after, and resident memory once the kept twins are built."""
+                 past: int, kv_dtype: str = AUTO) -> dict[str, Any]:
+    """Time ``kernels`` (interleaved) at ``sizes`` over ``past`` cached entries of ``kv_dtype`` (the engine's
+    choice: ``kv_dtype.cache_dtype``), beside the bandwidth floor of a one-token forward measured before and
+    after, and resident memory once the kept twins are built."""
     before = read_bandwidth()
     ks = KernelSet(model, RAGGED_ATTENTION, kernels)
     built = resident()
-    curve = ks.calibrate(RaggedProbe(KVShape.of(model), past), sizes, repeats)
+    stock = KVShape.of(model)
+    shape = replace(stock, dtype=cache_dtype(model, kv_dtype))  # the served engine's request caches
+    curve = ks.calibrate(RaggedProbe(shape, past, stock.dtype), sizes, repeats)
     after = read_bandwidth()
     nbytes = weight_bytes(model) + (past + 1) * kv_bytes_per_entry(model)  # a one-token step's reads
     slow, fast = sorted((before, after), key=lambda b: b.bytes_per_s)
@@ -111,6 +116,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--past", type=int, default=FLOOR_PAST, help="cached entries behind each forward")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--json", default=None, help="write the report here")
+    p.add_argument("--kv-dtype", default=AUTO, choices=KV_DTYPES, help="the caches' dtype, as [generator] kv_dtype "
+                   "(auto: half on the block kernel)")
     add_placement_args(p)
     args = p.parse_args(argv)
     if args.threads:
@@ -118,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     model, _ = load_model(args.model, **placement(args))
     report = {"model": args.model, "weights": weight_format(model), "rss_mib_loaded": resident().total / MIB,
               **floor_report(model, args.kernels.split(","), [int(n) for n in args.sizes.split(",")],
-                             args.repeats, args.past)}
+                             args.repeats, args.past, args.kv_dtype)}
     print_floor(f"{args.model} ({report['weights']})", report)
     if args.json:
         with open(args.json, "w") as f:
