@@ -13,6 +13,8 @@ torch users import from the submodules explicitly:
 
 from __future__ import annotations
 
+import logging
+
 from .config import LOSSY_MODES, MJSD_BEAMS, MJSD_THRESHOLD, DecodingConfig, DraftMode, TrieConfig, parse_mode
 from .defaults import DEFAULT_MODEL, cache_dir
 from .detok import TextStreamer
@@ -23,6 +25,15 @@ from .observer import PathRecorder, StepObserver
 from .proposers.trie import retrieve_draft
 from .stats import DecodeStats
 from .vocab import check_in_vocab, out_of_vocab, tokenizer_id
+
+# transformers imports torchao (a dependency: weight-only int8/int4 off the CPU) when it is installed; under the
+# CPU build of torch its CUDA extension libraries fail to load, one warning each, and its enums trip a
+# deprecation line of torch's pytree at registration. None of it concerns the configs used here (plain torch
+# ops on a CPU; the tinygemm kernels load on CUDA): kept to errors.
+QUIET_LOGGERS = ("torchao", "torch.utils._pytree")
+for _name in QUIET_LOGGERS:
+    logging.getLogger(_name).setLevel(logging.ERROR)
+
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -85,3 +85,12 @@ def test_without_torchao_a_request_for_it_says_what_to_install(monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "torchao.quantization", None)  # import fails as where torchao is missing
     with pytest.raises(RuntimeError, match=r"needs torchao \(pip install torchao\)"):
         weight_only(copy.deepcopy(tiny_model("llama")), INT8)
+
+
+def test_importing_the_engine_with_torchao_installed_logs_nothing_of_it() -> None:
+    # transformers imports torchao at its own import; its CUDA libraries' load failures stay out of a CPU start's log
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import lookahead_core.models, torchao"], capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert "torchao" not in done.stderr and "Failed to load" not in done.stderr, done.stderr[-500:]
