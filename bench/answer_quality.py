@@ -25,7 +25,7 @@ from lookahead_rag.bench.answer_quality_search import (
     search_names,
     with_distractors,
 )
-from lookahead_rag.bench.common import placement, print_table, read_jsonl, run_header
+from lookahead_rag.bench.common import placement, print_table, ran_on, read_jsonl, run_header
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prompt_order import ORDERS, retriever_cores, unanswerable_pool
@@ -229,9 +229,8 @@ def report(args: argparse.Namespace) -> int:
         shown = data["passages_by_search"][name]
         print(f"{name}: passages per prompt " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     print_table([{c: r.get(c) for c, _, _ in COLUMNS} for r in table_rows(data)], COLUMNS)
-    print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['questions']} "
-          f"answerable + {data['unanswerable_questions']} unanswerable questions, {data['max_new_tokens']} new tokens, "
-          f"{data['indexed_chunks']} chunks indexed")
+    print(f"{ran_on(data)}, {data['questions']} answerable + {data['unanswerable_questions']} unanswerable "
+          f"questions, {data['max_new_tokens']} new tokens, {data['indexed_chunks']} chunks indexed")
     write_outputs(data, args.json, args.png)
     return 0
 

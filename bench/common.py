@@ -141,6 +141,12 @@ def run_header(args: argparse.Namespace) -> dict[str, Any]:
             "dataset": args.dataset}
 
 
+def ran_on(data: dict[str, Any]) -> str:
+    """How a benchmark's summary line opens: the model and where it ran (``run_header``'s fields), e.g.
+    ``smollm2-135m on cpu (Intel Xeon), threads=2``."""
+    return f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}"
+
+
 def read_jsonl(path: str | Path | Source) -> list[dict[str, Any]]:
     """Rows of a JSONL file, yours or the bundled package data (blank lines skipped)."""
     source = Path(path) if isinstance(path, str | os.PathLike) else path

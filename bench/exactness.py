@@ -20,7 +20,7 @@ from lookahead_core.kv.kvstore import KVShape
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import placement, print_table, run_header
+from lookahead_rag.bench.common import placement, print_table, ran_on, run_header
 from lookahead_rag.bench.engine_runner import TENANT, SchedulerRunner
 from lookahead_rag.bench.exactness_args import CACHE_STATES
 from lookahead_rag.bench.exactness_compare import compare_pass, margin_summary, min_margin
@@ -206,9 +206,8 @@ def report(args: argparse.Namespace) -> int:
     print()
     print_table(data["passes"], COLUMNS)
     m = data["margins"]
-    print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['prompts']} "
-          f"prompts, {data['max_new_tokens']} new tokens, mode {data['mode']}; baseline {data['baseline']} "
-          f"({data['baseline_wall_s']} s)")
+    print(f"{ran_on(data)}, {data['prompts']} prompts, {data['max_new_tokens']} new tokens, mode {data['mode']}; "
+          f"baseline {data['baseline']} ({data['baseline_wall_s']} s)")
     print(f"smallest top-1/top-2 margin per answer: min {m['min']}, median {m['median']}; answers below "
           + ", ".join(f"{t}: {c}" for t, c in m["below"].items()))
     for p in data["passes"]:

@@ -15,7 +15,7 @@ from lookahead_core.kv.kvstore import KVShape
 from lookahead_core.models import load_model
 from lookahead_core.threads import serve_single_threaded, usable_cores
 
-from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, write_json
+from lookahead_rag.bench.common import cpu_name, machine, placement, print_table, ran_on, write_json
 from lookahead_rag.bench.hog_plot import plot
 from lookahead_rag.bench.serve_client import closed_loop, one_request
 from lookahead_rag.bench.serve_load import ReplayPrompt, draw_sequence, load_workload
@@ -137,9 +137,8 @@ def run(args: argparse.Namespace) -> int:
     rows = [{"way": w, **r, "errs": ",".join(f"{k}:{v}" for k, v in r["errors"].items()) or "-",
              "hog_calls": ",".join(f"{k}:{v}" for k, v in r["hog_outcomes"].items()) or "-"}
             for w, r in data["runs"].items()]
-    print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, victim: "
-          f"{data['requests']} requests x {data['concurrency']} clients; hog: {data['hog_streams']} streams of "
-          f"{data['runs']['hog']['hog_prompt_tokens']}-token prompts")
+    print(f"\n{ran_on(data)}, victim: {data['requests']} requests x {data['concurrency']} clients; hog: "
+          f"{data['hog_streams']} streams of {data['runs']['hog']['hog_prompt_tokens']}-token prompts")
     print_table(rows, COLUMNS)
     t = data["targets"]
     print(f"prefix hits kept {t['prefix_hits_kept']} (target >= {1 - HITS_DROP_TARGET:.2f}); TTFT p50 rise "

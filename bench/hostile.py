@@ -16,7 +16,7 @@ from typing import Any
 
 from lookahead_core.threads import usable_cores
 
-from lookahead_rag.bench.common import cpu_name, machine, print_table
+from lookahead_rag.bench.common import cpu_name, machine, print_table, ran_on
 from lookahead_rag.bench.hog import victim_and_model, victim_stack, write_outputs
 from lookahead_rag.bench.hostile_attack import AttackSpec, counts_json
 from lookahead_rag.bench.hostile_mix import HoldCounts, UploadCounts
@@ -124,10 +124,9 @@ def row(way: str, r: dict[str, Any]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     """The benchmark for parsed arguments (bench/hostile_args.py parses them without torch)."""
     data = asyncio.run(_run(args))
-    print(f"\n{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, victim: "
-          f"{data['requests']} requests x {data['concurrency']} clients through {data['runs']['alone']['via']}; "
-          f"uploader: {data['doc_mib']:g} MiB documents, {data['title_mib']:g} MiB titles; holder: "
-          f"{data['hold_connections']} x {data['hold_streams']} headers-only streams")
+    print(f"\n{ran_on(data)}, victim: {data['requests']} requests x {data['concurrency']} clients through "
+          f"{data['runs']['alone']['via']}; uploader: {data['doc_mib']:g} MiB documents, {data['title_mib']:g} MiB "
+          f"titles; holder: {data['hold_connections']} x {data['hold_streams']} headers-only streams")
     print_table([row(w, r) for w, r in data["runs"].items()], COLUMNS)
     t = data["targets"]
     print(f"{t['verdict']}: TTFT p50 rise {t['ttft_p50_rise_s']} s, p99 rise {t['ttft_p99_rise_s']} s "

@@ -18,7 +18,7 @@ from lookahead_core.models import load_model
 from lookahead_core.sampling.logprobs import TokenLogprob, token_logprobs
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import placement, print_table, run_header
+from lookahead_rag.bench.common import placement, print_table, ran_on, run_header
 from lookahead_rag.bench.engine_runner import SchedulerRunner
 from lookahead_rag.bench.exactness import closed_loop
 from lookahead_rag.bench.logprobs_compare import DIGITS, compare_logprobs, equal_answers
@@ -157,9 +157,9 @@ COLUMNS = [
 
 def summary(data: dict[str, Any]) -> list[str]:
     """What the table does not say: the run's setting, each pass that failed a check, and the verdict."""
-    lines = [f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['prompts']} "
-             f"prompts, {data['max_new_tokens']} new tokens, mode {data['mode']}, top {data['top_logprobs']}; "
-             f"baseline {data['baseline']} ({data['baseline_wall_s']} s); prefix cache {data['prefix_cache']}"]
+    lines = [f"{ran_on(data)}, {data['prompts']} prompts, {data['max_new_tokens']} new tokens, mode {data['mode']}, "
+             f"top {data['top_logprobs']}; baseline {data['baseline']} ({data['baseline_wall_s']} s); prefix cache "
+             f"{data['prefix_cache']}"]
     for p in data["passes"]:
         if p["equal_to_baseline"] != p["answers"]:
             lines.append(f"MISMATCH {p['name']}: {p['answers'] - p['equal_to_baseline']} answer(s) differ "

@@ -13,7 +13,7 @@ import torch
 from lookahead_core.models import load_model
 from tqdm import tqdm
 
-from lookahead_rag.bench.common import answerable, placement, print_table, read_jsonl, run_header
+from lookahead_rag.bench.common import answerable, placement, print_table, ran_on, read_jsonl, run_header
 from lookahead_rag.bench.plot import write_outputs
 from lookahead_rag.bench.prefix_hits import prefix_hits
 from lookahead_rag.bench.serve_hf import greedy
@@ -185,9 +185,9 @@ def report(args: argparse.Namespace) -> int:
     data = run(args)
     print()
     print_table([{"order": o, **r} for o, r in data["orders"].items()], COLUMNS)
-    print(f"{data['model']} on {data['device']} ({data['cpu']}), threads={data['threads']}, {data['questions']} "
-          f"questions, {data['tenants']} tenant(s), {data['max_new_tokens']} new tokens; {data['identical_prompts']} "
-          f"prompt(s) identical in both orders, {data['answers_differ']} answer(s) differ")
+    print(f"{ran_on(data)}, {data['questions']} questions, {data['tenants']} tenant(s), {data['max_new_tokens']} "
+          f"new tokens; {data['identical_prompts']} prompt(s) identical in both orders, {data['answers_differ']} "
+          f"answer(s) differ")
     write_outputs(data, args.json, args.png)
     return 0
 

@@ -36,27 +36,23 @@ class DraftCacheServicer(draftcache_pb2_grpc.DraftCacheServicer):
     async def AddOutput(
         self, request: draftcache_pb2.AddOutputRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.AddOutputResponse:
-        self.rate.call("AddOutput", request.tenant)
-        applied = await asyncio.to_thread(
-            self._calls.add_output, request.tenant, request.tokenizer_id, request.output_ids, request.event_id
-        )
+        applied = await self.rate.run("AddOutput", request.tenant, self._calls.add_output, request.tokenizer_id,
+                                      request.output_ids, request.event_id)
         return draftcache_pb2.AddOutputResponse(applied=applied)
 
     @grpc_errors
     async def Fetch(
         self, request: draftcache_pb2.FetchRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.FetchResponse:
-        self.rate.call("Fetch", request.tenant)
-        found = await asyncio.to_thread(self._calls.fetch, request.tenant, request.tokenizer_id,
-                                        list(request.prompt_ids), list(request.reference_ids), request.budget)
+        found = await self.rate.run("Fetch", request.tenant, self._calls.fetch, request.tokenizer_id,
+                                    list(request.prompt_ids), list(request.reference_ids), request.budget)
         return fetch_response(found)
 
     @grpc_errors
     async def Stats(
         self, request: draftcache_pb2.DraftStatsRequest, context: grpc.aio.ServicerContext
     ) -> draftcache_pb2.DraftStatsResponse:
-        self.rate.call("Stats", request.tenant)
-        return stats_response(await asyncio.to_thread(self.store.stats, request.tenant))
+        return stats_response(await self.rate.run("Stats", request.tenant, self.store.stats))
 
     @grpc_errors
     async def Snapshot(

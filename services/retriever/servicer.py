@@ -47,7 +47,7 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Ingest(
         self, request: retriever_pb2.IngestRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.IngestResponse:
-        self.meter.call("Ingest", request.tenant)
+        self.meter.call("Ingest", request.tenant)  # before its documents are converted
         documents = [document_from_proto(d) for d in request.documents]
         return ingest_response(await asyncio.to_thread(self.writer.ingest, request.tenant, documents))
 
@@ -55,15 +55,15 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Delete(
         self, request: retriever_pb2.DeleteRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.DeleteResponse:
-        self.meter.call("Delete", request.tenant)
-        return delete_response(await asyncio.to_thread(self.writer.delete, request.tenant, list(request.doc_ids)))
+        return delete_response(await self.meter.run("Delete", request.tenant, self.writer.delete,
+                                                    list(request.doc_ids)))
 
     @grpc_errors
     async def Forget(
         self, request: retriever_pb2.ForgetRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.ForgetResponse:
-        self.meter.call("Forget", request.tenant)  # a flood of forgets is refused
-        event_id = await asyncio.to_thread(self.forgetter.forget, request.tenant, request.doc_id)
+        # a flood of forgets is refused
+        event_id = await self.meter.run("Forget", request.tenant, self.forgetter.forget, request.doc_id)
         return retriever_pb2.ForgetResponse(event_id=event_id)
 
     @grpc_errors
@@ -82,5 +82,4 @@ class RetrieverServicer(retriever_pb2_grpc.RetrieverServicer):
     async def Stats(
         self, request: retriever_pb2.RetrieverStatsRequest, context: grpc.aio.ServicerContext
     ) -> retriever_pb2.RetrieverStatsResponse:
-        self.meter.call("Stats", request.tenant)
-        return stats_response(await asyncio.to_thread(self.core.stats, request.tenant))
+        return stats_response(await self.meter.run("Stats", request.tenant, self.core.stats))

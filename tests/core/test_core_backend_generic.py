@@ -13,7 +13,7 @@ import random
 from collections.abc import Sequence
 
 import pytest
-from lookahead_core.config import DecodingConfig, DraftMode
+from lookahead_core.config import DraftMode
 from lookahead_core.engine.request import ServeRequest
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.backend import KVTooLong
@@ -26,14 +26,12 @@ from tests.core.helpers import (
     FAMILIES,
     Client,
     eos_as,
-    forking_drafter,
     greedy,
-    oracle_drafter,
     random_prompt,
     run_all,
     tiny_model,
-    wrong_drafter,
 )
+from tests.core.serve_requests import adversarial_drafters, serve_request
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -47,16 +45,9 @@ def generic(exact: bool = False, **kw: object) -> SchedulerConfig:
     return SchedulerConfig(**fields)  # type: ignore[arg-type]
 
 
-def request(prompt: Sequence[int], client: Client, tenant: str = "t", **cfg: object) -> ServeRequest:
-    drafter = cfg.pop("drafter", None)
-    config = DecodingConfig(**{"max_new_tokens": 24, "decoding_length": 6, **cfg})  # type: ignore[arg-type]
-    return ServeRequest(prompt, config, tenant=tenant, on_tokens=client.on_tokens, on_done=client.on_done,
-                        drafter=drafter)  # type: ignore[arg-type]
-
-
 def serve(sched: StepScheduler, prompts: Sequence[Sequence[int]], **cfg: object) -> list[ServeRequest]:
     clients = [Client() for _ in prompts]
-    reqs = [request(p, c, mode=MODES[i % 4], max_new_tokens=10 + 3 * i, **cfg) for i, (p, c) in
+    reqs = [serve_request(p, c, mode=MODES[i % 4], max_new_tokens=10 + 3 * i, **cfg) for i, (p, c) in
             enumerate(zip(prompts, clients, strict=True))]
     run_all(sched, reqs, clients)
     assert [c.error for c in clients] == [None] * len(prompts)
@@ -102,11 +93,10 @@ def test_adversarial_neighbours_never_change_tokens(exact: bool, scheduler_of) -
     prompts = [random_prompt(rng) for _ in range(3)]
     with eos_as(model, None):
         truths = [greedy(model, p, 20) for p in prompts]
-        drafters = [wrong_drafter(len(prompts[0]), truths[0]), forking_drafter(len(prompts[1]), truths[1]),
-                    oracle_drafter(len(prompts[2]), truths[2])]
+        drafters = adversarial_drafters(prompts, truths)
         sched = scheduler_of(model, generic(exact, adaptive=False))
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c, max_new_tokens=20, decoding_length=8, drafter=d)
+        reqs = [serve_request(p, c, max_new_tokens=20, decoding_length=8, drafter=d)
                 for p, c, d in zip(prompts, clients, drafters, strict=True)]
         run_all(sched, reqs, clients)
     assert [r.output for r in reqs] == truths
@@ -148,9 +138,9 @@ def test_a_request_longer_than_a_slot_fails_alone(scheduler_of) -> None:
     short = random_prompt(random.Random(1))
     sched = scheduler_of(model, generic())
     with pytest.raises(KVTooLong, match="pool slot holds 160"):
-        sched.submit(request(short, Client(), max_new_tokens=150))
+        sched.submit(serve_request(short, Client(), max_new_tokens=150))
     client = Client()
-    req = request(short, client, max_new_tokens=12)
+    req = serve_request(short, client, max_new_tokens=12)
     with eos_as(model, None):
         run_all(sched, [req], [client])
         assert client.error is None and req.output == greedy(model, short, 12)
@@ -166,8 +156,8 @@ def test_a_flat_cost_widens_only_what_fits_its_slot(scheduler_of) -> None:
     short = random_prompt(random.Random(2))[:16]
     long = random_prompt(random.Random(5))[:40]
     clients = [Client(), Client()]
-    reqs = [request(short, clients[0], max_new_tokens=12, mode=DraftMode.PARALLEL),  # 16 + 12 + 1 + 128 = 157 fits
-            request(long, clients[1], max_new_tokens=80, mode=DraftMode.PARALLEL)]  # 40 + 80 + 1 + 128 does not
+    reqs = [serve_request(short, clients[0], max_new_tokens=12, mode=DraftMode.PARALLEL),  # 16 + 12 + 1 + 128 fits
+            serve_request(long, clients[1], max_new_tokens=80, mode=DraftMode.PARALLEL)]  # 40 + 80 + 1 + 128 does not
     with eos_as(model, None):
         run_all(sched, reqs, clients)
         assert [c.error for c in clients] == [None, None]
@@ -206,7 +196,7 @@ def outputs(model: object, tok: object, prompts: Sequence[Sequence[int]], mode: 
                                               exact_tile_rows=16)).start()
     try:
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c, mode=mode, max_new_tokens=48, decoding_length=8)
+        reqs = [serve_request(p, c, mode=mode, max_new_tokens=48, decoding_length=8)
                 for p, c in zip(prompts, clients, strict=True)]
         run_all(sched, reqs, clients)
         assert [c.error for c in clients] == [None] * len(prompts)

@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Sequence
 
 import pytest
 from lookahead_core import PathRecorder
-from lookahead_core.config import DecodingConfig, DraftMode
+from lookahead_core.config import DraftMode
 from lookahead_core.engine.admission import QueueFull
-from lookahead_core.engine.request import Phase, RequestExpired, ServeRequest
+from lookahead_core.engine.request import Phase, RequestExpired
 from lookahead_core.engine.scheduler import SchedulerConfig, StepScheduler
 from lookahead_core.forward.kernels import KernelSet
 from lookahead_core.forward.ragged import RAGGED_ATTENTION
@@ -28,25 +27,15 @@ from tests.core.helpers import (
     Client,
     StubTokenizer,
     eos_as,
-    forking_drafter,
     greedy,
     oracle_drafter,
     random_prompt,
     run_all,
     tiny_model,
-    wrong_drafter,
 )
+from tests.core.serve_requests import adversarial_drafters, serve_request
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def request(prompt: Sequence[int], client: Client, tenant: str = "t", **cfg: object) -> ServeRequest:
-    drafter = cfg.pop("drafter", None)
-    deadline = cfg.pop("deadline", None)
-    observer = cfg.pop("observer", None)
-    config = DecodingConfig(**{"max_new_tokens": 24, "decoding_length": 6, **cfg})  # type: ignore[arg-type]
-    return ServeRequest(prompt, config, tenant=tenant, on_tokens=client.on_tokens, on_done=client.on_done,
-                        drafter=drafter, deadline=deadline, observer=observer)  # type: ignore[arg-type]
 
 
 def assert_idle(sched: StepScheduler) -> None:
@@ -66,7 +55,7 @@ def test_mixed_batch_equals_greedy(family: str, adaptive: bool, scheduler_of) ->
     prompts = [random_prompt(rng) for _ in range(8)]
     with eos_as(model, None):
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c, mode=modes[i % 4], max_new_tokens=12 + 3 * i)
+        reqs = [serve_request(p, c, mode=modes[i % 4], max_new_tokens=12 + 3 * i)
                 for i, (p, c) in enumerate(zip(prompts, clients, strict=True))]
         run_all(sched, reqs, clients)
         for p, r, c in zip(prompts, reqs, clients, strict=True):
@@ -86,8 +75,8 @@ def test_joining_leaving_and_chunked_prefill(family: str, scheduler_of) -> None:
     prompts = [random_prompt(rng) for _ in range(9)]
     with eos_as(model, None):
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c, max_new_tokens=5 + 4 * (i % 4)) for i, (p, c) in enumerate(zip(prompts, clients,
-                                                                                               strict=True))]
+        reqs = [serve_request(p, c, max_new_tokens=5 + 4 * (i % 4))
+                for i, (p, c) in enumerate(zip(prompts, clients, strict=True))]
         run_all(sched, reqs, clients)
         for p, r in zip(prompts, reqs, strict=True):
             assert r.output == greedy(model, p, r.config.max_new_tokens)
@@ -105,11 +94,10 @@ def test_adversarial_neighbour_never_changes_tokens(family: str, scheduler_of) -
     n = 20
     with eos_as(model, None):
         truths = [greedy(model, p, n) for p in prompts]
-        drafters = [wrong_drafter(len(prompts[0]), truths[0]), forking_drafter(len(prompts[1]), truths[1]),
-                    oracle_drafter(len(prompts[2]), truths[2])]
+        drafters = adversarial_drafters(prompts, truths)
         sched = scheduler_of(model, SchedulerConfig(calibrate=False, adaptive=False))
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c, max_new_tokens=n, decoding_length=8, drafter=d)
+        reqs = [serve_request(p, c, max_new_tokens=n, decoding_length=8, drafter=d)
                 for p, c, d in zip(prompts, clients, drafters, strict=True)]
         run_all(sched, reqs, clients)
         assert [r.output for r in reqs] == truths
@@ -126,7 +114,7 @@ def test_each_kernel_gives_greedy(kernel: str, scheduler_of) -> None:
     sched = scheduler_of(model, kernels=KernelSet(model, RAGGED_ATTENTION, kernels=(kernel,)))
     with eos_as(model, None):
         clients = [Client() for _ in prompts]
-        reqs = [request(p, c) for p, c in zip(prompts, clients, strict=True)]
+        reqs = [serve_request(p, c) for p, c in zip(prompts, clients, strict=True)]
         run_all(sched, reqs, clients)
         assert [r.output for r in reqs] == [greedy(model, p, 24) for p in prompts]
     assert all(r.stats.kernels == {kernel} for r in reqs)
@@ -145,7 +133,7 @@ def test_prefix_cache_hit_equals_miss(scheduler_of) -> None:
         outs = []
         for prompt in (base, base, other, spanning):
             client = Client()
-            req = request(prompt, client)
+            req = serve_request(prompt, client)
             run_all(sched, [req], [client])
             assert req.output == greedy(model, prompt, 24)
             outs.append(req)
@@ -168,7 +156,7 @@ def test_a_prompt_admitted_beside_its_twin_takes_the_twin_prefix() -> None:
     sched = StepScheduler(model, StubTokenizer(), SchedulerConfig(calibrate=False, prefix_min_tokens=4,  # type: ignore[arg-type]
                                                                   prefill_chunk=8)).start(thread=False)
     clients = [Client(), Client()]
-    reqs = [request(prompt, c) for c in clients]
+    reqs = [serve_request(prompt, c) for c in clients]
     with eos_as(model, None):
         for req in reqs:
             sched.submit(req)
@@ -187,7 +175,7 @@ def test_other_tenant_never_hits(scheduler_of) -> None:
     hits = []
     for tenant in ("a", "b", "a"):
         client = Client()
-        req = request(prompt, client, tenant=tenant)
+        req = serve_request(prompt, client, tenant=tenant)
         run_all(sched, [req], [client])
         hits.append(req.stats.prefix_hit_tokens)
     assert hits == [0, 0, len(prompt) - 1]
@@ -203,7 +191,7 @@ def test_cancel_running_and_waiting(scheduler_of) -> None:
     gate = threading.Event()
     clients = [Client(gate=gate), Client(), Client()]
     with eos_as(model, None):
-        reqs = [request(p, c, max_new_tokens=16) for p, c in zip(prompts, clients, strict=True)]
+        reqs = [serve_request(p, c, max_new_tokens=16) for p, c in zip(prompts, clients, strict=True)]
         with sched._cv:  # all three queued before the engine's next look: 0 and 1 are admitted in one step
             for r in reqs:
                 sched.submit(r)
@@ -232,14 +220,14 @@ def test_queue_full_and_waiting_deadline(scheduler_of) -> None:
                                                 max_tokens_per_forward=64, prefill_chunk=64))
     gate = threading.Event()
     clients = [Client(gate=gate), Client(), Client()]
-    reqs = [request(random_prompt(rng), clients[0]), request(random_prompt(rng), clients[1], deadline=0.0),
-            request(random_prompt(rng), clients[2])]
+    reqs = [serve_request(random_prompt(rng), clients[0]), serve_request(random_prompt(rng), clients[1], deadline=0.0),
+            serve_request(random_prompt(rng), clients[2])]
     sched.submit(reqs[0])
     assert wait_for(lambda: bool(reqs[0].output))  # running, held at its first token
     sched.submit(reqs[1])
     sched.submit(reqs[2])
     with pytest.raises(QueueFull):
-        sched.submit(request(random_prompt(rng), Client()))
+        sched.submit(serve_request(random_prompt(rng), Client()))
     gate.set()
     for c in clients:
         assert c.done.wait(WAIT_S)
@@ -261,7 +249,7 @@ def test_fair_share_between_tenants(scheduler_of) -> None:
     reqs = []
     for i, tenant in enumerate(["burst"] * 6 + ["quiet"]):
         client = Client(gate=gate if i == 0 else None)
-        req = request(random_prompt(rng), client, tenant=tenant, max_new_tokens=3)
+        req = serve_request(random_prompt(rng), client, tenant=tenant, max_new_tokens=3)
         req.on_tokens = lambda r, ids, c=client: (None if r.stats.forward_steps else started.append(r.tenant),
                                                   c.on_tokens(r, ids))
         clients.append(client)
@@ -285,7 +273,7 @@ def test_stop_string_in_a_batched_step(scheduler_of) -> None:
         stop = StubTokenizer().decode(truth[5:7])
         sched = scheduler_of(model, SchedulerConfig(calibrate=False, adaptive=False))
         client = Client()
-        req = request(prompt, client, stop_strings=(stop,), drafter=oracle_drafter(len(prompt), truth))
+        req = serve_request(prompt, client, stop_strings=(stop,), drafter=oracle_drafter(len(prompt), truth))
         run_all(sched, [req], [client])
     assert req.output == truth[:7]
     assert req.stats.finish_reason == "stop"
@@ -299,7 +287,7 @@ def test_observer_sees_every_decode_step(scheduler_of) -> None:
         truth = greedy(model, prompt, 24)
         sched = scheduler_of(model, SchedulerConfig(calibrate=False, adaptive=False))
         client, recorder = Client(), PathRecorder()
-        req = request(prompt, client, drafter=oracle_drafter(len(prompt), truth), observer=recorder)
+        req = serve_request(prompt, client, drafter=oracle_drafter(len(prompt), truth), observer=recorder)
         run_all(sched, [req], [client])
     assert req.output == truth
     assert len(recorder.paths) == req.stats.forward_steps > 0

@@ -201,35 +201,27 @@ def check_bind(hosts: Mapping[str, str], tls: TlsSettings, auth: AuthSettings) -
     if not exposed:
         return
     where = ", ".join(f"{name} on {host or '*'}" for name, host in exposed.items())
-    _check_plaintext(where, tls)
-    _check_unauthenticated(where, auth)
-
-
-def _check_plaintext(where: str, tls: TlsSettings) -> None:
-    if tls.server_enabled:
-        return
-    if not tls.allow_insecure:
-        raise InsecureBindError(
+    # each rule: (secured, allowance, the refusal without the allowance, the warning with it), TLS first
+    rules = (
+        (tls.server_enabled, tls.allow_insecure, InsecureBindError(
             f"[tls] refusing to serve {where} without TLS: set cert_file and key_file "
             "(LAR_TLS_CERT_FILE, LAR_TLS_KEY_FILE), bind 127.0.0.1, or set allow_insecure = true "
             "(LAR_TLS_ALLOW_INSECURE=true)"
-        )
-    log.warning("serving %s WITHOUT TLS (allow_insecure = true): anyone on the network can read and "
-                "send every request", where)
-
-
-def _check_unauthenticated(where: str, auth: AuthSettings) -> None:
-    if auth.required:
-        return
-    if not auth.allow_unauthenticated:
-        raise UnauthenticatedBindError(
+        ), "serving %s WITHOUT TLS (allow_insecure = true): anyone on the network can read and send every request"),
+        (auth.required, auth.allow_unauthenticated, UnauthenticatedBindError(
             f'[auth] refusing to serve {where} with mode = "off" (TLS or not): anyone who reaches it could '
             'ingest, delete and read every tenant; set mode = "required" with keys_file or cert_subjects '
             "(LAR_AUTH_MODE, LAR_AUTH_KEYS_FILE), bind 127.0.0.1, or set allow_unauthenticated = true "
             "(LAR_AUTH_ALLOW_UNAUTHENTICATED=true)"
-        )
-    log.warning("serving %s WITHOUT AUTHENTICATION ([auth] mode = \"off\", allow_unauthenticated = true): "
-                "anyone who reaches it acts for every tenant", where)
+        ), 'serving %s WITHOUT AUTHENTICATION ([auth] mode = "off", allow_unauthenticated = true): anyone who '
+           "reaches it acts for every tenant"),
+    )
+    for secured, allowed, refusal, warning in rules:
+        if secured:
+            continue
+        if not allowed:
+            raise refusal
+        log.warning(warning, where)
 
 
 # --- command lines (ask, ingest) ---

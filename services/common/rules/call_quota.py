@@ -2,6 +2,7 @@
 
     meter = CallMeter.of(limits, "lookahead_rag.v1.DraftCache")  # per-tenant buckets of [limits] tenant_rps / burst
     meter.call("Fetch", request.tenant)   # the tenant's name checked; RESOURCE_EXHAUSTED past the rate
+    await meter.run("Stats", request.tenant, store.stats)  # the same, then store.stats(tenant) in a thread
 
 A ``stream`` call (Answer, Generate) is admitted by the generator's engine against the tenant's rate and
 open streams (``TenantQuotas.admit``); a ``call`` (every unary read or write of a tenant's data) takes one
@@ -12,11 +13,16 @@ table is refused by the auth guard (``scopes.py``) and metered here as a ``call`
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from enum import StrEnum
+from typing import Any, TypeVar
 
 from lookahead_rag.services.common.auth.scopes import GRPC_SCOPES, PACKAGE, Scope
 from lookahead_rag.services.common.rules.limits import RequestLimits
 from lookahead_rag.services.common.rules.quota import TenantQuotas
+
+T = TypeVar("T")
 
 
 class QuotaClass(StrEnum):
@@ -57,6 +63,12 @@ class CallMeter:
         """Count a call of ``method`` (its short name) against ``tenant``'s rate, its name checked first
         ("": a call across every tenant, not metered by tenant)."""
         self.check(f"/{self.service}/{method}", self.limits.check_tenant(tenant) if tenant else tenant)
+
+    async def run(self, method: str, tenant: str, work: Callable[..., T], *args: Any) -> T:
+        """``call``, then the blocking ``work(tenant, *args)`` in a worker thread (a servicer's store or core
+        call: the event loop stays free)."""
+        self.call(method, tenant)
+        return await asyncio.to_thread(work, tenant, *args)
 
     def check(self, method: str, tenant: str) -> None:
         """Take one request of ``tenant``'s rate for a ``call`` (ResourceExhausted with a retry hint past it)."""
