@@ -3,8 +3,12 @@ DynamicCache rollback after a failed forward, copies and reorders (draft_cache).
 
 from __future__ import annotations
 
+import gc
+import sys
+
 import pytest
 import torch
+from lookahead_core.forward.memory import resident
 from lookahead_core.kv.draft_kv import repeat_cache, rollback_cache, select_rows
 from lookahead_core.kv.kvstore import KVShape, RequestKV, compact, load_prefix
 from transformers import DynamicCache
@@ -97,6 +101,22 @@ def test_a_request_cache_is_one_allocation_of_every_layer() -> None:
     kv.write(2, 1, torch.ones(1, 2, 3, 8), torch.full((1, 2, 3, 8), 2.0))
     assert kv.keys[2][:, :, 1:4].eq(1).all() and kv.values[2][:, :, 1:4].eq(2).all()  # layer 2 only, where asked
     assert kv.keys[1].data_ptr() != kv.keys[2].data_ptr() != kv.values[2].data_ptr()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="resident memory is read from /proc")
+def test_a_request_caches_pages_go_back_to_the_system_at_its_end() -> None:
+    # the cache is a mapping of its own: written, it is resident; dropped, its pages leave the process at once
+    # (from malloc's heap a freed block this size may stay resident on the free lists)
+    warm = torch.ones(30 << 20, dtype=torch.uint8)
+    del warm  # a freed 30 MB block: glibc now serves blocks up to that size from its heap, not from mmap
+    shape = KVShape(30, 3, 64, torch.float16, torch.device("cpu"))  # SmolLM2's entry in half: 23 KB
+    before = resident().anon
+    kv = RequestKV(shape, 1200)  # 27.6 MB
+    kv.buffer.fill_(1.0)
+    held = resident().anon - before
+    del kv
+    gc.collect()
+    assert held > 25 << 20 and resident().anon - before < 4 << 20
 
 
 def test_a_write_past_capacity_is_refused() -> None:

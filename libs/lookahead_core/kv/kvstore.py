@@ -9,6 +9,8 @@ shows. Every edit of the cache outside the model is one of the explicit function
 
 from __future__ import annotations
 
+import math
+import mmap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +49,19 @@ class KVShape:
         return cls(cfg.num_hidden_layers, kv_heads, head_dim, param.dtype, param.device)
 
 
+def allocate(size: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialised tensor of ``size`` for a request's cache. On the CPU it is a mapping of its own (anonymous
+    ``mmap``), unmapped when the tensor goes, so the request's end gives its pages back to the system: from malloc's
+    heap, a freed cache of tens of MB would stay resident on its free lists (glibc raises its mmap threshold to
+    each freed block's size), measured as +200-500 MB of resident memory after 48 requests at 16 clients."""
+    count = math.prod(size)
+    if torch.device(device).type != "cpu" or count == 0:
+        return torch.empty(size, dtype=dtype, device=device)
+    nbytes = count * torch.empty((), dtype=dtype).element_size()
+    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE)  # anonymous, private: zero pages until written
+    return torch.frombuffer(pages, dtype=dtype, count=count).view(size)  # the tensor keeps the mapping alive
+
+
 class RequestKV:
     """Keys/values of one request: ``length`` valid entries per layer, room for ``capacity``."""
 
@@ -54,10 +69,9 @@ class RequestKV:
         self.shape = shape
         self.capacity = capacity
         self.length = 0  # valid entries (same in every layer between forwards)
-        # one allocation for the request: [2 (keys, values), layers, 1, kv_heads, capacity, head_dim], so that its
-        # end hands the memory back whole (many per-layer buffers would leave malloc's heap in pieces)
-        self.buffer = torch.empty((2, shape.layers, 1, shape.kv_heads, capacity, shape.head_dim), dtype=shape.dtype,
-                                  device=shape.device)
+        # one allocation for the request: [2 (keys, values), layers, 1, kv_heads, capacity, head_dim]
+        self.buffer = allocate((2, shape.layers, 1, shape.kv_heads, capacity, shape.head_dim), shape.dtype,
+                               shape.device)
         self.keys = list(self.buffer[0].unbind(0))  # per layer [1, kv_heads, capacity, head_dim], contiguous views
         self.values = list(self.buffer[1].unbind(0))
 
