@@ -41,6 +41,8 @@ PROBE = ((64, 256), (8, 512), (8, 512), (8, 512), (8, 512))  # the probe forward
 PROBE_HEADS = (8, 2, 64)  # the probe's query heads, kv heads and head_dim
 PROBE_REPEATS = 5  # timed calls per way; the fastest is kept
 F16C = ("-mf16c",)  # a half cache's loads widened by vcvtph2ps (every AVX2 CPU has F16C)
+BUILD_FLAGS = (*FLAGS, *F16C)  # the AVX2 build's compiler flags
+BUILD_FLAGS_512 = (*FLAGS_512, *F16C)  # the AVX-512 build's
 
 # a way to attend a forward's segments: (qs, keys, values, pasts, visibles, scale, outs), as attend_segments
 Attend = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], list[int], list[torch.Tensor], float,
@@ -50,7 +52,7 @@ Attend = Callable[[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], l
 def builds() -> list[ModuleType]:
     """The kernel's builds for this CPU (``cext.build``, once per process): AVX-512 where torch reports it,
     and AVX2."""
-    found = [build(EXTENSION_512, SOURCE, (*FLAGS_512, *F16C), CAPABLE_512), build(EXTENSION, SOURCE, (*FLAGS, *F16C))]
+    found = [build(EXTENSION_512, SOURCE, BUILD_FLAGS_512, CAPABLE_512), build(EXTENSION, SOURCE, BUILD_FLAGS)]
     return [b for b in found if b is not None]
 
 

@@ -29,8 +29,8 @@ class Kernel:
 
 
 KERNELS: list[Kernel] = [  # every kernel the engine may build; append a new one here
-    Kernel(attend.EXTENSION_512, attend.SOURCE, FLAGS_512, CAPABLE_512),
-    Kernel(attend.EXTENSION, attend.SOURCE),
+    Kernel(attend.EXTENSION_512, attend.SOURCE, attend.BUILD_FLAGS_512, CAPABLE_512),
+    Kernel(attend.EXTENSION, attend.SOURCE, attend.BUILD_FLAGS),
     Kernel(rows.EXTENSION_512, rows.SOURCE_512, FLAGS_512, CAPABLE_512),
     Kernel(rows.EXTENSION, rows.SOURCE),
     Kernel(gemv.EXTENSION, gemv.SOURCE, gemv.FLAGS),
