@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...kv.kvstore import KVShape
 from ..attend import invariant_rows
 from ..placement import model_placement
 from ..ragged import INVARIANT_ATTR
@@ -33,9 +34,7 @@ def half_cache_ok(model: nn.Module) -> bool:
     on the block kernel and a build of the kernel whose output tile divides its heads runs here."""
     if not getattr(model.config, INVARIANT_ATTR, ""):
         return False
-    cfg = model.config
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    return invariant_rows(head_dim, *model_placement(model)) is not None
+    return invariant_rows(KVShape.of(model).head_dim, *model_placement(model)) is not None
 
 
 def cache_dtype(model: nn.Module, choice: str) -> torch.dtype:

@@ -18,7 +18,6 @@ file's values, within fp32 rounding), so a wrong mapping or permutation is refus
 
 from __future__ import annotations
 
-import gc
 import logging
 import re
 from collections import Counter
@@ -179,7 +178,7 @@ def quantize_model(model: nn.Module, gguf: Path | None, weights: str, activation
     else:
         found = _int8_weights(model)
     install(model, found, check=weights == FILE, activations=activations)
-    del found  # the blocks as read (before tiling for the int8 kernel) go with it
+    del found  # the blocks as read (before tiling for the int8 kernel) go with the swapped fp32 weights
     release_freed()  # ... back to the system, not to malloc's free lists
     return model
 
@@ -187,9 +186,10 @@ def quantize_model(model: nn.Module, gguf: Path | None, weights: str, activation
 def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
             activations: str = INT8_X) -> nn.Module:
     """Swap each module path of ``found`` for its block-kernel layer, mark the model's config with the formats
-    served, free the fp32 weights. ``check``: each weight must match the module's own on a sample of rows (a
-    file's blocks against their conversion; int8, lossy by design, is not checked). ``activations`` int8: each
-    weight the int8 kernel takes is tiled for it (once: a tied weight stays one copy), where it runs here."""
+    served, drop the fp32 weights' file pages (their heap copies go when the caller trims). ``check``: each
+    weight must match the module's own on a sample of rows (a file's blocks against their conversion; int8,
+    lossy by design, is not checked). ``activations`` int8: each weight the int8 kernel takes is tiled for it
+    (once: a tied weight stays one copy), where it runs here."""
     sources: Counter[str] = Counter()
     int8 = activations == INT8_X and int8_kernel() is not None
     tiled: dict[int, QuantWeight] = {}  # id of a found weight -> its tiled form
@@ -199,8 +199,8 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
         old = getattr(parent, name)
         if isinstance(old, nn.Linear | nn.Embedding):
             swapped.append((old.weight.data_ptr(), old.weight.nbytes))
-        if check and isinstance(old, nn.Linear | nn.Embedding):
-            _checked(weight, old.weight, path)
+            if check:
+                _checked(weight, old.weight, path)
         if int8:
             if id(weight) not in tiled:
                 tiled[id(weight)] = weight.for_int8()
@@ -219,9 +219,7 @@ def install(model: nn.Module, found: dict[str, QuantWeight], check: bool = True,
     served = "+".join(s for s, _ in sources.most_common())  # e.g. "Q4_1+Q8_0"
     model.config.lookahead_weights = f"{served} x int8" if int8 else served  # "x int8": int8 activations
     join_layers(model)  # q/k/v and gate/up as one product each, held once (the lean loop's groups)
-    gc.collect()
-    # the fp32 weights go back to the system: the heap's copies through malloc_trim, and the resident pages of
-    # the converted safetensors file, whose mapping the norms and biases keep alive, through madvise
+    # the swapped weights' resident pages of the converted safetensors file, whose mapping the norms and biases
+    # keep alive, go back through madvise; their heap copies once the caller trims (``quantize_model``)
     drop_file_pages(swapped)
-    release_freed()
     return model
